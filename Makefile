@@ -1,0 +1,29 @@
+# The two commands a newcomer runs: `make demo` and `make test`.
+# Both set up .venv on first use (Python >= 3.10) and reinstall when
+# pyproject.toml changes.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test bench clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "cudagraphs needs Python >= 3.10, found " + sys.version.split()[0] + "; run make PYTHON=python3.12 ...")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	@touch $@
+
+demo: $(STAMP)
+	$(BIN)/python -m cudagraphs demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache build src/*.egg-info

@@ -1,0 +1,42 @@
+"""cudagraphs: CUDA graphs for any Python GPU code, safe and fast.
+
+The public API is exactly ``__all__``. Importing never needs a GPU: the
+``cuda`` backend loads cuda.core/cuda.bindings on first use, and without a GPU
+everything runs on the ``sim`` backend, a CPU simulation of CUDA.
+"""
+
+from __future__ import annotations
+
+from . import ops
+from ._allocator import AllocatorStats, Block, CachingAllocator
+from ._array import (
+    DeviceArray, as_strided, asarray, empty, empty_like, full, full_like, ones, zeros,
+    zeros_like,
+)
+from ._config import Settings, configure, override, settings
+from ._copy import PendingCopy
+from ._device import Device, Event, Stream, current_device
+from ._dtypes import SUPPORTED as SUPPORTED_DTYPES
+from ._errors import (
+    BackendUnavailableError, CaptureError, CaptureInvalidatedError, CudaError,
+    CudaGraphsError, KernelCompileError, OutOfMemoryError, UpdateError,
+)
+from ._kernel import Kernel, preload
+from .backends import is_cuda_available, resolve_name
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AllocatorStats", "BackendUnavailableError", "Block", "CachingAllocator",
+    "CaptureError", "CaptureInvalidatedError", "CudaError", "CudaGraphsError", "Device",
+    "DeviceArray", "Event", "Kernel", "KernelCompileError", "OutOfMemoryError",
+    "PendingCopy", "SUPPORTED_DTYPES", "Settings", "Stream", "UpdateError", "__version__",
+    "as_strided", "asarray", "backend", "configure", "current_device", "empty",
+    "empty_like", "full", "full_like", "is_cuda_available", "ones", "ops", "override",
+    "preload", "settings", "zeros", "zeros_like",
+]
+
+
+def backend() -> str:
+    """The name of the backend in use: ``"cuda"`` or ``"sim"``."""
+    return resolve_name(None)

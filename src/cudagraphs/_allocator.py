@@ -1,0 +1,297 @@
+"""The per-device caching allocator.
+
+Device memory comes from the device's stream-ordered memory pool
+(``cuMemAllocFromPoolAsync``); this layer caches freed blocks in size classes
+so a hot allocation is a dictionary lookup and costs no driver call.
+
+Rules (the same on every backend):
+
+* a block is tagged with the stream it was allocated on and, when freed,
+  returns to that stream's free list, where the next allocation on the same
+  stream may reuse it at once (stream order makes that safe);
+* a block is reused on *another* stream only after that stream waits on an
+  event recorded on the owner stream; a block used on other streams
+  (:meth:`Block.use_on`) is reused only after the next user waits on events
+  recorded on each of them when it was freed;
+* when the driver reports out of memory, the cache is emptied, the pool
+  trimmed and the allocation retried once; then :class:`OutOfMemoryError`;
+* the driver pool keeps up to ``CUDAGRAPHS_POOL_RELEASE_THRESHOLD_MB`` (512)
+  across synchronizations, so blocks the cache returns are cheap to get back.
+
+Notes
+-----
+A :class:`Block` owns its memory: the block returns to the cache when the
+last array referencing it is garbage collected (a weak-reference callback,
+so no ``__del__``). The allocator knows which streams cudagraphs is capturing
+through ``device.captures``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import threading
+import weakref
+from typing import TYPE_CHECKING
+
+from ._errors import CudaError, OutOfMemoryError
+from .backends.base import CUDA_ERROR_OUT_OF_MEMORY
+
+if TYPE_CHECKING:
+    from ._device import Device, Event, Stream
+
+__all__ = ["AllocatorStats", "Block", "CachingAllocator", "round_size"]
+
+_SMALL = 1 << 20  # blocks up to 1 MiB are rounded to 512 B
+_SMALL_STEP = 512
+_LARGE_STEP = 2 << 20  # larger blocks are rounded to 2 MiB
+
+
+def round_size(nbytes: int) -> int:
+    """The size class of a request of ``nbytes`` bytes."""
+    if nbytes <= _SMALL:
+        return max(_SMALL_STEP, -(-nbytes // _SMALL_STEP) * _SMALL_STEP)
+    return -(-nbytes // _LARGE_STEP) * _LARGE_STEP
+
+
+@dataclasses.dataclass(frozen=True)
+class AllocatorStats:
+    """A snapshot of one device's allocator.
+
+    Attributes
+    ----------
+    in_use : int
+        Bytes in blocks held by live arrays (size classes, not requests).
+    reserved : int
+        Bytes the allocator holds from the driver: in use plus cached.
+    cached : int
+        Bytes in freed blocks kept for reuse.
+    peak : int
+        The most bytes in use at once since creation or :meth:`reset_peak`.
+    hits, misses : int
+        Allocations served from the cache / from the driver.
+    oom_retries : int
+        Times an out-of-memory from the driver emptied the cache and retried.
+    """
+
+    in_use: int
+    reserved: int
+    cached: int
+    peak: int
+    hits: int
+    misses: int
+    oom_retries: int
+
+
+class Block:
+    """A device allocation; arrays and views referencing it keep it alive.
+
+    Attributes
+    ----------
+    ptr : int
+        Device address of the first byte.
+    nbytes : int
+        Bytes requested (the size class may be larger).
+    device : Device
+    """
+
+    __slots__ = ("ptr", "nbytes", "device", "_ref", "__weakref__")
+
+    ptr: int
+    nbytes: int
+    device: Device
+    _ref: _BlockRef
+
+    def use_on(self, stream: Stream) -> None:
+        """Declare that work on ``stream`` uses this block.
+
+        When the block is freed, events are recorded on each such stream and
+        the next user of the memory waits on them (like PyTorch's
+        ``record_stream``).
+        """
+        ref = self._ref
+        if ref.extra is None:
+            ref.extra = []
+        if stream not in ref.extra:
+            ref.extra.append(stream)
+
+    def __repr__(self) -> str:
+        return f"<cudagraphs.Block 0x{self.ptr:x} {self.nbytes} B on {self.device}>"
+
+
+class _BlockRef(weakref.ref):
+    """The release record of a Block: fires when the block dies."""
+
+    __slots__ = ("ptr", "extra")
+
+    ptr: int
+    extra: list[Stream] | None
+
+
+class CachingAllocator:
+    """The caching allocator of one device (``device.allocator``)."""
+
+    def __init__(self, device: Device) -> None:
+        self._device = device
+        self._backend = device.backend
+        self._ordinal = device.index
+        self._lock = threading.Lock()
+        self._free: dict[tuple[int, int], list[int]] = {}
+        self._waits: dict[int, list[Event]] = {}  # ptr -> events to wait for
+        self._live: dict[int, tuple[int, int]] = {}  # ptr -> (size, stream key)
+        self._streams: dict[int, Stream] = {}  # stream key -> Stream
+        self._refs: set[_BlockRef] = set()
+        self._in_use = 0
+        self._reserved = 0
+        self._peak = 0
+        self._hits = 0
+        self._misses = 0
+        self._oom_retries = 0
+
+    # blocks ---------------------------------------------------------------
+    def malloc(self, nbytes: int, stream: Stream | None = None) -> Block:
+        """A block of at least ``nbytes`` bytes, usable in order on ``stream``.
+
+        Parameters
+        ----------
+        nbytes : int
+            Bytes wanted (0 gives a minimal block).
+        stream : Stream, optional
+            Default: the device's compute stream.
+
+        Raises
+        ------
+        OutOfMemoryError
+            If the device cannot hold the block even after emptying the cache.
+        """
+        ptr = self.raw_malloc(nbytes, stream)
+        block = Block.__new__(Block)
+        block.ptr = ptr
+        block.nbytes = nbytes
+        block.device = self._device
+        ref = _BlockRef(block, self._release)
+        ref.ptr = ptr
+        ref.extra = None
+        block._ref = ref
+        self._refs.add(ref)
+        return block
+
+    def _release(self, ref: _BlockRef) -> None:
+        self._refs.discard(ref)
+        if sys.is_finalizing():  # the driver may already be gone
+            return
+        self.raw_free(ref.ptr, ref.extra)
+
+    # raw addresses --------------------------------------------------------
+    def raw_malloc(self, nbytes: int, stream: Stream | None = None) -> int:
+        """Like :meth:`malloc`, returning a bare address to give to :meth:`raw_free`."""
+        if stream is None:
+            stream = self._device.stream
+        size = round_size(nbytes) if nbytes > _SMALL_STEP else _SMALL_STEP
+        key = (stream.handle, size)
+        with self._lock:
+            cached = self._free.get(key)
+            if cached:
+                ptr = cached.pop()
+                self._hits += 1
+                if self._waits:
+                    self._wait_for(ptr, stream)
+            else:
+                ptr = self._miss(size, stream)
+            self._live[ptr] = (size, key[0])
+            self._in_use += size
+            if self._in_use > self._peak:
+                self._peak = self._in_use
+        return ptr
+
+    def raw_free(self, ptr: int, streams: list[Stream] | None = None) -> None:
+        """Return ``ptr`` (from :meth:`raw_malloc`) to the cache.
+
+        ``streams`` are other streams that used the memory: the next user
+        will wait for the work queued on them so far.
+        """
+        with self._lock:
+            size, stream_key = self._live.pop(ptr)
+            self._in_use -= size
+            if streams:
+                self._waits[ptr] = [s.record() for s in streams if not s.closed]
+            key = (stream_key, size)
+            cached = self._free.get(key)
+            if cached is None:
+                self._free[key] = [ptr]
+            else:
+                cached.append(ptr)
+
+    def _wait_for(self, ptr: int, stream: Stream) -> None:
+        for event in self._waits.pop(ptr, ()):
+            self._backend.stream_wait_event(stream._raw, event._raw)
+
+    def _miss(self, size: int, stream: Stream) -> int:
+        self._misses += 1
+        self._streams.setdefault(stream.handle, stream)
+        for (owner, other_size), cached in self._free.items():
+            if other_size == size and cached and owner != stream.handle:
+                # another stream's block: order our stream after its last use
+                ptr = cached.pop()
+                event = self._streams[owner].record()
+                self._backend.stream_wait_event(stream._raw, event._raw)
+                self._wait_for(ptr, stream)
+                return ptr
+        try:
+            ptr = self._backend.mem_alloc(self._ordinal, size, stream._raw)
+        except CudaError as exc:
+            if exc.code != CUDA_ERROR_OUT_OF_MEMORY:
+                raise
+            self._oom_retries += 1
+            self._empty_cache_locked()
+            try:
+                ptr = self._backend.mem_alloc(self._ordinal, size, stream._raw)
+            except CudaError as again:
+                if again.code != CUDA_ERROR_OUT_OF_MEMORY:
+                    raise
+                raise OutOfMemoryError(
+                    self._ordinal, size, self._in_use, self._reserved,
+                    self._device.total_memory,
+                ) from None
+        self._reserved += size
+        return ptr
+
+    # maintenance ----------------------------------------------------------
+    def empty_cache(self) -> None:
+        """Give every cached block back to the driver and trim the pool.
+
+        Synchronizes the device first, so no queued work still uses them.
+        """
+        with self._lock:
+            self._empty_cache_locked()
+
+    def _empty_cache_locked(self) -> None:
+        self._device.synchronize()
+        raw = self._device.stream._raw
+        for (_, size), cached in self._free.items():
+            for ptr in cached:
+                self._backend.mem_free(ptr, raw)
+                self._reserved -= size
+            cached.clear()
+        self._free.clear()
+        self._waits.clear()
+        self._device.synchronize()
+        self._backend.mem_trim(self._ordinal)
+
+    def stats(self) -> AllocatorStats:
+        """A snapshot of the allocator's counters."""
+        with self._lock:
+            return AllocatorStats(
+                in_use=self._in_use,
+                reserved=self._reserved,
+                cached=self._reserved - self._in_use,
+                peak=self._peak,
+                hits=self._hits,
+                misses=self._misses,
+                oom_retries=self._oom_retries,
+            )
+
+    def reset_peak(self) -> None:
+        """Restart peak tracking from the bytes in use now."""
+        with self._lock:
+            self._peak = self._in_use

@@ -1,0 +1,539 @@
+"""DeviceArray: an n-dimensional view of device memory, and its constructors.
+
+An array is a view (pointer, shape, byte strides, dtype) of a :class:`Block`
+from the device's caching allocator. Slicing, ``.T``, ``transpose`` and
+``reshape`` (of contiguous arrays) make views that share the block; the block
+returns to the cache when the last view is gone.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ._allocator import Block
+from ._device import Device, Stream, current_device
+from ._dtypes import normalize_dtype
+
+if TYPE_CHECKING:
+    from ._copy import PendingCopy
+
+__all__ = [
+    "DeviceArray", "as_strided", "asarray", "empty", "empty_like", "full",
+    "full_like", "ones", "zeros", "zeros_like",
+]
+
+Shape = int | Sequence[int]
+
+
+def _shape(shape: Any) -> tuple[int, ...]:
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        shape = (shape,)
+    try:
+        dims = tuple(operator.index(d) for d in shape)
+    except TypeError:
+        raise TypeError(f"shape must be an int or a sequence of ints, got {shape!r}") from None
+    for d in dims:
+        if d < 0:
+            raise ValueError(f"negative dimension {d} in shape {dims}")
+    return dims
+
+
+def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    strides, step = [], itemsize
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def _is_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
+    step = itemsize
+    for n, s in zip(reversed(shape), reversed(strides)):
+        if n == 0:
+            return True
+        if n != 1 and s != step:
+            return False
+        step *= n
+    return True
+
+
+def _extent(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> tuple[int, int]:
+    """Byte range [lo, hi) touched by a view, relative to its first element."""
+    if 0 in shape:
+        return 0, 0
+    lo = sum(s * (n - 1) for n, s in zip(shape, strides) if s < 0)
+    hi = sum(s * (n - 1) for n, s in zip(shape, strides) if s > 0) + itemsize
+    return lo, hi
+
+
+def _device(device: Device | int | None) -> Device:
+    if device is None:
+        return current_device()
+    if isinstance(device, Device):
+        return device
+    if isinstance(device, int) and not isinstance(device, bool):
+        return Device(device)
+    raise TypeError(f"device must be a cudagraphs.Device, an int or None, got {device!r}")
+
+
+class DeviceArray:
+    """An n-dimensional array in device memory.
+
+    Create arrays with :func:`empty`, :func:`zeros`, :func:`full`,
+    :func:`asarray` and friends, not with this class.
+
+    Attributes
+    ----------
+    ptr : int
+        Device address of the first element.
+    shape : tuple of int
+    strides : tuple of int
+        Byte steps between elements along each axis (may be negative or 0).
+    dtype : numpy.dtype
+    device : Device
+    is_contiguous : bool
+        Whether the elements are dense in C order.
+
+    Notes
+    -----
+    Work on an array is queued on its device's compute stream unless a
+    ``stream`` is given. An array used on another stream should be declared
+    with :meth:`record_stream`, so its memory is not reused too early.
+    ``__cuda_array_interface__`` and ``__dlpack__`` exist on the ``cuda``
+    backend only (simulated memory cannot be shared).
+    """
+
+    __slots__ = ("_block", "ptr", "shape", "strides", "dtype", "device", "is_contiguous",
+                 "__weakref__")
+
+    _block: Block
+    ptr: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    dtype: np.dtype
+    device: Device
+    is_contiguous: bool
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise TypeError(
+            "DeviceArray is not created directly: use cg.empty, cg.zeros, cg.full "
+            "or cg.asarray"
+        )
+
+    @classmethod
+    def _wrap(
+        cls, block: Block, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...],
+        dtype: np.dtype,
+    ) -> DeviceArray:
+        a = object.__new__(cls)
+        a._block = block
+        a.ptr = ptr
+        a.shape = shape
+        a.strides = strides
+        a.dtype = dtype
+        a.device = block.device
+        a.is_contiguous = _is_contiguous(shape, strides, dtype.itemsize)
+        return a
+
+    def _view(self, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> DeviceArray:
+        return DeviceArray._wrap(self._block, ptr, shape, strides, self.dtype)
+
+    def _view_spec(self) -> tuple[int, tuple[int, ...], tuple[int, ...], np.dtype]:
+        """(ptr, shape, strides, dtype): what kernels and backends need."""
+        return self.ptr, self.shape, self.strides, self.dtype
+
+    # shape ----------------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the elements (not of the underlying block)."""
+        return self.size * self.dtype.itemsize
+
+    @property
+    def T(self) -> DeviceArray:  # noqa: N802 - numpy's name
+        """The transposed view."""
+        return self.transpose()
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d array")
+        return self.shape[0]
+
+    def transpose(self, *axes: int) -> DeviceArray:
+        """A view with the axes permuted (reversed by default)."""
+        if len(axes) == 1 and not isinstance(axes[0], int):
+            axes = tuple(axes[0])  # type: ignore[arg-type]
+        if not axes:
+            axes = tuple(range(self.ndim))[::-1]
+        if sorted(axes) != list(range(self.ndim)):
+            raise ValueError(f"axes {axes} are not a permutation of 0..{self.ndim - 1}")
+        return self._view(
+            self.ptr, tuple(self.shape[i] for i in axes), tuple(self.strides[i] for i in axes)
+        )
+
+    def reshape(self, *shape: Any) -> DeviceArray:
+        """A view with a new shape (one dimension may be -1); needs a contiguous array.
+
+        Raises
+        ------
+        ValueError
+            If the sizes differ, or the array is not contiguous.
+        """
+        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+            shape = tuple(shape[0])
+        dims = [operator.index(d) for d in shape]
+        if dims.count(-1) > 1:
+            raise ValueError("only one dimension may be -1 in reshape")
+        if any(d < -1 for d in dims):
+            raise ValueError(f"negative dimension in reshape {tuple(dims)}")
+        known = _prod(tuple(d for d in dims if d != -1))
+        if -1 in dims:
+            if known == 0 or self.size % known:
+                raise ValueError(f"cannot reshape array of size {self.size} into {tuple(dims)}")
+            dims[dims.index(-1)] = self.size // known
+        new = tuple(dims)
+        if _prod(new) != self.size:
+            raise ValueError(f"cannot reshape array of size {self.size} into shape {new}")
+        if not self.is_contiguous:
+            raise ValueError(
+                "reshape needs a contiguous array; this view is strided: "
+                "call .copy() first to make a contiguous one"
+            )
+        return self._view(self.ptr, new, _c_strides(new, self.itemsize))
+
+    def ravel(self) -> DeviceArray:
+        """A 1-D view of a contiguous array."""
+        return self.reshape(-1)
+
+    # indexing -------------------------------------------------------------
+    def __getitem__(self, key: Any) -> DeviceArray:
+        """Basic indexing: ints, slices (any step), ``None`` and ``...``.
+
+        Raises
+        ------
+        IndexError
+            For an index out of range or too many indices.
+        TypeError
+            For advanced (array or boolean) indexing, which is not supported.
+        """
+        if not isinstance(key, tuple):
+            key = (key,)
+        n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
+        if sum(1 for k in key if k is Ellipsis) > 1:
+            raise IndexError("an index can only have a single ellipsis ('...')")
+        if n_real > self.ndim:
+            raise IndexError(
+                f"too many indices: array is {self.ndim}-dimensional, but {n_real} were indexed"
+            )
+        ptr, shape, strides, dim = self.ptr, [], [], 0
+        for k in key:
+            if k is None:
+                shape.append(1)
+                strides.append(0)
+                continue
+            if k is Ellipsis:
+                for _ in range(self.ndim - n_real):
+                    shape.append(self.shape[dim])
+                    strides.append(self.strides[dim])
+                    dim += 1
+                continue
+            n, s = self.shape[dim], self.strides[dim]
+            if isinstance(k, slice):
+                start, stop, step = k.indices(n)
+                length = len(range(start, stop, step))
+                if length:
+                    ptr += start * s
+                shape.append(length)
+                strides.append(s * step)
+            else:
+                try:
+                    i = operator.index(k)
+                except TypeError:
+                    raise TypeError(
+                        "only integers, slices, None and ... are valid indices of a "
+                        f"DeviceArray, got {type(k).__name__}; for gathers, copy to the "
+                        "host with .get()"
+                    ) from None
+                if not -n <= i < n:
+                    raise IndexError(f"index {i} is out of bounds for axis {dim} with size {n}")
+                ptr += (i + n if i < 0 else i) * s
+            dim += 1
+        shape.extend(self.shape[dim:])
+        strides.extend(self.strides[dim:])
+        return self._view(ptr, tuple(shape), tuple(strides))
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        """``x[key] = value`` with a scalar, a device array or host data."""
+        self[key].set(value)
+
+    # data movement ----------------------------------------------------------
+    def set(self, value: Any, *, stream: Stream | None = None) -> DeviceArray:
+        """Overwrite the elements with ``value``; returns ``self``.
+
+        ``value`` is a scalar (fills), a DeviceArray of the same shape and
+        dtype (device copy), or host data (numpy array, list) broadcastable to
+        the shape and castable to the dtype within its kind.
+        """
+        from . import ops
+        from ._copy import to_device
+
+        if isinstance(value, DeviceArray):
+            ops.copy(self, value, stream=stream)
+        elif np.ndim(value) == 0 and not isinstance(value, np.ndarray):
+            ops.fill(self, value, stream=stream)
+        else:
+            to_device(self, value, stream)
+        return self
+
+    def get(self, *, stream: Stream | None = None) -> np.ndarray:
+        """Copy to a new numpy array, waiting for queued work on ``stream``.
+
+        Raises
+        ------
+        CaptureError
+            While the stream is being captured (a copy to the host cannot be
+            replayed).
+        """
+        from ._copy import to_host
+
+        return to_host(self, stream)
+
+    def get_async(self) -> PendingCopy:
+        """Start a copy to pinned host memory on the copy stream.
+
+        Returns at once; ``.result()`` on the returned handle waits for that
+        copy only (not for later work on the compute stream).
+        """
+        from ._copy import PendingCopy
+
+        return PendingCopy(self)
+
+    def copy(self, *, stream: Stream | None = None) -> DeviceArray:
+        """A new contiguous array with the same elements."""
+        from . import ops
+
+        out = empty(self.shape, self.dtype, device=self.device)
+        return ops.copy(out, self, stream=stream)
+
+    def record_stream(self, stream: Stream) -> None:
+        """Declare that ``stream`` uses this array's memory (see :meth:`Block.use_on`)."""
+        if not isinstance(stream, Stream):
+            raise TypeError(f"record_stream takes a Stream, got {type(stream).__name__}")
+        self._block.use_on(stream)
+
+    # interoperability -------------------------------------------------------
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        if self.device.backend.name != "cuda":
+            raise AttributeError(
+                "__cuda_array_interface__ is only available on the cuda backend "
+                "(sim arrays live in simulated memory)"
+            )
+        return {
+            "shape": self.shape,
+            "typestr": self.dtype.str,
+            "data": (self.ptr, False),
+            "version": 3,
+            "strides": None if self.is_contiguous else self.strides,
+            "stream": self.device.stream.handle,
+        }
+
+    def __dlpack__(
+        self, *, stream: int | None = None, max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None, copy: bool | None = None,
+    ) -> object:
+        """Export as a DLPack capsule (cuda backend only); see :mod:`._dlpack`."""
+        from ._dlpack import export
+
+        return export(self, stream=stream, dl_device=dl_device, copy=copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        from ._dlpack import device_of
+
+        return device_of(self)
+
+    def __array__(self, *args: object, **kwargs: object) -> np.ndarray:
+        raise TypeError(
+            "implicit conversion of a DeviceArray to numpy is not allowed (it would "
+            "hide a device-to-host copy and a wait); call .get()"
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"<cudagraphs.DeviceArray shape={self.shape} dtype={self.dtype} "
+            f"on {self.device.backend.name}:{self.device.index}>"
+        )
+
+
+def _prod(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+# constructors ---------------------------------------------------------------
+def empty(
+    shape: Shape, dtype: Any = "float64", *, device: Device | int | None = None,
+    stream: Stream | None = None,
+) -> DeviceArray:
+    """A new array whose elements are not initialized.
+
+    Parameters
+    ----------
+    shape : int or sequence of int
+    dtype : dtype-like
+        One of :data:`cudagraphs.SUPPORTED_DTYPES` (default float64, as numpy).
+    device : Device or int, optional
+        Default: the current device.
+    stream : Stream, optional
+        The stream that will first use the memory (default: compute stream).
+
+    Raises
+    ------
+    ValueError
+        For a negative dimension.
+    TypeError
+        For an unsupported dtype.
+    OutOfMemoryError
+        If the device cannot hold it.
+    """
+    dims = _shape(shape)
+    dt = normalize_dtype(dtype)
+    dev = _device(device)
+    nbytes = _prod(dims) * dt.itemsize
+    block = dev.allocator.malloc(nbytes, stream)
+    return DeviceArray._wrap(block, block.ptr, dims, _c_strides(dims, dt.itemsize), dt)
+
+
+def zeros(
+    shape: Shape, dtype: Any = "float64", *, device: Device | int | None = None,
+    stream: Stream | None = None,
+) -> DeviceArray:
+    """A new array of zeros (a device memset)."""
+    a = empty(shape, dtype, device=device, stream=stream)
+    if a.nbytes:
+        s = stream if stream is not None else a.device.stream
+        a.device.backend.memset_d8(a.ptr, 0, a.nbytes, s._live())
+    return a
+
+
+def full(
+    shape: Shape, fill_value: Any, dtype: Any = None, *, device: Device | int | None = None,
+    stream: Stream | None = None,
+) -> DeviceArray:
+    """A new array with every element ``fill_value`` (dtype inferred as numpy does)."""
+    from . import ops
+
+    dt = np.asarray(fill_value).dtype if dtype is None else dtype
+    return ops.fill(empty(shape, dt, device=device, stream=stream), fill_value, stream=stream)
+
+
+def ones(
+    shape: Shape, dtype: Any = "float64", *, device: Device | int | None = None,
+    stream: Stream | None = None,
+) -> DeviceArray:
+    """A new array of ones."""
+    return full(shape, 1, dtype, device=device, stream=stream)
+
+
+def asarray(
+    obj: Any, dtype: Any = None, *, device: Device | int | None = None,
+    stream: Stream | None = None,
+) -> DeviceArray:
+    """A device array from host data (numpy array, list, scalar) or a device array.
+
+    A DeviceArray already of this dtype on this device is returned as is;
+    otherwise the data is copied.
+    """
+    if isinstance(obj, DeviceArray):
+        dev = obj.device if device is None else _device(device)
+        dt = obj.dtype if dtype is None else normalize_dtype(dtype)
+        if dev is obj.device and dt == obj.dtype:
+            return obj
+        if dt != obj.dtype:
+            raise TypeError(
+                f"asarray: converting a {obj.dtype} DeviceArray to {dt} is not supported "
+                "on the device; convert on the host with .get().astype(...)"
+            )
+        return asarray(obj.get(), device=dev, stream=stream)
+    host = np.asarray(obj) if dtype is None else np.asarray(obj, dtype=normalize_dtype(dtype))
+    out = empty(host.shape, host.dtype, device=device, stream=stream)
+    out.set(host, stream=stream)
+    return out
+
+
+def empty_like(
+    a: Any, dtype: Any = None, *, device: Device | int | None = None
+) -> DeviceArray:
+    """A new uninitialized array with the shape (and dtype) of ``a``."""
+    dev = device if device is not None else getattr(a, "device", None)
+    if not isinstance(dev, (Device, int)) and dev is not None:
+        dev = None
+    return empty(np.shape(a) if not isinstance(a, DeviceArray) else a.shape,
+                 a.dtype if dtype is None else dtype, device=dev)
+
+
+def zeros_like(a: Any, dtype: Any = None, *, device: Device | int | None = None) -> DeviceArray:
+    """A new array of zeros with the shape (and dtype) of ``a``."""
+    out = empty_like(a, dtype, device=device)
+    return zeros(out.shape, out.dtype, device=out.device)
+
+
+def full_like(
+    a: Any, fill_value: Any, dtype: Any = None, *, device: Device | int | None = None
+) -> DeviceArray:
+    """A new array filled with ``fill_value``, with the shape (and dtype) of ``a``."""
+    from . import ops
+
+    return ops.fill(empty_like(a, dtype, device=device), fill_value)
+
+
+def as_strided(
+    x: DeviceArray, shape: Shape, strides: Sequence[int], offset: int = 0
+) -> DeviceArray:
+    """A view of ``x``'s memory with any shape, byte strides and byte offset.
+
+    Raises
+    ------
+    ValueError
+        If the view would reach outside the memory block of ``x``.
+    """
+    if not isinstance(x, DeviceArray):
+        raise TypeError(f"as_strided takes a DeviceArray, got {type(x).__name__}")
+    dims = _shape(shape)
+    st = tuple(int(s) for s in strides)
+    if len(st) != len(dims):
+        raise ValueError(f"shape {dims} and strides {st} have different lengths")
+    ptr = x.ptr + int(offset)
+    lo, hi = _extent(dims, st, x.itemsize)
+    start, end = x._block.ptr, x._block.ptr + x._block.nbytes
+    if hi > lo and (ptr + lo < start or ptr + hi > end):
+        raise ValueError(
+            f"view out of range: it reaches bytes [{ptr + lo - start}, {ptr + hi - start}) "
+            f"of a {x._block.nbytes}-byte allocation"
+        )
+    return x._view(ptr, dims, st)
+
+

@@ -1,0 +1,131 @@
+"""Every ``CUDAGRAPHS_*`` setting, read once from the environment.
+
+=====================================  ===========================================
+variable                               meaning (default)
+=====================================  ===========================================
+``CUDAGRAPHS_BACKEND``                 ``cuda`` or ``sim`` (auto: cuda if a GPU answers)
+``CUDAGRAPHS_POOL_RELEASE_THRESHOLD_MB`` bytes the driver pool keeps cached (512)
+``CUDAGRAPHS_CACHE_DIR``               compiled-kernel cache (``~/.cache/cudagraphs``)
+``CUDAGRAPHS_SIM_MEMORY_MB``           memory of each simulated device (16384)
+``CUDAGRAPHS_SIM_DEVICES``             number of simulated devices (1)
+=====================================  ===========================================
+
+Settings can be changed in-process with :func:`configure` or, scoped, with
+:func:`override`; code reads them through :func:`settings`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+__all__ = ["Settings", "configure", "override", "settings"]
+
+_BACKENDS = ("cuda", "sim")
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The library's settings; see the module docstring for the variables.
+
+    Attributes
+    ----------
+    backend : str or None
+        ``"cuda"``, ``"sim"``, or ``None`` for automatic choice.
+    pool_release_threshold_mb : int
+        Megabytes the device memory pool keeps after a synchronize.
+    cache_dir : pathlib.Path
+        Where compiled kernels are cached on disk.
+    sim_memory_mb : int
+        Memory of each simulated device, in megabytes.
+    sim_devices : int
+        How many simulated devices there are.
+    """
+
+    backend: str | None = None
+    pool_release_threshold_mb: int = 512
+    cache_dir: Path = Path.home() / ".cache" / "cudagraphs"
+    sim_memory_mb: int = 16384
+    sim_devices: int = 1
+
+    def __post_init__(self) -> None:
+        if self.backend is not None and self.backend not in _BACKENDS:
+            raise ValueError(
+                f"backend must be one of {_BACKENDS} or None, got {self.backend!r}"
+            )
+        for name in ("pool_release_threshold_mb", "sim_memory_mb", "sim_devices"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+        object.__setattr__(self, "cache_dir", Path(self.cache_dir))
+
+
+def _from_environ(env: Mapping[str, str]) -> Settings:
+    """Build settings from ``CUDAGRAPHS_*`` variables in ``env``."""
+    kwargs: dict[str, object] = {}
+    if env.get("CUDAGRAPHS_BACKEND"):
+        kwargs["backend"] = env["CUDAGRAPHS_BACKEND"].strip().lower()
+    for var, field in (
+        ("CUDAGRAPHS_POOL_RELEASE_THRESHOLD_MB", "pool_release_threshold_mb"),
+        ("CUDAGRAPHS_SIM_MEMORY_MB", "sim_memory_mb"),
+        ("CUDAGRAPHS_SIM_DEVICES", "sim_devices"),
+    ):
+        if env.get(var):
+            try:
+                kwargs[field] = int(env[var])
+            except ValueError:
+                raise ValueError(f"{var} must be an integer, got {env[var]!r}") from None
+    if env.get("CUDAGRAPHS_CACHE_DIR"):
+        kwargs["cache_dir"] = Path(env["CUDAGRAPHS_CACHE_DIR"]).expanduser()
+    return Settings(**kwargs)  # type: ignore[arg-type]
+
+
+_lock = threading.Lock()
+_current = _from_environ(os.environ)
+
+
+def settings() -> Settings:
+    """Return the settings in force now."""
+    return _current
+
+
+def configure(**changes: object) -> Settings:
+    """Change settings for the rest of the process and return the new ones.
+
+    Raises
+    ------
+    TypeError
+        If a name is not a setting.
+    ValueError
+        If a value is not accepted.
+    """
+    global _current
+    with _lock:
+        _current = _replace(_current, changes)
+        return _current
+
+
+@contextlib.contextmanager
+def override(**changes: object) -> Iterator[Settings]:
+    """Change settings inside a ``with`` block, then restore them."""
+    global _current
+    with _lock:
+        before = _current
+        _current = _replace(before, changes)
+    try:
+        yield _current
+    finally:
+        with _lock:
+            _current = before
+
+
+def _replace(base: Settings, changes: Mapping[str, object]) -> Settings:
+    names = {f.name for f in dataclasses.fields(Settings)}
+    unknown = sorted(set(changes) - names)
+    if unknown:
+        raise TypeError(f"unknown setting(s) {unknown}; settings are {sorted(names)}")
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]

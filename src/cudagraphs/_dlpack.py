@@ -1,0 +1,134 @@
+"""DLPack export of device arrays (legacy ``dltensor`` capsules, via ctypes).
+
+The capsule owns a ``DLManagedTensor`` whose ``manager_ctx`` keeps the array
+(and so its memory block) alive until the consumer calls the deleter, or until
+the capsule is dropped unconsumed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import threading
+from typing import TYPE_CHECKING, Any
+
+from ._dtypes import dlpack_code
+
+if TYPE_CHECKING:
+    from ._array import DeviceArray
+
+__all__ = ["device_of", "export"]
+
+_KDL_CUDA = 2
+_KDL_CPU = 1  # what sim arrays would be, were they exportable
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    pass
+
+
+_Deleter = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor))
+_DLManagedTensor._fields_ = [
+    ("dl_tensor", _DLTensor),
+    ("manager_ctx", ctypes.c_void_p),
+    ("deleter", _Deleter),
+]
+
+_lock = threading.Lock()
+_keys = itertools.count(1)
+_alive: dict[int, tuple[Any, ...]] = {}  # manager_ctx -> what the capsule keeps alive
+_NAME = b"dltensor"
+_api = ctypes.pythonapi
+_api.PyCapsule_New.restype = ctypes.py_object
+_api.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_api.PyCapsule_IsValid.restype = ctypes.c_int
+_api.PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+_api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+@_Deleter
+def _delete(managed: Any) -> None:
+    with _lock:
+        _alive.pop(managed.contents.manager_ctx, None)
+
+
+@ctypes.CFUNCTYPE(None, ctypes.py_object)
+def _capsule_destructor(capsule: Any) -> None:
+    # a consumer renames the capsule to "used_dltensor" and owns the deleter;
+    # an unconsumed one still holds our tensor, which we free here
+    if _api.PyCapsule_IsValid(capsule, _NAME):
+        ptr = _api.PyCapsule_GetPointer(capsule, _NAME)
+        _delete(ctypes.cast(ptr, ctypes.POINTER(_DLManagedTensor)))
+
+
+def device_of(x: DeviceArray) -> tuple[int, int]:
+    """``__dlpack_device__`` of ``x``: (kDLCUDA, index) on the cuda backend."""
+    kind = _KDL_CUDA if x.device.backend.name == "cuda" else _KDL_CPU
+    return kind, x.device.index
+
+
+def export(x: DeviceArray, *, stream: int | None, dl_device: Any, copy: bool | None) -> object:
+    """The DLPack capsule for ``x``; see ``DeviceArray.__dlpack__``.
+
+    Raises
+    ------
+    BufferError
+        On the sim backend, for another ``dl_device``, or for ``copy=True``.
+    """
+    if x.device.backend.name != "cuda":
+        raise BufferError(
+            "DLPack export needs the cuda backend: sim arrays live in simulated "
+            "memory; copy to the host with .get()"
+        )
+    if dl_device is not None and tuple(dl_device) != device_of(x):
+        raise BufferError(f"cannot export to DLPack device {dl_device}; the array is on {device_of(x)}")
+    if copy:
+        raise BufferError("DLPack export with copy=True is not supported; the export is a view")
+    if stream is not None and stream != -1:
+        # the consumer's stream must see the work queued on ours so far
+        device = x.device
+        event = device.stream.record()
+        device.backend.stream_wait_event(device.backend.stream_from_address(stream), event._raw)
+    itemsize = x.itemsize
+    if any(s % itemsize for s in x.strides):
+        raise BufferError("strides are not multiples of the item size; DLPack cannot express them")
+    ndim = x.ndim
+    shape = (ctypes.c_int64 * max(ndim, 1))(*x.shape)
+    strides = (ctypes.c_int64 * max(ndim, 1))(*(s // itemsize for s in x.strides))
+    code, bits = dlpack_code(x.dtype)
+    managed = _DLManagedTensor()
+    t = managed.dl_tensor
+    t.data = x.ptr
+    t.device = _DLDevice(_KDL_CUDA, x.device.index)
+    t.ndim = ndim
+    t.dtype = _DLDataType(code, bits, 1)
+    t.shape = shape
+    t.strides = strides
+    t.byte_offset = 0
+    key = next(_keys)
+    managed.manager_ctx = key
+    managed.deleter = _delete
+    with _lock:
+        _alive[key] = (x, shape, strides, managed)
+    return _api.PyCapsule_New(ctypes.addressof(managed), _NAME, ctypes.cast(_capsule_destructor, ctypes.c_void_p))

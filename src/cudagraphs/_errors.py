@@ -1,0 +1,138 @@
+"""The error hierarchy of cudagraphs.
+
+::
+
+    CudaGraphsError
+    ├── BackendUnavailableError      the asked-for backend cannot run here
+    ├── CudaError(code, name)        a driver call failed
+    ├── CaptureError                 illegal work during stream capture
+    │   └── CaptureInvalidatedError  the driver invalidated the capture
+    ├── UpdateError(reason, node)    an executable graph could not be updated
+    ├── KernelCompileError(log)      NVRTC rejected a kernel's source
+    └── OutOfMemoryError             (also a MemoryError) the device is full
+
+Bad arguments raise the built-in ``TypeError``/``ValueError``/``IndexError``
+with what was given and what is accepted.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendUnavailableError",
+    "CaptureError",
+    "CaptureInvalidatedError",
+    "CudaError",
+    "CudaGraphsError",
+    "KernelCompileError",
+    "OutOfMemoryError",
+    "UpdateError",
+]
+
+
+class CudaGraphsError(Exception):
+    """Base class of every error raised by cudagraphs itself."""
+
+
+class BackendUnavailableError(CudaGraphsError):
+    """The requested backend cannot be used on this machine."""
+
+
+class CudaError(CudaGraphsError):
+    """A CUDA driver call failed.
+
+    Parameters
+    ----------
+    code : int
+        The driver's ``CUresult`` value.
+    name : str
+        The symbolic name, e.g. ``"CUDA_ERROR_INVALID_VALUE"``.
+    call : str
+        The driver call that failed.
+    detail : str, optional
+        What the library was doing, and what to do about it.
+    """
+
+    def __init__(self, code: int, name: str, call: str, detail: str = "") -> None:
+        self.code = int(code)
+        self.name = name
+        self.call = call
+        self.detail = detail
+        text = f"{call} failed with {name} ({self.code})"
+        super().__init__(f"{text}: {detail}" if detail else text)
+
+
+class CaptureError(CudaGraphsError):
+    """Work that is illegal while a stream is being captured."""
+
+
+class CaptureInvalidatedError(CaptureError):
+    """The driver invalidated the capture (e.g. a synchronizing call)."""
+
+
+class UpdateError(CudaGraphsError):
+    """An executable graph could not be updated from another graph.
+
+    Parameters
+    ----------
+    reason : str
+        The driver's reason for refusing the update.
+    node : object, optional
+        The node that could not be updated, when the driver names one.
+    """
+
+    def __init__(self, reason: str, node: object = None) -> None:
+        self.reason = reason
+        self.node = node
+        where = f" at node {node!r}" if node is not None else ""
+        super().__init__(f"graph update refused: {reason}{where}")
+
+
+class KernelCompileError(CudaGraphsError):
+    """NVRTC rejected a kernel's source; ``log`` holds the compiler's log."""
+
+    def __init__(self, kernel: str, log: str) -> None:
+        self.kernel = kernel
+        self.log = log
+        lines = log.strip().splitlines()
+        shown = "\n".join(lines[:_LOG_LINES])
+        more = len(lines) - _LOG_LINES
+        tail = f"\n... {more} more lines in the exception's .log" if more > 0 else ""
+        super().__init__(f"kernel {kernel!r} failed to compile; NVRTC log:\n{shown}{tail}")
+
+
+_LOG_LINES = 30
+
+
+class OutOfMemoryError(CudaGraphsError, MemoryError):
+    """A device allocation failed even after the cache was emptied.
+
+    Attributes
+    ----------
+    requested, in_use, reserved, limit : int
+        Bytes asked for, bytes held by live arrays, bytes held by the
+        allocator (live + cached), and the device's total memory.
+    """
+
+    def __init__(
+        self, device: int, requested: int, in_use: int, reserved: int, limit: int
+    ) -> None:
+        self.device = device
+        self.requested = requested
+        self.in_use = in_use
+        self.reserved = reserved
+        self.limit = limit
+        super().__init__(
+            f"out of memory on device {device}: tried to allocate "
+            f"{_fmt(requested)}; {_fmt(in_use)} in use by live arrays, "
+            f"{_fmt(reserved)} reserved by cudagraphs, device total {_fmt(limit)}. "
+            "The cache was emptied and the pool trimmed before giving up: free "
+            "arrays you no longer need or allocate less."
+        )
+
+
+def _fmt(nbytes: int) -> str:
+    """Format a byte count for error messages (``"1.50 GiB (1610612736 B)"``)."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.2f} {unit} ({nbytes} B)"
+    return f"{nbytes} B"

@@ -1,0 +1,373 @@
+"""User kernels: CUDA C++ source plus an optional numpy host implementation.
+
+A :class:`Kernel` is compiled through NVRTC (cuda.core's ``Program``) for the
+device's architecture the first time it runs on a device, or ahead of time by
+:func:`preload`. Compiled code is cached in memory per device and on disk in
+``CUDAGRAPHS_CACHE_DIR``.
+
+The parameter list is read from the ``extern "C" __global__`` declaration, or
+given explicitly with ``signature=``; it decides how each argument is passed
+(device arrays as pointers, numbers converted to the declared C type) and is
+checked on every launch.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ._device import Device, Stream, current_device
+from ._dtypes import SUPPORTED
+from ._errors import CaptureError
+from .backends.base import Launcher, Param
+
+__all__ = ["Kernel", "normalize_dims", "preload"]
+
+_C_TYPES: dict[str, str] = {
+    "float": "float32", "double": "float64", "int": "int32", "signed": "int32",
+    "signed int": "int32", "unsigned": "uint32", "unsigned int": "uint32",
+    "short": "int16", "short int": "int16", "unsigned short": "uint16",
+    "long": "int64", "long int": "int64", "long long": "int64", "long long int": "int64",
+    "unsigned long": "uint64", "unsigned long long": "uint64", "size_t": "uint64",
+    "ptrdiff_t": "int64", "char": "int8", "signed char": "int8", "unsigned char": "uint8",
+    "bool": "bool", "int8_t": "int8", "int16_t": "int16", "int32_t": "int32",
+    "int64_t": "int64", "uint8_t": "uint8", "uint16_t": "uint16", "uint32_t": "uint32",
+    "uint64_t": "uint64", "__half": "float16", "half": "float16",
+    "__nv_bfloat16": "bfloat16", "void": "void",
+}
+_QUALIFIERS = {"const", "volatile", "__restrict__", "__restrict", "restrict", "struct"}
+_POINTER = np.dtype(np.uint64)
+_IMAGES: dict[tuple[str, tuple[str, ...], str, str], bytes] = {}
+_BYTE_POINTEES = {"int8", "uint8", "void"}
+
+
+def _strip_comments(source: str) -> str:
+    source = re.sub(r"/\*.*?\*/", " ", source, flags=re.S)
+    return re.sub(r"//[^\n]*", " ", source)
+
+
+def parse_params(source: str, name: str) -> list[Param]:
+    """Read the parameters of ``__global__ void name(...)`` from ``source``.
+
+    Raises
+    ------
+    ValueError
+        If the declaration is missing or uses a type that needs ``signature=``.
+    """
+    pattern = (
+        r"__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?"
+        + re.escape(name)
+        + r"\s*\(([^)]*)\)"
+    )
+    match = re.search(pattern, _strip_comments(source))
+    if match is None:
+        raise ValueError(
+            f"no `__global__ void {name}(...)` in the kernel source; check the name, "
+            "declare the kernel extern \"C\", or pass signature=[...]"
+        )
+    params: list[Param] = []
+    text = match.group(1).strip()
+    if not text or text == "void":
+        return params
+    for i, decl in enumerate(text.split(",")):
+        pointer = decl.count("*")
+        words = [w for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", decl) if w not in _QUALIFIERS]
+        pname = words[-1] if len(words) > 1 else f"arg{i}"
+        ctype = " ".join(words[:-1] if len(words) > 1 else words)
+        if pointer > 1 or ctype not in _C_TYPES:
+            raise ValueError(
+                f"kernel {name!r}: cannot infer how to pass parameter {i} "
+                f"({decl.strip()!r}); pass signature=[...] to cg.Kernel"
+            )
+        params.append(_make_param(pname, _C_TYPES[ctype], bool(pointer), name))
+    return params
+
+
+def _make_param(pname: str, type_name: str, pointer: bool, kernel: str) -> Param:
+    if pointer:
+        pointee = None if type_name in ("void",) else SUPPORTED.get(type_name)
+        if type_name not in ("void",) and pointee is None:
+            raise ValueError(f"kernel {kernel!r}: unsupported pointee type {type_name!r}")
+        return Param(pname, _POINTER, True, pointee)
+    if type_name not in SUPPORTED:
+        raise ValueError(
+            f"kernel {kernel!r}: parameter {pname!r} has unsupported type {type_name!r}"
+        )
+    return Param(pname, SUPPORTED[type_name], False, None)
+
+
+def _param_from_spec(i: int, spec: Any, kernel: str) -> Param:
+    """One entry of an explicit signature: ``"float32*"``, ``"int64"``, a dtype."""
+    if isinstance(spec, Param):
+        return spec
+    if isinstance(spec, str):
+        text = spec.replace(" ", "")
+        pointer = text.endswith("*")
+        return _make_param(f"arg{i}", text.rstrip("*"), pointer, kernel)
+    try:
+        dt = np.dtype(spec)
+    except TypeError:
+        raise TypeError(
+            f"kernel {kernel!r}: signature entry {i} must be a type name like "
+            f"'float32*' or 'int64', or a numpy dtype; got {spec!r}"
+        ) from None
+    return Param(f"arg{i}", dt, False, None)
+
+
+def normalize_dims(dims: Any, what: str) -> tuple[int, int, int]:
+    """Turn a grid or block given as an int or 1-3 ints into a 3-tuple.
+
+    Raises
+    ------
+    ValueError
+        If a dimension is not positive or exceeds CUDA's limits.
+    """
+    if isinstance(dims, (int, np.integer)) and not isinstance(dims, bool):
+        t = (int(dims), 1, 1)
+    else:
+        try:
+            t = tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
+        except TypeError:
+            raise TypeError(f"{what} must be an int or a tuple of 1-3 ints, got {dims!r}") from None
+        if len(t) != 3:
+            raise ValueError(f"{what} must have 1 to 3 dimensions, got {dims!r}")
+    limits = (
+        ((1 << 31) - 1, 65535, 65535) if what == "grid" else (1024, 1024, 64)
+    )
+    for d, lim in zip(t, limits):
+        if not 1 <= d <= lim:
+            raise ValueError(f"{what} {dims!r}: each dimension must be in 1..{lim} (got {d})")
+    if what == "block" and t[0] * t[1] * t[2] > 1024:
+        raise ValueError(f"block {dims!r} has {t[0] * t[1] * t[2]} threads; CUDA allows 1024")
+    return t
+
+
+class Kernel:
+    """A CUDA C++ kernel that runs on both backends.
+
+    Parameters
+    ----------
+    source : str
+        CUDA C++ source holding ``extern "C" __global__ void <name>(...)``.
+    name : str
+        The kernel's name.
+    host : callable, optional
+        The numpy reference, run on the ``sim`` backend. It is called with the
+        launch's arguments: device arrays as writable numpy views of their
+        memory, numbers as numpy scalars of the declared C type, raw pointers
+        as uint8 views from that address.
+    signature : sequence, optional
+        The parameter types, e.g. ``["float32*", "const float32*", "int64"]``
+        or numpy dtypes (structs by value); default: parsed from the source.
+    defines : mapping, optional
+        Preprocessor macros (``{"T": "float"}``).
+
+    Notes
+    -----
+    Compiling inside a capture is illegal: call :func:`preload` first.
+    """
+
+    def __init__(
+        self,
+        source: str,
+        name: str,
+        host: Callable[..., object] | None = None,
+        *,
+        signature: Sequence[Any] | None = None,
+        defines: dict[str, str] | None = None,
+    ) -> None:
+        if not isinstance(source, str) or not source.strip():
+            raise TypeError("source must be a non-empty string of CUDA C++")
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"name must be a C identifier, got {name!r}")
+        if host is not None and not callable(host):
+            raise TypeError(f"host must be callable or None, got {type(host).__name__}")
+        self.source = source
+        self.name = name
+        self.host = host
+        self.options = tuple(f"-D{k}={v}" for k, v in (defines or {}).items())
+        if signature is None:
+            self.params = parse_params(source, name)
+        else:
+            self.params = [_param_from_spec(i, s, name) for i, s in enumerate(signature)]
+        self._convert = [_converter(p, name) for p in self.params]
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        args = ", ".join(p.name for p in self.params)
+        return f"<cudagraphs.Kernel {self.name}({args})>"
+
+    # compilation ----------------------------------------------------------
+    def launcher(self, device: Device, stream: Stream | None = None) -> Launcher:
+        """The loaded kernel for ``device``, compiling it first if needed.
+
+        Raises
+        ------
+        KernelCompileError
+            If NVRTC rejects the source.
+        CaptureError
+            If it needs compiling while ``stream`` is being captured.
+        """
+        launcher = device.kernels.get(self)
+        if launcher is not None:
+            return launcher  # type: ignore[return-value]
+        if device.captures and (stream is None or stream.handle in device.captures):
+            raise CaptureError(
+                f"kernel {self.name!r} is not compiled for {device} yet and NVRTC "
+                "cannot run inside a capture: call cg.preload([kernel]) before capturing"
+            )
+        with self._lock:
+            launcher = device.kernels.get(self)
+            if launcher is None:
+                backend = device.backend
+                arch = backend.arch(device.index)
+                # kernels built from one source share one compiled image
+                key = (self.source, self.options, backend.name, arch)
+                image = _IMAGES.get(key)
+                if image is None:
+                    image = backend.compile(self.source, self.name, arch, self.options)
+                    _IMAGES[key] = image
+                launcher = backend.load_kernel(
+                    device.index, image, self.name, self.params, self.host
+                )
+                device.kernels[self] = launcher
+        return launcher  # type: ignore[return-value]
+
+    # launching ------------------------------------------------------------
+    def launch(
+        self,
+        grid: int | tuple[int, ...],
+        block: int | tuple[int, ...],
+        *args: Any,
+        stream: Stream | None = None,
+        shared_mem: int = 0,
+        device: Device | None = None,
+    ) -> None:
+        """Launch the kernel on ``grid`` blocks of ``block`` threads.
+
+        Work is queued on ``stream`` (default: the compute stream of the
+        arrays' device) and the call returns without waiting.
+
+        Raises
+        ------
+        TypeError, ValueError
+            If an argument does not fit its parameter (count, type, range,
+            array dtype or device).
+        """
+        if len(args) != len(self.params):
+            names = ", ".join(p.name for p in self.params)
+            raise TypeError(
+                f"kernel {self.name!r} takes {len(self.params)} arguments ({names}), "
+                f"got {len(args)}"
+            )
+        if device is None:
+            device = stream.device if stream is not None else _device_of(args)
+        if stream is None:
+            stream = device.stream
+        elif stream.device is not device:
+            raise ValueError(f"stream {stream} is not on {device}")
+        raw = [conv(a, device) for conv, a in zip(self._convert, args)]
+        if not isinstance(shared_mem, int) or shared_mem < 0:
+            raise ValueError(f"shared_mem must be a non-negative int, got {shared_mem!r}")
+        self.launcher(device, stream)(
+            stream._live(),
+            normalize_dims(grid, "grid"),
+            normalize_dims(block, "block"),
+            shared_mem,
+            raw,
+            args,
+        )
+
+
+def _device_of(args: Iterable[Any]) -> Device:
+    for a in args:
+        dev = getattr(a, "device", None)
+        if isinstance(dev, Device):
+            return dev
+    return current_device()
+
+
+def _converter(p: Param, kernel: str) -> Callable[[Any, Device], object]:
+    """The function that checks one argument and returns its raw value."""
+    where = f"kernel {kernel!r} parameter {p.name!r}"
+    if p.pointer:
+        pointee = p.pointee
+
+        def pointer(a: Any, device: Device) -> object:
+            spec = getattr(a, "_view_spec", None)
+            if spec is not None:
+                if a.device is not device:
+                    raise ValueError(f"{where}: array is on {a.device}, the launch on {device}")
+                if pointee is not None and a.dtype != pointee and pointee.name not in _BYTE_POINTEES:
+                    raise TypeError(f"{where} expects {pointee} data, got a {a.dtype} array")
+                return a.ptr
+            if a is None:
+                return 0
+            if isinstance(a, (int, np.integer)) and not isinstance(a, bool):
+                if not 0 <= int(a) < 1 << 64:
+                    raise ValueError(f"{where}: address {a} is out of range")
+                return int(a)
+            cai = getattr(a, "__cuda_array_interface__", None)
+            if cai is not None and device.backend.name == "cuda":
+                return int(cai["data"][0])
+            raise TypeError(
+                f"{where} is a pointer: pass a cudagraphs array, an object with "
+                f"__cuda_array_interface__, an int address or None; got {type(a).__name__}"
+            )
+
+        return pointer
+    dt = p.dtype
+    if dt.kind == "V" or dt.name == "bfloat16":
+        size = dt.itemsize
+
+        def by_bytes(a: Any, device: Device) -> object:
+            if isinstance(a, (bytes, bytearray, memoryview)):
+                data = bytes(a)
+            else:
+                try:
+                    data = np.asarray(a, dtype=dt).tobytes()
+                except (TypeError, ValueError) as exc:
+                    raise TypeError(f"{where} expects {dt}, got {a!r}: {exc}") from None
+            if len(data) != size:
+                raise ValueError(f"{where} expects {size} bytes, got {len(data)}")
+            return data
+
+        return by_bytes
+    kind = dt.kind
+    info = np.iinfo(dt) if kind in "iu" else None
+
+    def number(a: Any, device: Device) -> object:
+        if kind in "iu":
+            if isinstance(a, (float, np.floating)) or not isinstance(a, (int, np.integer)):
+                raise TypeError(f"{where} is {dt}: expected an integer, got {a!r}")
+            if not info.min <= a <= info.max:  # type: ignore[union-attr]
+                raise ValueError(f"{where}: {a} does not fit in {dt}")
+            return int(a)
+        if kind == "b":
+            return bool(a)
+        if not isinstance(a, (int, float, np.integer, np.floating)) or isinstance(a, bool):
+            raise TypeError(f"{where} is {dt}: expected a real number, got {a!r}")
+        return float(a)
+
+    return number
+
+
+def preload(kernels: Iterable[Kernel], device: Device | None = None) -> None:
+    """Compile and load ``kernels`` for ``device`` now, outside any capture.
+
+    Raises
+    ------
+    KernelCompileError
+        If one of them does not compile.
+    """
+    device = device if device is not None else current_device()
+    for k in kernels:
+        if not isinstance(k, Kernel):
+            raise TypeError(f"preload takes cudagraphs.Kernel objects, got {type(k).__name__}")
+        k.launcher(device)
+
+

@@ -1,0 +1,135 @@
+"""The backend interface: the primitives every backend implements.
+
+A backend only does primitives on opaque handles; the public wrappers in
+``cudagraphs`` validate arguments, keep ownership and translate errors.
+Adding a backend is adding one module that implements :class:`Backend`.
+
+Failures are raised as :class:`cudagraphs.CudaError` with the driver's code
+and name (the ``sim`` backend raises the same codes as CUDA would).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = ["Backend", "DeviceProperties", "Launcher", "Param"]
+
+Handle = Any
+"""An opaque stream, event or function handle owned by a backend."""
+
+# Driver result codes both backends raise (values of CUresult).
+CUDA_ERROR_INVALID_VALUE = 1
+CUDA_ERROR_OUT_OF_MEMORY = 2
+CUDA_ERROR_NOT_READY = 600
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceProperties:
+    """What a backend reports about one device."""
+
+    name: str
+    compute_capability: tuple[int, int]
+    total_memory: int
+    multiprocessors: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Param:
+    """One kernel parameter.
+
+    Attributes
+    ----------
+    name : str
+        The parameter's name in the kernel source (``"arg3"`` when unknown).
+    dtype : numpy.dtype
+        The type passed by value; ``uint64`` for pointers, a void dtype for
+        structs passed by value.
+    pointer : bool
+        Whether the parameter is a device pointer.
+    pointee : numpy.dtype or None
+        For pointers, the element type (``None`` for ``void*``/``char*``).
+    """
+
+    name: str
+    dtype: np.dtype
+    pointer: bool = False
+    pointee: np.dtype | None = None
+
+
+class Launcher(Protocol):
+    """A loaded kernel, ready to launch.
+
+    ``raw`` holds one value per kernel parameter: device addresses as ints,
+    scalars as Python/numpy numbers, by-value structs as ``bytes``.
+    ``objs`` holds the arguments as the user passed them after validation
+    (arrays, scalars); backends that run kernels on the host use these.
+    """
+
+    def __call__(
+        self,
+        stream: Handle,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        shared_mem: int,
+        raw: Sequence[object],
+        objs: Sequence[object],
+    ) -> None: ...
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """The primitives a backend provides (all on opaque handles)."""
+
+    name: str
+
+    # devices
+    def device_count(self) -> int: ...
+    def device_properties(self, ordinal: int) -> DeviceProperties: ...
+    def activate(self, ordinal: int) -> None: ...
+    def device_synchronize(self, ordinal: int) -> None: ...
+
+    # streams and events
+    def stream_create(self, ordinal: int) -> Handle: ...
+    def stream_destroy(self, stream: Handle) -> None: ...
+    def stream_address(self, stream: Handle) -> int: ...
+    def stream_from_address(self, address: int) -> Handle: ...
+    def stream_synchronize(self, stream: Handle) -> None: ...
+    def stream_query(self, stream: Handle) -> bool: ...
+    def stream_wait_event(self, stream: Handle, event: Handle) -> None: ...
+    def event_create(self, ordinal: int, timing: bool) -> Handle: ...
+    def event_destroy(self, event: Handle) -> None: ...
+    def event_record(self, event: Handle, stream: Handle) -> None: ...
+    def event_synchronize(self, event: Handle) -> None: ...
+    def event_query(self, event: Handle) -> bool: ...
+    def event_elapsed_ms(self, start: Handle, end: Handle) -> float: ...
+
+    # memory
+    def mem_alloc(self, ordinal: int, nbytes: int, stream: Handle) -> int: ...
+    def mem_free(self, ptr: int, stream: Handle) -> None: ...
+    def mem_trim(self, ordinal: int) -> None: ...
+    def mem_set_release_threshold(self, ordinal: int, nbytes: int) -> None: ...
+    def mem_info(self, ordinal: int) -> tuple[int, int]: ...
+    def host_alloc(self, nbytes: int) -> tuple[int, np.ndarray]: ...
+    def host_free(self, ptr: int) -> None: ...
+
+    # copies (host side is a C-contiguous uint8 numpy array)
+    def memcpy_htod(self, dst: int, src: np.ndarray, stream: Handle) -> None: ...
+    def memcpy_dtoh(self, dst: np.ndarray, src: int, stream: Handle) -> None: ...
+    def memcpy_dtod(self, dst: int, src: int, nbytes: int, stream: Handle) -> None: ...
+    def memset_d8(self, dst: int, value: int, nbytes: int, stream: Handle) -> None: ...
+
+    # kernels
+    def arch(self, ordinal: int) -> str: ...
+    def compile(self, source: str, name: str, arch: str, options: Sequence[str]) -> bytes: ...
+    def load_kernel(
+        self,
+        ordinal: int,
+        image: bytes,
+        name: str,
+        params: Sequence[Param],
+        host: Callable[..., object] | None,
+    ) -> Launcher: ...

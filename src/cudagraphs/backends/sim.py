@@ -1,0 +1,359 @@
+"""The ``sim`` backend: a CPU simulation of a CUDA device, in numpy.
+
+It is the living spec of the library's behaviour on machines without a GPU:
+
+* device memory is a set of numpy byte buffers at stable fake addresses that
+  are never reused, so a stale pointer fails loudly (``CUDA_ERROR_ILLEGAL_ADDRESS``)
+  instead of silently reading someone else's data;
+* fresh allocations are filled with a poison byte, as real device memory
+  holds whatever was there before;
+* work runs in stream order (each call completes before it returns, which is
+  one legal schedule of CUDA's stream semantics), events complete when recorded;
+* kernels run their host implementation on numpy views of device memory;
+  kernel sources are still compiled with NVRTC when it is installed, so a
+  syntax error fails here exactly as on a GPU;
+* errors carry CUDA's result codes (invalid value, out of memory, ...).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .._config import settings
+from .._errors import BackendUnavailableError, CudaError
+from . import base
+from .base import DeviceProperties
+
+__all__ = ["SimBackend"]
+
+POISON = 0xCD
+_ALIGN = 512
+_BASE_ADDRESS = 0x7F00_0000_0000
+CUDA_ERROR_ILLEGAL_ADDRESS = 700
+CUDA_ERROR_INVALID_HANDLE = 400
+
+
+def _error(code: int, call: str, detail: str) -> CudaError:
+    names = {
+        base.CUDA_ERROR_INVALID_VALUE: "CUDA_ERROR_INVALID_VALUE",
+        base.CUDA_ERROR_OUT_OF_MEMORY: "CUDA_ERROR_OUT_OF_MEMORY",
+        CUDA_ERROR_ILLEGAL_ADDRESS: "CUDA_ERROR_ILLEGAL_ADDRESS",
+        CUDA_ERROR_INVALID_HANDLE: "CUDA_ERROR_INVALID_HANDLE",
+    }
+    return CudaError(code, names[code], call, detail)
+
+
+class _SimStream:
+    __slots__ = ("address", "ordinal", "alive")
+
+    def __init__(self, address: int, ordinal: int) -> None:
+        self.address = address
+        self.ordinal = ordinal
+        self.alive = True
+
+
+class _SimEvent:
+    __slots__ = ("timing", "time", "recorded", "alive")
+
+    def __init__(self, timing: bool) -> None:
+        self.timing = timing
+        self.time = 0.0
+        self.recorded = False
+        self.alive = True
+
+
+class _Memory:
+    """All simulated device allocations of the process (addresses are global)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.starts: list[int] = []
+        self.buffers: dict[int, np.ndarray] = {}
+        self.owner: dict[int, int] = {}  # start -> device ordinal
+        self.used: dict[int, int] = {}  # ordinal -> bytes
+        self.next = _BASE_ADDRESS
+
+    def alloc(self, ordinal: int, nbytes: int, limit: int) -> int:
+        with self.lock:
+            used = self.used.get(ordinal, 0)
+            if used + nbytes > limit:
+                raise _error(
+                    base.CUDA_ERROR_OUT_OF_MEMORY,
+                    "cuMemAllocFromPoolAsync",
+                    f"{nbytes} B requested, {limit - used} B free on sim device {ordinal}",
+                )
+            start = self.next
+            self.next += max(_ALIGN, -(-nbytes // _ALIGN) * _ALIGN)
+            buf = np.empty(max(nbytes, 1), dtype=np.uint8)
+            buf.fill(POISON)
+            bisect.insort(self.starts, start)
+            self.buffers[start] = buf
+            self.owner[start] = ordinal
+            self.used[ordinal] = used + nbytes
+            return start
+
+    def free(self, ptr: int, nbytes_of: Callable[[np.ndarray], int]) -> None:
+        with self.lock:
+            buf = self.buffers.pop(ptr, None)
+            if buf is None:
+                raise _error(
+                    base.CUDA_ERROR_INVALID_VALUE,
+                    "cuMemFreeAsync",
+                    f"0x{ptr:x} is not the start of a live allocation",
+                )
+            self.starts.pop(bisect.bisect_left(self.starts, ptr))
+            ordinal = self.owner.pop(ptr)
+            self.used[ordinal] -= nbytes_of(buf)
+
+    def resolve(self, ptr: int, nbytes: int, call: str) -> tuple[np.ndarray, int]:
+        """Return (buffer, offset) holding ``[ptr, ptr + nbytes)``."""
+        i = bisect.bisect_right(self.starts, ptr) - 1
+        if i >= 0:
+            start = self.starts[i]
+            buf = self.buffers[start]
+            off = ptr - start
+            if off + nbytes <= buf.nbytes:
+                return buf, off
+        raise _error(
+            CUDA_ERROR_ILLEGAL_ADDRESS,
+            call,
+            f"[0x{ptr:x}, +{nbytes}) is not inside a live sim allocation "
+            "(freed memory or an out-of-bounds pointer)",
+        )
+
+
+class SimBackend:
+    """CPU simulation of the CUDA primitives in :class:`~.base.Backend`."""
+
+    name = "sim"
+
+    def __init__(self) -> None:
+        self._memory = _Memory()
+        self._host: dict[int, np.ndarray] = {}
+        self._addresses = itertools.count(0x5000, 0x10)
+        self._compiler: bool | None = None
+        self._lock = threading.Lock()
+
+    # devices ------------------------------------------------------------
+    def device_count(self) -> int:
+        return settings().sim_devices
+
+    def device_properties(self, ordinal: int) -> DeviceProperties:
+        return DeviceProperties(
+            name="cudagraphs sim device",
+            compute_capability=(9, 0),
+            total_memory=settings().sim_memory_mb << 20,
+            multiprocessors=132,
+        )
+
+    def activate(self, ordinal: int) -> None:
+        if not 0 <= ordinal < self.device_count():
+            raise BackendUnavailableError(
+                f"sim device {ordinal} does not exist; there are "
+                f"{self.device_count()} (set CUDAGRAPHS_SIM_DEVICES for more)"
+            )
+
+    def device_synchronize(self, ordinal: int) -> None:
+        return None
+
+    # streams and events -------------------------------------------------
+    def stream_create(self, ordinal: int) -> _SimStream:
+        return _SimStream(next(self._addresses), ordinal)
+
+    def stream_destroy(self, stream: _SimStream) -> None:
+        self._live(stream, "cuStreamDestroy").alive = False
+
+    def stream_address(self, stream: _SimStream) -> int:
+        return stream.address
+
+    def stream_from_address(self, address: int) -> _SimStream:
+        return _SimStream(address, 0)
+
+    def stream_synchronize(self, stream: _SimStream) -> None:
+        self._live(stream, "cuStreamSynchronize")
+
+    def stream_query(self, stream: _SimStream) -> bool:
+        self._live(stream, "cuStreamQuery")
+        return True
+
+    def stream_wait_event(self, stream: _SimStream, event: _SimEvent) -> None:
+        self._live(stream, "cuStreamWaitEvent")
+        self._live(event, "cuStreamWaitEvent")
+
+    def event_create(self, ordinal: int, timing: bool) -> _SimEvent:
+        return _SimEvent(timing)
+
+    def event_destroy(self, event: _SimEvent) -> None:
+        self._live(event, "cuEventDestroy").alive = False
+
+    def event_record(self, event: _SimEvent, stream: _SimStream) -> None:
+        self._live(stream, "cuEventRecord")
+        self._live(event, "cuEventRecord")
+        event.recorded = True
+        event.time = time.perf_counter()
+
+    def event_synchronize(self, event: _SimEvent) -> None:
+        self._live(event, "cuEventSynchronize")
+
+    def event_query(self, event: _SimEvent) -> bool:
+        self._live(event, "cuEventQuery")
+        return True
+
+    def event_elapsed_ms(self, start: _SimEvent, end: _SimEvent) -> float:
+        for ev in (start, end):
+            self._live(ev, "cuEventElapsedTime")
+            if not ev.timing or not ev.recorded:
+                raise _error(
+                    CUDA_ERROR_INVALID_HANDLE,
+                    "cuEventElapsedTime",
+                    "both events must be created with timing=True and recorded",
+                )
+        return (end.time - start.time) * 1e3
+
+    @staticmethod
+    def _live(obj: Any, call: str) -> Any:
+        if not getattr(obj, "alive", False):
+            raise _error(CUDA_ERROR_INVALID_HANDLE, call, f"{obj!r} is destroyed")
+        return obj
+
+    # memory -------------------------------------------------------------
+    def mem_alloc(self, ordinal: int, nbytes: int, stream: _SimStream) -> int:
+        self._live(stream, "cuMemAllocFromPoolAsync")
+        limit = self.device_properties(ordinal).total_memory
+        return self._memory.alloc(ordinal, nbytes, limit)
+
+    def mem_free(self, ptr: int, stream: _SimStream) -> None:
+        self._memory.free(ptr, lambda buf: buf.nbytes)
+
+    def mem_trim(self, ordinal: int) -> None:
+        return None
+
+    def mem_set_release_threshold(self, ordinal: int, nbytes: int) -> None:
+        return None
+
+    def mem_info(self, ordinal: int) -> tuple[int, int]:
+        total = self.device_properties(ordinal).total_memory
+        return total - self._memory.used.get(ordinal, 0), total
+
+    def host_alloc(self, nbytes: int) -> tuple[int, np.ndarray]:
+        arr = np.empty(max(nbytes, 1), dtype=np.uint8)
+        ptr = arr.ctypes.data
+        with self._lock:
+            self._host[ptr] = arr
+        return ptr, arr[:nbytes]
+
+    def host_free(self, ptr: int) -> None:
+        with self._lock:
+            if self._host.pop(ptr, None) is None:
+                raise _error(
+                    base.CUDA_ERROR_INVALID_VALUE, "cuMemFreeHost", f"0x{ptr:x} not pinned"
+                )
+
+    # copies -------------------------------------------------------------
+    def memcpy_htod(self, dst: int, src: np.ndarray, stream: _SimStream) -> None:
+        self._live(stream, "cuMemcpyHtoDAsync")
+        buf, off = self._memory.resolve(dst, src.nbytes, "cuMemcpyHtoDAsync")
+        buf[off : off + src.nbytes] = src.reshape(-1).view(np.uint8)
+
+    def memcpy_dtoh(self, dst: np.ndarray, src: int, stream: _SimStream) -> None:
+        self._live(stream, "cuMemcpyDtoHAsync")
+        buf, off = self._memory.resolve(src, dst.nbytes, "cuMemcpyDtoHAsync")
+        dst.reshape(-1).view(np.uint8)[...] = buf[off : off + dst.nbytes]
+
+    def memcpy_dtod(self, dst: int, src: int, nbytes: int, stream: _SimStream) -> None:
+        self._live(stream, "cuMemcpyDtoDAsync")
+        sbuf, soff = self._memory.resolve(src, nbytes, "cuMemcpyDtoDAsync")
+        dbuf, doff = self._memory.resolve(dst, nbytes, "cuMemcpyDtoDAsync")
+        # copy through a temporary: CUDA's memcpy on overlapping ranges is
+        # undefined, the simulation picks memmove semantics
+        dbuf[doff : doff + nbytes] = sbuf[soff : soff + nbytes].copy()
+
+    def memset_d8(self, dst: int, value: int, nbytes: int, stream: _SimStream) -> None:
+        self._live(stream, "cuMemsetD8Async")
+        buf, off = self._memory.resolve(dst, nbytes, "cuMemsetD8Async")
+        buf[off : off + nbytes] = value
+
+    def view(
+        self, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype: np.dtype
+    ) -> np.ndarray:
+        """A writable numpy view of simulated device memory."""
+        if not shape or 0 not in shape:
+            lo = sum(s * (n - 1) for s, n in zip(strides, shape) if s < 0)
+            hi = sum(s * (n - 1) for s, n in zip(strides, shape) if s > 0) + dtype.itemsize
+        else:
+            lo, hi = 0, 0
+        buf, off = self._memory.resolve(ptr + lo, hi - lo, "kernel access")
+        return np.ndarray(shape, dtype, buffer=buf, offset=off - lo, strides=strides)
+
+    # kernels ------------------------------------------------------------
+    def arch(self, ordinal: int) -> str:
+        major, minor = self.device_properties(ordinal).compute_capability
+        return f"sm_{major}{minor}"
+
+    def compile(self, source: str, name: str, arch: str, options: Sequence[str]) -> bytes:
+        """Check the source with NVRTC when it is installed; return a marker."""
+        if self._compiler is not False:
+            from . import cuda
+
+            try:
+                cuda.nvrtc_compile(source, name, arch, options)
+                self._compiler = True
+            except cuda.NvrtcUnavailable:
+                self._compiler = False
+        return b"sim:" + name.encode()
+
+    @property
+    def compiler_available(self) -> bool | None:
+        """Whether NVRTC checked the last kernel (None before any compile)."""
+        return self._compiler
+
+    def load_kernel(
+        self,
+        ordinal: int,
+        image: bytes,
+        name: str,
+        params: Sequence[base.Param],
+        host: Callable[..., object] | None,
+    ) -> base.Launcher:
+        view = self.view
+        resolve = self._memory.resolve
+
+        def launch(
+            stream: _SimStream,
+            grid: tuple[int, int, int],
+            block: tuple[int, int, int],
+            shared_mem: int,
+            raw: Sequence[object],
+            objs: Sequence[object],
+        ) -> None:
+            SimBackend._live(stream, "cuLaunchKernel")
+            if host is None:
+                raise BackendUnavailableError(
+                    f"kernel {name!r} has no host implementation, so it cannot run "
+                    "on the sim backend: pass host=<numpy function> to cg.Kernel, "
+                    "or run on the cuda backend"
+                )
+            args = []
+            for obj, value, p in zip(objs, raw, params):
+                if not p.pointer:
+                    if isinstance(value, bytes):
+                        args.append(np.frombuffer(value, dtype=p.dtype)[0])
+                    else:
+                        args.append(p.dtype.type(value))
+                elif hasattr(obj, "_view_spec"):
+                    args.append(view(*obj._view_spec()))
+                elif value:
+                    buf, off = resolve(int(value), 0, "kernel access")
+                    args.append(buf[off:])
+                else:
+                    args.append(None)
+            host(*args)
+
+        return launch

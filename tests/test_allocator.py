@@ -1,0 +1,131 @@
+"""The caching allocator: reuse, stream tags, stats, OOM recovery."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import cudagraphs as cg
+from cudagraphs._allocator import round_size
+
+
+def test_size_classes() -> None:
+    assert round_size(1) == 512
+    assert round_size(513) == 1024
+    assert round_size(1 << 20) == 1 << 20
+    assert round_size((1 << 20) + 1) == 2 << 20
+    assert round_size(5 << 20) == 6 << 20
+
+
+def test_freed_block_is_reused_on_the_same_stream(device: cg.Device) -> None:
+    alloc = device.allocator
+    x = cg.empty(1000, "float32")
+    ptr = x.ptr
+    before = alloc.stats()
+    del x
+    gc.collect()
+    y = cg.empty(1000, "float32")
+    after = alloc.stats()
+    assert y.ptr == ptr
+    assert after.hits == before.hits + 1 and after.misses == before.misses
+
+
+def test_stats_return_to_baseline(device: cg.Device) -> None:
+    gc.collect()
+    base = device.allocator.stats()
+    arrays = [cg.empty(n, "float64") for n in (10, 1000, 100_000, 300_000)]
+    views = [a[::2] for a in arrays]
+    mid = device.allocator.stats()
+    assert mid.in_use >= base.in_use + 8 * (10 + 1000 + 100_000 + 300_000)
+    assert mid.peak >= mid.in_use
+    del arrays
+    gc.collect()
+    assert device.allocator.stats().in_use == mid.in_use  # views keep blocks alive
+    del views
+    gc.collect()
+    end = device.allocator.stats()
+    assert end.in_use == base.in_use
+    assert end.cached == end.reserved - end.in_use
+    device.allocator.empty_cache()
+    assert device.allocator.stats().cached == 0
+    device.allocator.reset_peak()
+    assert device.allocator.stats().peak == device.allocator.stats().in_use
+
+
+def test_cross_stream_reuse_waits_for_the_owner(device: cg.Device) -> None:
+    s = device.create_stream()
+    device.allocator.empty_cache()
+    x = cg.empty(4096, "uint8")  # on the compute stream
+    ptr = x.ptr
+    del x
+    gc.collect()
+    before = device.allocator.stats()
+    y = cg.empty(4096, "uint8", stream=s)  # a miss on s: steals the block with an event
+    assert y.ptr == ptr
+    assert device.allocator.stats().misses == before.misses + 1
+    assert device.allocator.stats().reserved == before.reserved
+    y.set(np.arange(4096) % 251)
+    np.testing.assert_array_equal(y.get(), np.arange(4096) % 251)
+    del y
+    gc.collect()
+    s.close()
+
+
+def test_use_on_defers_reuse(device: cg.Device, rng: np.random.Generator) -> None:
+    s = device.create_stream()
+    data = rng.standard_normal(10_000)
+    x = cg.asarray(data)
+    out = cg.empty_like(x)
+    s.wait(device.stream)
+    cg.ops.copy(out, x, stream=s)
+    x.record_stream(s)
+    del x
+    gc.collect()
+    z = cg.zeros(10_000)  # may take x's block: it waits for s first
+    s.synchronize()
+    np.testing.assert_array_equal(out.get(stream=s), data)
+    assert np.all(z.get() == 0)
+    s.close()
+
+
+def test_release_threshold_comes_from_settings(backend: str) -> None:
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import cudagraphs as cg; print(cg.settings().pool_release_threshold_mb); "
+        "cg.Device(0)"
+    )
+    env = {**os.environ, "CUDAGRAPHS_POOL_RELEASE_THRESHOLD_MB": "64", "CUDAGRAPHS_BACKEND": backend}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "64"
+    assert cg.Settings().pool_release_threshold_mb == 512
+
+
+def test_out_of_memory_is_clear_and_recoverable(device: cg.Device, rng: np.random.Generator) -> None:
+    keep = cg.asarray(rng.standard_normal(1000))
+    spare = cg.empty(1 << 20, "uint8")
+    del spare
+    gc.collect()
+    before = device.allocator.stats()
+    too_big = device.total_memory + (1 << 30)
+    with pytest.raises(cg.OutOfMemoryError) as info:
+        cg.empty(too_big, "uint8")
+    err = info.value
+    assert isinstance(err, MemoryError)
+    assert err.requested >= too_big and err.limit == device.total_memory
+    assert err.in_use == before.in_use
+    assert "out of memory on device 0: tried to allocate" in str(err)
+    assert "free arrays you no longer need" in str(err)
+    after = device.allocator.stats()
+    assert after.oom_retries == before.oom_retries + 1
+    assert after.cached == 0  # the cache was emptied before giving up
+    assert after.in_use == before.in_use
+    # the allocator and the stream still work
+    y = cg.empty_like(keep)
+    cg.ops.scale(2.0, keep, out=y)
+    np.testing.assert_array_equal(y.get(), keep.get() * 2)

@@ -1,0 +1,114 @@
+"""The public surface, backend selection and settings."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import cudagraphs as cg
+
+PUBLIC = {
+    "AllocatorStats", "BackendUnavailableError", "Block", "CachingAllocator", "CaptureError",
+    "CaptureInvalidatedError", "CudaError", "CudaGraphsError", "Device", "DeviceArray", "Event",
+    "Kernel", "KernelCompileError", "OutOfMemoryError", "PendingCopy", "SUPPORTED_DTYPES",
+    "Settings", "Stream", "UpdateError", "__version__", "as_strided", "asarray", "backend",
+    "configure", "current_device", "empty", "empty_like", "full", "full_like",
+    "is_cuda_available", "ones", "ops", "override", "preload", "settings", "zeros",
+    "zeros_like",
+}
+
+
+def test_all_is_exactly_the_public_api() -> None:
+    assert set(cg.__all__) == PUBLIC
+    for name in cg.__all__:
+        assert hasattr(cg, name), name
+
+
+def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, **env}
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+        env=full_env, timeout=120,
+    )
+
+
+def test_import_needs_no_gpu_and_loads_no_cuda_module() -> None:
+    r = _run(
+        """
+        import sys, cudagraphs
+        loaded = [m for m in sys.modules if m.startswith(("cuda.core", "cuda.bindings"))]
+        print("LOADED", loaded)
+        """
+    )
+    assert r.returncode == 0, r.stderr
+    assert "LOADED []" in r.stdout
+
+
+def test_env_var_selects_backend() -> None:
+    r = _run("import cudagraphs as cg; print(cg.backend())", CUDAGRAPHS_BACKEND="sim")
+    assert r.stdout.strip() == "sim", r.stderr
+
+
+def test_bad_env_var_is_a_clear_error() -> None:
+    r = _run("import cudagraphs", CUDAGRAPHS_BACKEND="tpu")
+    assert r.returncode != 0
+    assert "backend must be one of ('cuda', 'sim')" in r.stderr
+
+
+def test_auto_picks_cuda_only_when_a_gpu_answers() -> None:
+    with cg.override(backend=None):
+        assert cg.backend() == ("cuda" if cg.is_cuda_available() else "sim")
+
+
+def test_is_cuda_available_never_raises() -> None:
+    assert cg.is_cuda_available() in (True, False)
+
+
+def test_override_restores_and_validates(backend: str) -> None:
+    before = cg.settings()
+    with cg.override(sim_memory_mb=64):
+        assert cg.settings().sim_memory_mb == 64
+    assert cg.settings() == before
+    with pytest.raises(TypeError, match="unknown setting"):
+        cg.configure(bogus=1)
+    with pytest.raises(ValueError, match="non-negative int"):
+        cg.configure(pool_release_threshold_mb=-1)
+    assert cg.settings() == before
+
+
+def test_unavailable_backend_is_a_clear_error() -> None:
+    if cg.is_cuda_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(cg.BackendUnavailableError):
+        cg.Device(0, backend="cuda")
+
+
+def test_error_hierarchy() -> None:
+    assert issubclass(cg.CaptureInvalidatedError, cg.CaptureError)
+    assert issubclass(cg.OutOfMemoryError, MemoryError)
+    for e in (cg.BackendUnavailableError, cg.CudaError, cg.CaptureError, cg.UpdateError,
+              cg.KernelCompileError, cg.OutOfMemoryError):
+        assert issubclass(e, cg.CudaGraphsError)
+    err = cg.CudaError(1, "CUDA_ERROR_INVALID_VALUE", "cuX", "because")
+    assert (err.code, err.name) == (1, "CUDA_ERROR_INVALID_VALUE")
+    assert str(err) == "cuX failed with CUDA_ERROR_INVALID_VALUE (1): because"
+
+
+def test_cli_doctor_runs(backend: str) -> None:
+    r = _run("from cudagraphs.cli import main; raise SystemExit(main(['doctor']))",
+             CUDAGRAPHS_BACKEND=backend)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"backend in use: {backend}" in r.stdout
+    assert "self-check (scale on the device): ok" in r.stdout
+
+
+def test_cli_demo_runs(backend: str) -> None:
+    r = _run("from cudagraphs.cli import main; raise SystemExit(main(['demo', '--steps', '20']))",
+             CUDAGRAPHS_BACKEND=backend)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"backend: {backend}" in r.stdout
+    assert "ok" in r.stdout

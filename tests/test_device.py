@@ -1,0 +1,87 @@
+"""Devices, streams and events."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import cudagraphs as cg
+
+
+def test_device_is_canonical_across_threads(backend: str) -> None:
+    seen: list[cg.Device] = []
+
+    def get() -> None:
+        with cg.override(backend=backend):
+            seen.append(cg.Device(0))
+
+    threads = [threading.Thread(target=get) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(seen) == 8 and all(d is cg.Device(0) for d in seen)
+    assert cg.current_device() is cg.Device(0)
+
+
+def test_device_properties(device: cg.Device) -> None:
+    assert device.backend_name == device.backend.name
+    assert device.total_memory > 0
+    assert len(device.compute_capability) == 2
+    free, total = device.mem_info()
+    assert 0 <= free <= total
+    assert device.stream is not device.copy_stream
+    assert "Device 0" in repr(device)
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "0", True])
+def test_bad_device_index(backend: str, bad: object) -> None:
+    with pytest.raises(ValueError, match="non-negative int"):
+        cg.Device(bad)  # type: ignore[arg-type]
+
+
+def test_missing_device_is_a_clear_error(device: cg.Device) -> None:
+    n = device.backend.device_count()
+    with pytest.raises(cg.BackendUnavailableError, match=f"device {n} does not exist"):
+        cg.Device(n)
+
+
+def test_stream_protocol_and_close(device: cg.Device) -> None:
+    s = device.create_stream()
+    assert s.__cuda_stream__() == (0, s.handle)
+    s.synchronize()
+    assert s.query() is True
+    s.close()
+    s.close()  # idempotent
+    assert s.closed
+    with pytest.raises(ValueError, match="stream was closed"):
+        s.synchronize()
+    device.stream.close()  # built-in streams ignore close
+    assert not device.stream.closed
+
+
+def test_events_order_streams_and_time(device: cg.Device, rng: np.random.Generator) -> None:
+    s = device.create_stream()
+    data = rng.standard_normal(4096).astype(np.float32)
+    x = cg.asarray(data)
+    y = cg.empty_like(x)
+    start, end = cg.Event(device, timing=True), cg.Event(device, timing=True)
+    start.record()
+    cg.ops.scale(2.0, x, out=y)
+    end.record()
+    s.wait(end)  # work on s now runs after the scale
+    z = cg.empty_like(x, )
+    cg.ops.copy(z, y, stream=s)
+    y.record_stream(s)
+    s.synchronize()
+    assert end.query()
+    assert start.elapsed_ms(end) >= 0.0
+    np.testing.assert_array_equal(z.get(stream=s), data * 2)
+    with pytest.raises(ValueError, match="timing=True"):
+        cg.Event(device).elapsed_ms(end)
+    s.wait(device.stream)  # waiting on a stream records an event on it
+    with pytest.raises(TypeError, match="Event or a Stream"):
+        s.wait(3)  # type: ignore[arg-type]
+    s.close()
