@@ -16,7 +16,11 @@ __all__ = ["Backend", "get_backend", "is_cuda_available", "resolve_name"]
 
 _lock = threading.RLock()
 _instances: dict[str, Backend] = {}
-_failures: dict[str, BackendUnavailableError] = {}
+# why a backend could not be created; a fresh exception is raised each time,
+# since re-raising one stored exception would pin every caller's frames
+# (and the arrays in them) through its growing traceback
+_failures: dict[str, str] = {}
+_auto: list[str] = []
 
 
 def _create(name: str) -> Backend:
@@ -47,12 +51,12 @@ def get_backend(name: str | None = None) -> Backend:
         return backend
     with _lock:
         if name in _failures:
-            raise _failures[name]
+            raise BackendUnavailableError(_failures[name])
         if name not in _instances:
             try:
                 _instances[name] = _create(name)
             except BackendUnavailableError as exc:
-                _failures[name] = exc
+                _failures[name] = str(exc)
                 raise
         return _instances[name]
 
@@ -62,7 +66,9 @@ def resolve_name(name: str | None = None) -> str:
     if name is None:
         name = settings().backend
     if name is None:
-        return "cuda" if is_cuda_available() else "sim"
+        if not _auto:
+            _auto.append("cuda" if is_cuda_available() else "sim")
+        return _auto[0]
     if name not in ("cuda", "sim"):
         raise ValueError(f"unknown backend {name!r}; choose 'cuda' or 'sim'")
     return name

@@ -42,6 +42,7 @@ MAX_NDIM = 8
 _LAYOUT = np.dtype((np.void, 8 + 8 * MAX_NDIM + 3 * 8 * MAX_NDIM))
 _LAYOUT_PACK = struct.Struct(f"<q{MAX_NDIM}q{3 * MAX_NDIM}q").pack
 _ARITH = {"float32": "float", "float64": "double", "int32": "int", "int64": "long long"}
+_ARITH_DTYPES = frozenset(np.dtype(n) for n in _ARITH)
 _BITS = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int",
          8: "unsigned long long", 16: "ulonglong2"}
 _BLOCK = (256, 1, 1)
@@ -113,6 +114,17 @@ def elementwise_kernel(name: str, dtype: np.dtype) -> Kernel:
 # validation and launch helpers --------------------------------------------
 def _arrays(op: str, **named: Any) -> Device:
     """Check that the named arguments are device arrays of one shape, dtype, device."""
+    arrays = list(named.values())
+    first = arrays[0]
+    for a in arrays:
+        if (type(a) is not DeviceArray or a.device is not first.device
+                or a.shape != first.shape or a.dtype != first.dtype):
+            _mismatch(op, named)
+    return first.device
+
+
+def _mismatch(op: str, named: dict[str, Any]) -> None:
+    """Raise the error that says which argument does not match and how."""
     first_name, first = next(iter(named.items()))
     for arg, a in named.items():
         if not isinstance(a, DeviceArray):
@@ -129,11 +141,10 @@ def _arrays(op: str, **named: Any) -> Device:
             raise TypeError(
                 f"{op}: dtype mismatch, {first_name} is {first.dtype} and {arg} is {a.dtype}"
             )
-    return first.device
 
 
 def _arith(op: str, dtype: np.dtype) -> None:
-    if dtype.name not in _ARITH:
+    if dtype not in _ARITH_DTYPES:
         raise TypeError(f"{op} supports {', '.join(_ARITH)}; got {dtype}")
 
 

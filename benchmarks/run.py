@@ -1,0 +1,202 @@
+"""Benchmarks: cudagraphs against raw CUDA C and its Python peers, in one run.
+
+Every contender of a benchmark runs interleaved with the others, for several
+rounds; each result is the median, stated as a ratio to raw CUDA C (built
+with nvcc in the same run, when nvcc is there) and to the best Python peer.
+Peers (cuda.core, CuPy, PyTorch) are measured when importable.
+
+Usage: ``python benchmarks/run.py [--quick] [--out DIR]`` writes
+``bench.json`` and ``bench.md`` to DIR and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+import cudagraphs as cg  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+TINY = 'extern "C" __global__ void inc(float* p) { p[0] += 1.0f; }'
+TARGETS = {"eager launch": 3.7, "alloc+free": 0.5}  # DESIGN.md section 6, microseconds
+Contender = tuple[str, Callable[[], None], Callable[[], None], bool]  # name, call, sync, ours
+
+
+def per_call_us(call: Callable[[], None], sync: Callable[[], None], n: int) -> float:
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        call()
+    sync()
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+def eager_contenders() -> list[Contender]:
+    dev = cg.Device(0)
+    x = cg.asarray(np.zeros(1, np.float32))
+    zero = cg.zeros(1, "float32")
+    k = cg.Kernel(TINY, "inc", host=lambda p: p.__iadd__(1))
+    cg.preload([k, cg.ops.elementwise_kernel("cg_add", x.dtype)], dev)
+    out: list[Contender] = [
+        ("cudagraphs ops.add", lambda: cg.ops.add(x, zero, out=x), dev.synchronize, True),
+        ("cudagraphs Kernel.launch", lambda: k.launch(1, 1, x), dev.synchronize, True),
+    ]
+    if cg.backend() != "cuda":
+        return out
+    try:
+        import ctypes
+
+        from cuda.core import Device as CoreDevice, LaunchConfig, Program, ProgramOptions, launch
+
+        cdev = CoreDevice(0)
+        cdev.set_current()
+        stream = cdev.create_stream()
+        arch = "sm_" + "".join(map(str, dev.compute_capability))
+        kern = Program(TINY, "c++", ProgramOptions(arch=arch)).compile("cubin").get_kernel("inc")
+        cfg = LaunchConfig(grid=1, block=1)
+        y = cg.zeros(1, "float32")
+        arg = ctypes.c_void_p(y.ptr)
+        out.append(("cuda.core launch", lambda: launch(stream, cfg, kern, arg), stream.sync, False))
+    except Exception as exc:
+        print(f"# cuda.core launch skipped: {exc}", file=sys.stderr)
+    try:
+        import cupy as cp
+
+        raw = cp.RawKernel(TINY, "inc")
+        cx = cp.zeros(1, cp.float32)
+        out.append(("CuPy RawKernel", lambda: raw((1,), (1,), (cx,)),
+                    cp.cuda.Device().synchronize, False))
+    except Exception as exc:
+        print(f"# CuPy skipped: {exc}", file=sys.stderr)
+    try:
+        import torch
+
+        tx = torch.zeros(1, device="cuda")
+        out.append(("PyTorch add_", lambda: tx.add_(1.0), torch.cuda.synchronize, False))
+    except Exception as exc:
+        print(f"# PyTorch skipped: {exc}", file=sys.stderr)
+    return out
+
+
+def alloc_contenders() -> list[Contender]:
+    dev = cg.Device(0)
+    alloc = dev.allocator
+
+    def raw() -> None:
+        alloc.raw_free(alloc.raw_malloc(512))
+
+    out: list[Contender] = [
+        ("cudagraphs allocator raw_malloc+raw_free", raw, dev.synchronize, True),
+        ("cudagraphs cg.empty + del", lambda: cg.empty(128, "float32"), dev.synchronize, True),
+    ]
+    if cg.backend() != "cuda":
+        return out
+    try:
+        import cupy as cp
+
+        out.append(("CuPy cuda.alloc + del", lambda: cp.cuda.alloc(512),
+                    cp.cuda.Device().synchronize, False))
+    except Exception as exc:
+        print(f"# CuPy skipped: {exc}", file=sys.stderr)
+    try:
+        import torch
+
+        out.append(("PyTorch torch.empty + del",
+                    lambda: torch.empty(128, device="cuda"), torch.cuda.synchronize, False))
+    except Exception as exc:
+        print(f"# PyTorch skipped: {exc}", file=sys.stderr)
+    return out
+
+
+def raw_c(n: int) -> dict[str, float]:
+    """Run the raw CUDA C baseline (empty when nvcc or a GPU is missing)."""
+    nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
+    if cg.backend() != "cuda" or nvcc is None:
+        return {}
+    cc = "".join(map(str, cg.Device(0).compute_capability))
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = Path(tmp) / "launch_alloc"
+        subprocess.run([nvcc, "-O2", f"-arch=sm_{cc}", str(HERE / "raw" / "launch_alloc.cu"), "-o", str(exe)],
+                       check=True, capture_output=True, text=True)
+        results = [json.loads(subprocess.run([str(exe), str(n)], check=True, capture_output=True,
+                                             text=True).stdout) for _ in range(3)]
+    return {k: statistics.median(r[k] for r in results) for k in results[0]}
+
+
+def measure(contenders: list[Contender], n: int, rounds: int) -> dict[str, float]:
+    for _, call, sync, _ in contenders:  # warm up: compile, first allocations
+        per_call_us(call, sync, max(n // 10, 10))
+    samples: dict[str, list[float]] = {name: [] for name, *_ in contenders}
+    for _ in range(rounds):
+        for name, call, sync, _ in contenders:
+            samples[name].append(per_call_us(call, sync, n))
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
+def report(results: dict, ours: dict[str, set[str]]) -> str:
+    lines = [
+        f"GPU: {results['gpu']} | backend: {results['backend']} | {results['date']}",
+        "",
+        "| benchmark | contender | median µs | × raw C | × best peer | target |",
+        "|---|---|---|---|---|---|",
+    ]
+    for bench, rows in results["benchmarks"].items():
+        raw = rows.get("raw CUDA C")
+        peers = [v for k, v in rows.items() if k not in ours[bench] and k != "raw CUDA C"]
+        best_peer = min(peers) if peers else None
+        for name, us in sorted(rows.items(), key=lambda kv: kv[1]):
+            r_raw = f"{us / raw:.2f}" if raw else "—"
+            r_peer = f"{us / best_peer:.2f}" if best_peer else "—"
+            target = f"≤ {TARGETS[bench]}" if name in ours[bench] else ""
+            lines.append(f"| {bench} | {name} | {us:.3f} | {r_raw} | {r_peer} | {target} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer calls and rounds")
+    ap.add_argument("--out", type=Path, help="directory for bench.json and bench.md")
+    args = ap.parse_args()
+    n, rounds = (2000, 3) if args.quick else (20000, 7)
+    if cg.backend() == "sim":
+        n, rounds = min(n, 2000), min(rounds, 3)
+    dev = cg.Device(0)
+    eager = eager_contenders()
+    alloc = alloc_contenders()
+    raw = raw_c(n)
+    benches = {"eager launch": measure(eager, n, rounds), "alloc+free": measure(alloc, n, rounds)}
+    if raw:
+        benches["eager launch"]["raw CUDA C"] = raw["eager_us"]
+        benches["alloc+free"]["raw CUDA C"] = raw["alloc_free_us"]
+    results = {
+        "gpu": dev.name, "backend": cg.backend(), "date": time.strftime("%Y-%m-%d"),
+        "python": platform.python_version(), "calls_per_sample": n, "rounds": rounds,
+        "benchmarks": benches,
+    }
+    ours = {"eager launch": {c[0] for c in eager if c[3]}, "alloc+free": {c[0] for c in alloc if c[3]}}
+    table = report(results, ours)
+    if cg.backend() == "sim":
+        table += "\n\n(sim backend: timings are of the CPU simulation, not of a GPU)"
+    print(table)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "bench.json").write_text(json.dumps(results, indent=2))
+        (args.out / "bench.md").write_text(table + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
