@@ -57,8 +57,6 @@ def eager_contenders() -> list[Contender]:
     if cg.backend() != "cuda":
         return out
     try:
-        import ctypes
-
         from cuda.core import Device as CoreDevice, LaunchConfig, Program, ProgramOptions, launch
 
         cdev = CoreDevice(0)
@@ -68,7 +66,7 @@ def eager_contenders() -> list[Contender]:
         kern = Program(TINY, "c++", ProgramOptions(arch=arch)).compile("cubin").get_kernel("inc")
         cfg = LaunchConfig(grid=1, block=1)
         y = cg.zeros(1, "float32")
-        arg = ctypes.c_void_p(y.ptr)
+        arg = np.uintp(y.ptr)  # a pointer by value, as cuda.core's examples pass it
         out.append(("cuda.core launch", lambda: launch(stream, cfg, kern, arg), stream.sync, False))
     except Exception as exc:
         print(f"# cuda.core launch skipped: {exc}", file=sys.stderr)

@@ -8,7 +8,6 @@ the capsule is dropped unconsumed.
 from __future__ import annotations
 
 import ctypes
-import itertools
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -55,31 +54,35 @@ _DLManagedTensor._fields_ = [
 ]
 
 _lock = threading.Lock()
-_keys = itertools.count(1)
-_alive: dict[int, tuple[Any, ...]] = {}  # manager_ctx -> what the capsule keeps alive
+_alive: dict[int, tuple[Any, ...]] = {}  # tensor address -> what the capsule keeps alive
 _NAME = b"dltensor"
 _api = ctypes.pythonapi
 _api.PyCapsule_New.restype = ctypes.py_object
 _api.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+# the destructor gets the dying capsule as a bare pointer: wrapping it in a
+# py_object would resurrect an object whose reference count is already zero
 _api.PyCapsule_IsValid.restype = ctypes.c_int
-_api.PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_api.PyCapsule_IsValid.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
 _api.PyCapsule_GetPointer.restype = ctypes.c_void_p
-_api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_api.PyCapsule_GetPointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+
+
+def _forget(address: int) -> None:
+    with _lock:
+        _alive.pop(address, None)
 
 
 @_Deleter
 def _delete(managed: Any) -> None:
-    with _lock:
-        _alive.pop(managed.contents.manager_ctx, None)
+    _forget(ctypes.addressof(managed.contents))
 
 
-@ctypes.CFUNCTYPE(None, ctypes.py_object)
-def _capsule_destructor(capsule: Any) -> None:
+@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+def _capsule_destructor(capsule: int) -> None:
     # a consumer renames the capsule to "used_dltensor" and owns the deleter;
     # an unconsumed one still holds our tensor, which we free here
     if _api.PyCapsule_IsValid(capsule, _NAME):
-        ptr = _api.PyCapsule_GetPointer(capsule, _NAME)
-        _delete(ctypes.cast(ptr, ctypes.POINTER(_DLManagedTensor)))
+        _forget(_api.PyCapsule_GetPointer(capsule, _NAME))
 
 
 def device_of(x: DeviceArray) -> tuple[int, int]:
@@ -126,9 +129,8 @@ def export(x: DeviceArray, *, stream: int | None, dl_device: Any, copy: bool | N
     t.shape = shape
     t.strides = strides
     t.byte_offset = 0
-    key = next(_keys)
-    managed.manager_ctx = key
+    managed.manager_ctx = None
     managed.deleter = _delete
     with _lock:
-        _alive[key] = (x, shape, strides, managed)
+        _alive[ctypes.addressof(managed)] = (x, shape, strides, managed)
     return _api.PyCapsule_New(ctypes.addressof(managed), _NAME, ctypes.cast(_capsule_destructor, ctypes.c_void_p))

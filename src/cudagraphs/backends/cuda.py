@@ -398,9 +398,11 @@ class CudaBackend:
         with self._lock:
             self._modules.append(module)  # modules live as long as the process
         fn = _check(drv.cuModuleGetFunction(module, name.encode()), "cuModuleGetFunction")
+        # the closure must hold the packer: its pointer array is what
+        # ``address`` points at, and the driver reads it on every launch
         packer = _Packer(params)
         pack = packer.fmt.pack_into
-        buf, address, lock = packer.buf, packer.address, packer.lock
+        address = packer.address
         launch_kernel = drv.cuLaunchKernel
         retry = self._retry
 
@@ -414,8 +416,8 @@ class CudaBackend:
         ) -> None:
             gx, gy, gz = grid
             bx, by, bz = block
-            with lock:  # the driver copies the arguments before returning
-                pack(buf, 0, *raw)
+            with packer.lock:  # the driver copies the arguments before returning
+                pack(packer.buf, 0, *raw)
                 (err,) = launch_kernel(fn, gx, gy, gz, bx, by, bz, shared_mem, stream, address, 0)
                 if err:
                     retry(
