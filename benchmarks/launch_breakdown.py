@@ -1,0 +1,64 @@
+"""Where the eager-launch time goes: each layer of cudagraphs' launch path,
+timed alone on a one-thread kernel (run on a GPU; prints µs per call)."""
+
+from __future__ import annotations
+
+import cProfile
+import pstats
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+import cudagraphs as cg  # noqa: E402
+from cudagraphs.backends.cuda import _driver  # noqa: E402
+
+N = 20000
+
+
+def us(fn, sync) -> float:
+    for _ in range(1000):
+        fn()
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(N):
+        fn()
+    sync()
+    return (time.perf_counter() - t0) / N * 1e6
+
+
+def main() -> None:
+    dev = cg.Device(0)
+    drv = _driver()
+    x, zero = cg.zeros(1, "float32"), cg.zeros(1, "float32")
+    k = cg.ops.elementwise_kernel("cg_add", x.dtype)
+    launcher = k.launcher(dev)
+    raw_stream = dev.stream._raw
+    raw = [x.ptr, x.ptr, zero.ptr, 1]
+    cg.ops.add(x, zero, out=x)
+    rows = {
+        "pass (loop overhead)": lambda: None,
+        "cuStreamQuery (a trivial driver call)": lambda: drv.cuStreamQuery(raw_stream),
+        "backend launcher (pack + cuLaunchKernel)": lambda: launcher(raw_stream, (1, 1, 1), (256, 1, 1), 0, raw, raw),
+        "Kernel.launch (checks args)": lambda: k.launch(1, 256, x, x, zero, 1),
+        "ops.add": lambda: cg.ops.add(x, zero, out=x),
+        "allocator raw_malloc+raw_free": lambda: dev.allocator.raw_free(dev.allocator.raw_malloc(512)),
+        "allocator malloc (Block) + drop": lambda: dev.allocator.malloc(512),
+        "cg.empty + drop": lambda: cg.empty(128, "float32"),
+    }
+    for name, fn in rows.items():
+        print(f"{us(fn, dev.synchronize):8.3f} us  {name}")
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(N):
+        cg.ops.add(x, zero, out=x)
+        cg.empty(128, "float32")
+    prof.disable()
+    dev.synchronize()
+    pstats.Stats(prof).sort_stats("tottime").print_stats(14)
+
+
+if __name__ == "__main__":
+    main()
