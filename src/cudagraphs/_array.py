@@ -108,7 +108,7 @@ class DeviceArray:
     """
 
     __slots__ = ("_block", "ptr", "shape", "strides", "dtype", "device", "is_contiguous",
-                 "__weakref__")
+                 "size", "__weakref__")
 
     _block: Block
     ptr: int
@@ -117,6 +117,7 @@ class DeviceArray:
     dtype: np.dtype
     device: Device
     is_contiguous: bool
+    size: int  # number of elements
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError(
@@ -137,6 +138,7 @@ class DeviceArray:
         a.dtype = dtype
         a.device = block.device
         a.is_contiguous = _is_contiguous(shape, strides, dtype.itemsize)
+        a.size = _prod(shape)
         return a
 
     def _view(self, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> DeviceArray:
@@ -151,14 +153,6 @@ class DeviceArray:
     def ndim(self) -> int:
         """Number of dimensions."""
         return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        """Number of elements."""
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
 
     @property
     def itemsize(self) -> int:

@@ -118,6 +118,9 @@ def _param_from_spec(i: int, spec: Any, kernel: str) -> Param:
     return Param(f"arg{i}", dt, False, None)
 
 
+_DIMS: dict[tuple[Any, str], tuple[int, int, int]] = {}
+
+
 def normalize_dims(dims: Any, what: str) -> tuple[int, int, int]:
     """Turn a grid or block given as an int or 1-3 ints into a 3-tuple.
 
@@ -126,6 +129,17 @@ def normalize_dims(dims: Any, what: str) -> tuple[int, int, int]:
     ValueError
         If a dimension is not positive or exceeds CUDA's limits.
     """
+    try:
+        return _DIMS[dims, what]
+    except (KeyError, TypeError):
+        pass
+    t = _check_dims(dims, what)
+    if len(_DIMS) < 4096 and isinstance(dims, (int, tuple)):
+        _DIMS[dims, what] = t
+    return t
+
+
+def _check_dims(dims: Any, what: str) -> tuple[int, int, int]:
     if isinstance(dims, (int, np.integer)) and not isinstance(dims, bool):
         t = (int(dims), 1, 1)
     else:

@@ -172,9 +172,10 @@ def _run(
 ) -> None:
     """Launch a built-in kernel; ``args`` were validated by the op."""
     kernel = elementwise_kernel(name, dtype)
-    grid = min(-(-n // _BLOCK[0]), device.properties.multiprocessors * 32)
+    grid = (min(-(-n // _BLOCK[0]), device.properties.multiprocessors * 32), 1, 1)
     raw = [getattr(a, "ptr", a) for a in args]
-    kernel.launcher(device, stream)(stream._live(), (grid, 1, 1), _BLOCK, 0, raw, args)
+    launcher = device.kernels.get(kernel) or kernel.launcher(device, stream)
+    launcher(stream._live(), grid, _BLOCK, 0, raw, args)
 
 
 def _scalar_arg(op: str, alpha: Any, dtype: np.dtype, device: Device) -> tuple[bool, Any]:
@@ -248,10 +249,12 @@ def add(
     a: DeviceArray, b: DeviceArray, out: DeviceArray | None = None, *, stream: Stream | None = None
 ) -> DeviceArray:
     """``out = a + b`` element-wise (a new array when ``out`` is None); returns ``out``."""
-    device = _arrays("add", a=a, b=b)
+    if out is None:
+        device = _arrays("add", a=a, b=b)
+        out = empty(a.shape, a.dtype, device=device)
+    else:
+        device = _arrays("add", a=a, b=b, out=out)
     _arith("add", a.dtype)
-    out = out if out is not None else empty(a.shape, a.dtype, device=device)
-    _arrays("add", a=a, out=out)
     stream = _stream(device, stream)
     n = a.size
     if n == 0:
