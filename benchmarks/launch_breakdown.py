@@ -6,27 +6,22 @@ from __future__ import annotations
 import cProfile
 import pstats
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cudagraphs as cg  # noqa: E402
 from cudagraphs.backends.cuda import _driver  # noqa: E402
+from run import per_call_us  # noqa: E402
 
 N = 20000
 
 
 def us(fn, sync) -> float:
-    for _ in range(1000):
-        fn()
-    sync()
-    t0 = time.perf_counter()
-    for _ in range(N):
-        fn()
-    sync()
-    return (time.perf_counter() - t0) / N * 1e6
+    per_call_us(fn, sync, 1000)  # warm up
+    return per_call_us(fn, sync, N)
 
 
 def main() -> None:
