@@ -129,3 +129,14 @@ def test_out_of_memory_is_clear_and_recoverable(device: cg.Device, rng: np.rando
     y = cg.empty_like(keep)
     cg.ops.scale(2.0, keep, out=y)
     np.testing.assert_array_equal(y.get(), keep.get() * 2)
+
+
+def test_allocator_knows_capture_state(device: cg.Device) -> None:
+    s = device.create_stream()
+    assert not device.allocator.is_capturing() and not device.allocator.is_capturing(s)
+    device.captures[s.handle] = object()  # what the capture layer registers
+    try:
+        assert device.allocator.is_capturing(s) and not device.allocator.is_capturing()
+    finally:
+        del device.captures[s.handle]
+    s.close()

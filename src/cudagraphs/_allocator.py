@@ -22,8 +22,9 @@ Notes
 -----
 A :class:`Block` owns its memory: the block returns to the cache when the
 last array referencing it is garbage collected (a weak-reference callback,
-so no ``__del__``). The allocator knows which streams cudagraphs is capturing
-through ``device.captures``.
+so no ``__del__``). :meth:`CachingAllocator.is_capturing` tells whether
+cudagraphs is capturing a stream (``device.captures``), for the capture layer
+to route allocations made during a capture to the graph's pool.
 """
 
 from __future__ import annotations
@@ -290,6 +291,10 @@ class CachingAllocator:
                 misses=self._misses,
                 oom_retries=self._oom_retries,
             )
+
+    def is_capturing(self, stream: Stream | None = None) -> bool:
+        """Whether cudagraphs is capturing ``stream`` (default: compute stream)."""
+        return self._device.is_capturing(stream)
 
     def reset_peak(self) -> None:
         """Restart peak tracking from the bytes in use now."""

@@ -46,7 +46,7 @@ class Stream:
         self._raw = raw
         self.handle = device.backend.stream_address(raw)
         self._finalizer = (
-            weakref.finalize(self, device.backend.stream_destroy, raw) if owned else None
+            weakref.finalize(self, _destroy_stream, device.backend, raw) if owned else None
         )
 
     def __cuda_stream__(self) -> tuple[int, int]:
@@ -80,7 +80,10 @@ class Stream:
         return event
 
     def close(self) -> None:
-        """Destroy an owned stream. Idempotent; built-in streams ignore it."""
+        """Wait for an owned stream's work, then destroy it.
+
+        Idempotent; built-in streams ignore it.
+        """
         if self._finalizer is not None:
             self._finalizer()
 
@@ -103,6 +106,13 @@ class Stream:
     def __repr__(self) -> str:
         state = " closed" if self.closed else ""
         return f"<cudagraphs.Stream 0x{self.handle:x} on {self.device}{state}>"
+
+
+def _destroy_stream(backend: Backend, raw: Any) -> None:
+    # finish the stream's work first: the allocator keys cached blocks by
+    # stream handle, and the driver may hand the same handle to a new stream
+    backend.stream_synchronize(raw)
+    backend.stream_destroy(raw)
 
 
 class Event:
