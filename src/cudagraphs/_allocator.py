@@ -188,7 +188,7 @@ class CachingAllocator:
         """Like :meth:`malloc`, returning a bare address to give to :meth:`raw_free`."""
         if stream is None:
             stream = self._device.stream
-        size = round_size(nbytes) if nbytes > _SMALL_STEP else _SMALL_STEP
+        size = round_size(nbytes)
         key = (stream.handle, size)
         with self._lock:
             cached = self._free.get(key)

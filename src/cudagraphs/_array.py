@@ -478,30 +478,34 @@ def asarray(
     return out
 
 
+def _like(a: Any, dtype: Any, device: Device | int | None) -> tuple[tuple[int, ...], Any, Any]:
+    """(shape, dtype, device) for the ``*_like`` constructors."""
+    if isinstance(a, DeviceArray):
+        return a.shape, a.dtype if dtype is None else dtype, a.device if device is None else device
+    host = np.asarray(a)
+    return host.shape, host.dtype if dtype is None else dtype, device
+
+
 def empty_like(
     a: Any, dtype: Any = None, *, device: Device | int | None = None
 ) -> DeviceArray:
     """A new uninitialized array with the shape (and dtype) of ``a``."""
-    dev = device if device is not None else getattr(a, "device", None)
-    if not isinstance(dev, (Device, int)) and dev is not None:
-        dev = None
-    return empty(np.shape(a) if not isinstance(a, DeviceArray) else a.shape,
-                 a.dtype if dtype is None else dtype, device=dev)
+    shape, dt, dev = _like(a, dtype, device)
+    return empty(shape, dt, device=dev)
 
 
 def zeros_like(a: Any, dtype: Any = None, *, device: Device | int | None = None) -> DeviceArray:
     """A new array of zeros with the shape (and dtype) of ``a``."""
-    out = empty_like(a, dtype, device=device)
-    return zeros(out.shape, out.dtype, device=out.device)
+    shape, dt, dev = _like(a, dtype, device)
+    return zeros(shape, dt, device=dev)
 
 
 def full_like(
     a: Any, fill_value: Any, dtype: Any = None, *, device: Device | int | None = None
 ) -> DeviceArray:
     """A new array filled with ``fill_value``, with the shape (and dtype) of ``a``."""
-    from . import ops
-
-    return ops.fill(empty_like(a, dtype, device=device), fill_value)
+    shape, dt, dev = _like(a, dtype, device)
+    return full(shape, fill_value, dt, device=dev)
 
 
 def as_strided(

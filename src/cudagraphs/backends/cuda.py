@@ -80,7 +80,6 @@ def nvrtc_compile(source: str, name: str, arch: str, options: Sequence[str]) -> 
     try:
         from cuda.core import Program, ProgramOptions
         from cuda.core._utils.cuda_utils import NVRTCError
-        from cuda.core.utils import FileStreamProgramCache
     except Exception as exc:
         raise NvrtcUnavailable(f"cuda.core is not importable: {exc}") from exc
     macros = [o[2:] for o in options if o.startswith("-D")]

@@ -76,7 +76,7 @@ class _Memory:
         self.lock = threading.Lock()
         self.starts: list[int] = []
         self.buffers: dict[int, np.ndarray] = {}
-        self.owner: dict[int, int] = {}  # start -> device ordinal
+        self.owner: dict[int, tuple[int, int]] = {}  # start -> (device ordinal, bytes)
         self.used: dict[int, int] = {}  # ordinal -> bytes
         self.next = _BASE_ADDRESS
 
@@ -95,22 +95,21 @@ class _Memory:
             buf.fill(POISON)
             bisect.insort(self.starts, start)
             self.buffers[start] = buf
-            self.owner[start] = ordinal
+            self.owner[start] = (ordinal, nbytes)
             self.used[ordinal] = used + nbytes
             return start
 
-    def free(self, ptr: int, nbytes_of: Callable[[np.ndarray], int]) -> None:
+    def free(self, ptr: int) -> None:
         with self.lock:
-            buf = self.buffers.pop(ptr, None)
-            if buf is None:
+            if self.buffers.pop(ptr, None) is None:
                 raise _error(
                     base.CUDA_ERROR_INVALID_VALUE,
                     "cuMemFreeAsync",
                     f"0x{ptr:x} is not the start of a live allocation",
                 )
             self.starts.pop(bisect.bisect_left(self.starts, ptr))
-            ordinal = self.owner.pop(ptr)
-            self.used[ordinal] -= nbytes_of(buf)
+            ordinal, nbytes = self.owner.pop(ptr)
+            self.used[ordinal] -= nbytes
 
     def resolve(self, ptr: int, nbytes: int, call: str) -> tuple[np.ndarray, int]:
         """Return (buffer, offset) holding ``[ptr, ptr + nbytes)``."""
@@ -230,7 +229,7 @@ class SimBackend:
         return self._memory.alloc(ordinal, nbytes, limit)
 
     def mem_free(self, ptr: int, stream: _SimStream) -> None:
-        self._memory.free(ptr, lambda buf: buf.nbytes)
+        self._memory.free(ptr)
 
     def mem_trim(self, ordinal: int) -> None:
         return None
