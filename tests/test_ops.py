@@ -91,8 +91,13 @@ def test_device_alpha_is_read_when_the_kernel_runs(backend: str, rng: np.random.
 
 def test_op_errors(backend: str) -> None:
     f, i = cg.zeros(4, "float32"), cg.zeros(4, "int32")
+    h = cg.zeros(4, "float16")
+    misses = h.device.allocator.stats().misses
+    hits = h.device.allocator.stats().hits
     with pytest.raises(TypeError, match="add supports float32, float64, int32, int64; got float16"):
-        cg.ops.add(cg.zeros(4, "float16"), cg.zeros(4, "float16"))
+        cg.ops.add(h, h)
+    after = h.device.allocator.stats()
+    assert (after.hits, after.misses) == (hits, misses)  # rejected before allocating out
     with pytest.raises(ValueError, match="no broadcasting"):
         cg.ops.add(f, cg.zeros(5, "float32"))
     with pytest.raises(TypeError, match="dtype mismatch"):

@@ -174,8 +174,7 @@ def _run(
     kernel = elementwise_kernel(name, dtype)
     grid = (min(-(-n // _BLOCK[0]), device.properties.multiprocessors * 32), 1, 1)
     raw = [getattr(a, "ptr", a) for a in args]
-    launcher = device.kernels.get(kernel) or kernel.launcher(device, stream)
-    launcher(stream._live(), grid, _BLOCK, 0, raw, args)
+    kernel.launcher(device, stream)(stream._live(), grid, _BLOCK, 0, raw, args)
 
 
 def _scalar_arg(op: str, alpha: Any, dtype: np.dtype, device: Device) -> tuple[bool, Any]:
@@ -249,12 +248,10 @@ def add(
     a: DeviceArray, b: DeviceArray, out: DeviceArray | None = None, *, stream: Stream | None = None
 ) -> DeviceArray:
     """``out = a + b`` element-wise (a new array when ``out`` is None); returns ``out``."""
-    if out is None:
-        device = _arrays("add", a=a, b=b)
-        out = empty(a.shape, a.dtype, device=device)
-    else:
-        device = _arrays("add", a=a, b=b, out=out)
+    device = _arrays("add", a=a, b=b) if out is None else _arrays("add", a=a, b=b, out=out)
     _arith("add", a.dtype)
+    if out is None:
+        out = empty(a.shape, a.dtype, device=device)
     stream = _stream(device, stream)
     n = a.size
     if n == 0:
@@ -286,8 +283,10 @@ def scale(
     device = _arrays("scale", x=x)
     _arith("scale", x.dtype)
     pointer, a = _scalar_arg("scale", alpha, x.dtype, device)
-    out = out if out is not None else empty(x.shape, x.dtype, device=device)
-    _arrays("scale", out=out, x=x)
+    if out is None:
+        out = empty(x.shape, x.dtype, device=device)
+    else:
+        _arrays("scale", out=out, x=x)
     return _alpha_op("cg_scale", pointer, a, x, out, device, _stream(device, stream))
 
 
