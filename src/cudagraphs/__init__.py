@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from . import ops
 from ._allocator import AllocatorStats, Block, CachingAllocator
+from ._capture import capture, capture_status, is_capturing
+from ._graph import Graph, Node
+from ._pool import GraphPool
+from ._scalar import DeviceScalar, HostSlot
 from ._array import (
     DeviceArray, as_strided, asarray, empty, empty_like, full, full_like, ones, zeros,
     zeros_like,
@@ -30,7 +34,8 @@ __all__ = [
     "AllocatorStats", "BackendUnavailableError", "Block", "CachingAllocator",
     "CaptureError", "CaptureInvalidatedError", "CudaError", "CudaGraphsError", "Device",
     "DeviceArray", "Event", "Kernel", "KernelCompileError", "OutOfMemoryError",
-    "PendingCopy", "SUPPORTED_DTYPES", "Settings", "Stream", "UpdateError", "__version__",
+    "PendingCopy", "SUPPORTED_DTYPES", "DeviceScalar", "Graph", "GraphPool", "HostSlot", "Node",
+    "capture", "capture_status", "is_capturing", "Settings", "Stream", "UpdateError", "__version__",
     "as_strided", "asarray", "backend", "configure", "current_device", "empty",
     "empty_like", "full", "full_like", "is_cuda_available", "ones", "ops", "override",
     "preload", "settings", "zeros", "zeros_like",

@@ -33,7 +33,7 @@ import dataclasses
 import sys
 import threading
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ._errors import CudaError, OutOfMemoryError
 from .backends.base import CUDA_ERROR_OUT_OF_MEMORY
@@ -41,7 +41,7 @@ from .backends.base import CUDA_ERROR_OUT_OF_MEMORY
 if TYPE_CHECKING:
     from ._device import Device, Event, Stream
 
-__all__ = ["AllocatorStats", "Block", "CachingAllocator", "round_size"]
+__all__ = ["AllocatorStats", "Block", "BlockOwner", "CachingAllocator", "new_block", "round_size"]
 
 _SMALL = 1 << 20  # blocks up to 1 MiB are rounded to 512 B
 _SMALL_STEP = 512
@@ -121,12 +121,47 @@ class Block:
 
 
 class _BlockRef(weakref.ref):
-    """The release record of a Block: fires when the block dies."""
+    """The release record of a Block: fires when the block dies.
 
-    __slots__ = ("ptr", "extra")
+    ``owner`` gets the memory back: the allocator, or the graph pool the
+    block came from during a capture.
+    """
+
+    __slots__ = ("ptr", "extra", "owner")
 
     ptr: int
     extra: list[Stream] | None
+    owner: BlockOwner
+
+
+class BlockOwner(Protocol):
+    """Where a block's memory goes back to when the block dies."""
+
+    def release(self, ptr: int, streams: list[Stream] | None) -> None: ...
+
+
+_refs: set[_BlockRef] = set()  # keeps each release record alive until it fires
+
+
+def _on_block_dead(ref: _BlockRef) -> None:
+    _refs.discard(ref)
+    if not sys.is_finalizing():  # the driver may already be gone
+        ref.owner.release(ref.ptr, ref.extra)
+
+
+def new_block(device: Device, ptr: int, nbytes: int, owner: BlockOwner) -> Block:
+    """A Block for memory at ``ptr`` that goes back to ``owner`` when it dies."""
+    block = Block.__new__(Block)
+    block.ptr = ptr
+    block.nbytes = nbytes
+    block.device = device
+    ref = _BlockRef(block, _on_block_dead)
+    ref.ptr = ptr
+    ref.extra = None
+    ref.owner = owner
+    block._ref = ref
+    _refs.add(ref)
+    return block
 
 
 class CachingAllocator:
@@ -141,7 +176,6 @@ class CachingAllocator:
         self._waits: dict[int, list[Event]] = {}  # ptr -> events to wait for
         self._live: dict[int, tuple[int, int]] = {}  # ptr -> (size, stream key)
         self._streams: dict[int, Stream] = {}  # stream key -> Stream
-        self._refs: set[_BlockRef] = set()
         self._in_use = 0
         self._reserved = 0
         self._peak = 0
@@ -160,28 +194,27 @@ class CachingAllocator:
         stream : Stream, optional
             Default: the device's compute stream.
 
+        While cudagraphs captures ``stream``, the block comes from the
+        capture's memory policy instead (its graph pool, a graph-owned
+        allocation, or a :class:`CaptureError` under ``alloc="forbid"``).
+
         Raises
         ------
         OutOfMemoryError
             If the device cannot hold the block even after emptying the cache.
         """
-        ptr = self.raw_malloc(nbytes, stream)
-        block = Block.__new__(Block)
-        block.ptr = ptr
-        block.nbytes = nbytes
-        block.device = self._device
-        ref = _BlockRef(block, self._release)
-        ref.ptr = ptr
-        ref.extra = None
-        block._ref = ref
-        self._refs.add(ref)
-        return block
+        if stream is None:
+            stream = self._device.stream
+        captures = self._device.captures
+        capture = captures.get(stream.handle) if captures else None
+        if capture is None:
+            return new_block(self._device, self.raw_malloc(nbytes, stream), nbytes, self)
+        ptr, owner = capture.allocate(nbytes)  # type: ignore[attr-defined]
+        return new_block(self._device, ptr, nbytes, owner)
 
-    def _release(self, ref: _BlockRef) -> None:
-        self._refs.discard(ref)
-        if sys.is_finalizing():  # the driver may already be gone
-            return
-        self.raw_free(ref.ptr, ref.extra)
+    def release(self, ptr: int, streams: list[Stream] | None) -> None:
+        """Take back a block's memory (the :class:`BlockOwner` protocol)."""
+        self.raw_free(ptr, streams)
 
     # raw addresses --------------------------------------------------------
     def raw_malloc(self, nbytes: int, stream: Stream | None = None) -> int:
@@ -223,19 +256,55 @@ class CachingAllocator:
             else:
                 cached.append(ptr)
 
+    def segment(self, nbytes: int) -> int:
+        """Fresh device memory for a graph pool, taken outside any capture.
+
+        The thread's capture mode is exchanged to relaxed for the call and the
+        memory is allocated and completed on the copy stream, so the capture
+        in progress records nothing. The memory counts as in use until the
+        pool gives it back with :meth:`raw_free`.
+        """
+        size = round_size(nbytes)
+        side = self._device.copy_stream
+        backend = self._backend
+        old = backend.capture_exchange_mode("relaxed")
+        try:
+            try:
+                ptr = backend.mem_alloc(self._ordinal, size, side._raw)
+            except CudaError as exc:
+                if exc.code != CUDA_ERROR_OUT_OF_MEMORY:
+                    raise
+                raise OutOfMemoryError(
+                    self._ordinal, size, self._in_use, self._reserved, self._device.total_memory
+                ) from None
+            backend.stream_synchronize(side._raw)
+        finally:
+            backend.capture_exchange_mode(old)
+        with self._lock:
+            self._misses += 1
+            self._reserved += size
+            self._live[ptr] = (size, self._device.stream.handle)
+            self._in_use += size
+            if self._in_use > self._peak:
+                self._peak = self._in_use
+        return ptr
+
     def _wait_for(self, ptr: int, stream: Stream) -> None:
         for event in self._waits.pop(ptr, ()):
             self._backend.stream_wait_event(stream._raw, event._raw)
 
     def _miss(self, size: int, stream: Stream) -> int:
         self._misses += 1
-        self._streams.setdefault(stream.handle, stream)
+        self._streams[stream.handle] = stream
         for (owner, other_size), cached in self._free.items():
             if other_size == size and cached and owner != stream.handle:
                 # another stream's block: order our stream after its last use
+                # (a closed stream finished its work when it was closed)
                 ptr = cached.pop()
-                event = self._streams[owner].record()
-                self._backend.stream_wait_event(stream._raw, event._raw)
+                owner_stream = self._streams.get(owner)
+                if owner_stream is not None and not owner_stream.closed:
+                    event = owner_stream.record()
+                    self._backend.stream_wait_event(stream._raw, event._raw)
                 self._wait_for(ptr, stream)
                 return ptr
         try:
@@ -263,11 +332,15 @@ class CachingAllocator:
 
         Synchronizes the device first, so no queued work still uses them.
         """
+        if self._device.captures:
+            from ._capture import forbid
+
+            forbid(self._device, None, "empty_cache()")
         with self._lock:
             self._empty_cache_locked()
 
     def _empty_cache_locked(self) -> None:
-        self._device.synchronize()
+        self._backend.device_synchronize(self._ordinal)
         raw = self._device.stream._raw
         for (_, size), cached in self._free.items():
             for ptr in cached:
@@ -276,7 +349,7 @@ class CachingAllocator:
             cached.clear()
         self._free.clear()
         self._waits.clear()
-        self._device.synchronize()
+        self._backend.device_synchronize(self._ordinal)
         self._backend.mem_trim(self._ordinal)
 
     def stats(self) -> AllocatorStats:

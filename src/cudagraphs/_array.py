@@ -286,14 +286,20 @@ class DeviceArray:
         """Overwrite the elements with ``value``; returns ``self``.
 
         ``value`` is a scalar (fills), a DeviceArray of the same shape and
-        dtype (device copy), or host data (numpy array, list) broadcastable to
-        the shape and castable to the dtype within its kind.
+        dtype (device copy), a :class:`HostSlot` (copies its contents as they
+        are when the copy runs), or host data (numpy array, list)
+        broadcastable to the shape and castable to the dtype within its kind.
+        Inside a capture, host data is snapshotted into pinned memory the
+        graph owns: every replay copies the data as it was at capture.
         """
         from . import ops
         from ._copy import to_device
+        from ._scalar import HostSlot
 
         if isinstance(value, DeviceArray):
             ops.copy(self, value, stream=stream)
+        elif isinstance(value, HostSlot):
+            value.copy_to(self, stream=stream)
         elif np.ndim(value) == 0 and not isinstance(value, np.ndarray):
             ops.fill(self, value, stream=stream)
         else:
@@ -430,6 +436,10 @@ def zeros(
     if a.nbytes:
         s = stream if stream is not None else a.device.stream
         a.device.backend.memset_d8(a.ptr, 0, a.nbytes, s._live())
+        if a.device.captures:
+            from ._capture import keep
+
+            keep(a.device, s, (a,))
     return a
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._errors import CaptureError
+from ._capture import capture_for, forbid, keep
 
 if TYPE_CHECKING:
     from ._array import DeviceArray
@@ -20,20 +20,17 @@ if TYPE_CHECKING:
 __all__ = ["PendingCopy", "to_device", "to_host"]
 
 
-def _forbid_in_capture(device: Device, what: str) -> None:
+def _forbid_in_capture(device: Device, stream: Stream, what: str) -> None:
     if device.captures:
-        raise CaptureError(
-            f"{what} copies device memory to the host and waits for it, which cannot "
-            "be recorded in a graph: read results after the capture (or after "
-            "replay) instead"
-        )
+        forbid(device, stream, f"{what} (a copy to the host and a wait)",
+               hint="read results after replay, or copy into a cg.HostSlot inside the capture")
 
 
 def to_host(x: DeviceArray, stream: Stream | None) -> np.ndarray:
     """Copy ``x`` into a new numpy array after the work queued on ``stream``."""
     device = x.device
-    _forbid_in_capture(device, "DeviceArray.get()")
     stream = stream if stream is not None else device.stream
+    _forbid_in_capture(device, stream, "DeviceArray.get()")
     out = np.empty(x.shape, x.dtype)
     if x.size:
         src = x if x.is_contiguous else x.copy(stream=stream)
@@ -68,6 +65,12 @@ def to_device(x: DeviceArray, value: Any, stream: Stream | None) -> None:
     device = x.device
     stream = stream if stream is not None else device.stream
     target = x if x.is_contiguous else empty(x.shape, x.dtype, device=device, stream=stream)
+    capture = capture_for(device, stream)
+    if capture is not None:
+        # a graph re-reads its source on every replay: snapshot the data now
+        # into pinned memory the graph owns
+        host = capture.stage(host)
+        keep(device, stream, (target,))
     # from pageable memory the driver stages the bytes before returning, so
     # ``host`` may be freed as soon as this call is done
     device.backend.memcpy_htod(target.ptr, host, stream._live())
@@ -98,7 +101,7 @@ class PendingCopy:
 
     def __init__(self, x: DeviceArray) -> None:
         device = x.device
-        _forbid_in_capture(device, "DeviceArray.get_async()")
+        _forbid_in_capture(device, device.copy_stream, "DeviceArray.get_async()")
         src = x if x.is_contiguous else x.copy()
         self.shape = x.shape
         self.dtype = x.dtype

@@ -54,11 +54,27 @@ class Stream:
         return (0, self.handle)
 
     def synchronize(self) -> None:
-        """Block the host until all work queued on the stream has finished."""
+        """Block the host until all work queued on the stream has finished.
+
+        Raises
+        ------
+        CaptureError
+            While this stream is captured, or a capture it would break is active.
+        """
+        if self.device.captures:
+            _forbid(self.device, self, "Stream.synchronize()")
         self.device.backend.stream_synchronize(self._live())
 
     def query(self) -> bool:
-        """Whether all work queued on the stream has finished (never blocks)."""
+        """Whether all work queued on the stream has finished (never blocks).
+
+        Raises
+        ------
+        CaptureError
+            While this stream is being captured.
+        """
+        if self.device.captures:
+            _forbid(self.device, self, "Stream.query()", synchronizes=False)
         return self.device.backend.stream_query(self._live())
 
     def wait(self, other: Event | Stream) -> None:
@@ -142,10 +158,14 @@ class Event:
 
     def synchronize(self) -> None:
         """Block the host until the recorded work has finished."""
+        if self.device.captures:
+            _forbid(self.device, None, "Event.synchronize()")
         self.device.backend.event_synchronize(self._raw)
 
     def query(self) -> bool:
         """Whether the recorded work has finished (never blocks)."""
+        if self.device.captures:
+            _forbid(self.device, None, "Event.query()", synchronizes=False)
         return self.device.backend.event_query(self._raw)
 
     def elapsed_ms(self, end: Event) -> float:
@@ -225,7 +245,7 @@ class Device:
         self.allocator = CachingAllocator(self)
         self.pinned = PinnedCache(backend)
         self.kernels = {}
-        self.captures: dict[int, object] = {}
+        self.captures: dict[int, Any] = {}  # stream handle -> Capture in progress
 
     @property
     def name(self) -> str:
@@ -249,6 +269,8 @@ class Device:
 
     def synchronize(self) -> None:
         """Block the host until all work on the device has finished."""
+        if self.captures:
+            _forbid(self, None, "Device.synchronize()")
         self.backend.device_synchronize(self.index)
 
     def create_stream(self) -> Stream:
@@ -273,6 +295,12 @@ class Device:
 
     def __repr__(self) -> str:
         return f"<cudagraphs.Device {self.index} ({self.backend.name}: {self.name})>"
+
+
+def _forbid(device: Device, stream: Stream | None, what: str, synchronizes: bool = True) -> None:
+    from ._capture import forbid
+
+    forbid(device, stream, what, synchronizes)
 
 
 def current_device() -> Device:

@@ -22,7 +22,7 @@ import numpy as np
 
 from ._device import Device, Stream, current_device
 from ._dtypes import SUPPORTED
-from ._errors import CaptureError
+from ._capture import keep
 from .backends.base import Launcher, Param
 
 __all__ = ["Kernel", "normalize_dims", "preload"]
@@ -229,11 +229,11 @@ class Kernel:
         launcher = device.kernels.get(self)
         if launcher is not None:
             return launcher  # type: ignore[return-value]
-        if device.captures and (stream is None or stream.handle in device.captures):
-            raise CaptureError(
-                f"kernel {self.name!r} is not compiled for {device} yet and NVRTC "
-                "cannot run inside a capture: call cg.preload([kernel]) before capturing"
-            )
+        if device.captures:
+            from ._capture import forbid
+
+            forbid(device, stream, f"compiling kernel {self.name!r} (NVRTC, module loading)",
+                   hint="call cg.preload([kernel]) before capturing")
         with self._lock:
             launcher = device.kernels.get(self)
             if launcher is None:
@@ -287,14 +287,21 @@ class Kernel:
         raw = [conv(a, device) for conv, a in zip(self._convert, args)]
         if not isinstance(shared_mem, int) or shared_mem < 0:
             raise ValueError(f"shared_mem must be a non-negative int, got {shared_mem!r}")
-        self.launcher(device, stream)(
-            stream._live(),
-            normalize_dims(grid, "grid"),
-            normalize_dims(block, "block"),
-            shared_mem,
-            raw,
-            args,
-        )
+        self.enqueue(device, stream, normalize_dims(grid, "grid"), normalize_dims(block, "block"),
+                     shared_mem, raw, args)
+
+    def enqueue(
+        self, device: Device, stream: Stream, grid: tuple[int, int, int],
+        block: tuple[int, int, int], shared_mem: int, raw: Sequence[object],
+        objs: Sequence[object],
+    ) -> None:
+        """Queue a launch whose arguments are already checked and converted.
+
+        While ``stream`` is captured, ``objs`` are handed to the graph to keep alive.
+        """
+        self.launcher(device, stream)(stream._live(), grid, block, shared_mem, raw, objs)
+        if device.captures:
+            keep(device, stream, objs)
 
 
 def _device_of(args: Iterable[Any]) -> Device:

@@ -369,6 +369,66 @@ class CudaBackend:
     def memset_d8(self, dst: int, value: int, nbytes: int, stream: Any) -> None:
         _check(_driver().cuMemsetD8Async(dst, value, nbytes, stream), "cuMemsetD8Async")
 
+    # stream capture and graphs -----------------------------------------
+    def capture_begin(self, stream: Any, mode: str) -> None:
+        drv = _driver()
+        _check(
+            drv.cuStreamBeginCapture(stream, drv.CUstreamCaptureMode(base.CAPTURE_MODES.index(mode))),
+            "cuStreamBeginCapture",
+        )
+
+    def capture_end(self, stream: Any) -> Any:
+        return _check(_driver().cuStreamEndCapture(stream), "cuStreamEndCapture")
+
+    def capture_status(self, stream: Any) -> str:
+        status = _check(_driver().cuStreamIsCapturing(stream), "cuStreamIsCapturing")
+        return ("none", "active", "invalidated")[int(status)]
+
+    def capture_exchange_mode(self, mode: str) -> str:
+        drv = _driver()
+        old = _check(
+            drv.cuThreadExchangeStreamCaptureMode(
+                drv.CUstreamCaptureMode(base.CAPTURE_MODES.index(mode))
+            ),
+            "cuThreadExchangeStreamCaptureMode",
+        )
+        return base.CAPTURE_MODES[int(old)]
+
+    def graph_nodes(self, graph: Any) -> list[tuple[str, str]]:
+        drv = _driver()
+        _, count = _check(drv.cuGraphGetNodes(graph, 0), "cuGraphGetNodes")
+        nodes, _ = _check(drv.cuGraphGetNodes(graph, count), "cuGraphGetNodes")
+        out = []
+        for node in nodes[:count]:
+            kind = int(_check(drv.cuGraphNodeGetType(node), "cuGraphNodeGetType"))
+            name = base.NODE_TYPES[kind] if kind < len(base.NODE_TYPES) else f"type{kind}"
+            label = ""
+            if name == "kernel":
+                params = _check(drv.cuGraphKernelNodeGetParams(node), "cuGraphKernelNodeGetParams")
+                res, fname = drv.cuFuncGetName(params.func)
+                label = fname.decode() if not res and fname else ""
+            out.append((name, label))
+        return out
+
+    def graph_instantiate(self, graph: Any, auto_free: bool) -> Any:
+        drv = _driver()
+        flags = int(drv.CUgraphInstantiate_flags.CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH) if auto_free else 0
+        return _check(drv.cuGraphInstantiate(graph, flags), "cuGraphInstantiate")
+
+    def graph_upload(self, exec_: Any, stream: Any) -> None:
+        _check(_driver().cuGraphUpload(exec_, stream), "cuGraphUpload")
+
+    def graph_launch(self, exec_: Any, stream: Any) -> None:
+        (err,) = _driver().cuGraphLaunch(exec_, stream)
+        if err:
+            _raise(err, "cuGraphLaunch")
+
+    def graph_destroy(self, graph: Any) -> None:
+        _check(_driver().cuGraphDestroy(graph), "cuGraphDestroy")
+
+    def graph_exec_destroy(self, exec_: Any) -> None:
+        _check(_driver().cuGraphExecDestroy(exec_), "cuGraphExecDestroy")
+
     # kernels ------------------------------------------------------------
     def arch(self, ordinal: int) -> str:
         major, minor = self.device_properties(ordinal).compute_capability

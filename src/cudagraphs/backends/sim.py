@@ -38,6 +38,7 @@ _ALIGN = 512
 _BASE_ADDRESS = 0x7F00_0000_0000
 CUDA_ERROR_ILLEGAL_ADDRESS = 700
 CUDA_ERROR_INVALID_HANDLE = 400
+CUDA_ERROR_ILLEGAL_STATE = 401
 
 
 def _error(code: int, call: str, detail: str) -> CudaError:
@@ -46,16 +47,43 @@ def _error(code: int, call: str, detail: str) -> CudaError:
         base.CUDA_ERROR_OUT_OF_MEMORY: "CUDA_ERROR_OUT_OF_MEMORY",
         CUDA_ERROR_ILLEGAL_ADDRESS: "CUDA_ERROR_ILLEGAL_ADDRESS",
         CUDA_ERROR_INVALID_HANDLE: "CUDA_ERROR_INVALID_HANDLE",
+        CUDA_ERROR_ILLEGAL_STATE: "CUDA_ERROR_ILLEGAL_STATE",
+        base.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
+        base.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
     }
     return CudaError(code, names[code], call, detail)
 
 
 class _SimStream:
-    __slots__ = ("address", "ordinal", "alive")
+    __slots__ = ("address", "ordinal", "alive", "capture", "mode", "invalidated")
 
     def __init__(self, address: int, ordinal: int) -> None:
         self.address = address
         self.ordinal = ordinal
+        self.alive = True
+        self.capture: _SimGraph | None = None  # the graph being recorded
+        self.mode = "thread_local"
+        self.invalidated = False
+
+
+class _SimGraph:
+    """A recorded graph: nodes in stream order (a chain, as one stream's capture)."""
+
+    __slots__ = ("nodes", "allocations", "alive")
+
+    def __init__(self) -> None:
+        self.nodes: list[tuple[str, str, Callable[[], None]]] = []
+        self.allocations: list[int] = []  # graph-owned memory (mem_alloc nodes)
+        self.alive = True
+
+
+class _SimExec:
+    """An instantiated graph: its own copy of the node list, as in CUDA."""
+
+    __slots__ = ("nodes", "alive")
+
+    def __init__(self, graph: _SimGraph) -> None:
+        self.nodes = list(graph.nodes)
         self.alive = True
 
 
@@ -139,6 +167,8 @@ class SimBackend:
         self._addresses = itertools.count(0x5000, 0x10)
         self._compiler: bool | None = None
         self._lock = threading.Lock()
+        self._capturing: set[_SimStream] = set()
+        self._thread = threading.local()  # this thread's capture-mode setting
 
     # devices ------------------------------------------------------------
     def device_count(self) -> int:
@@ -160,7 +190,9 @@ class SimBackend:
             )
 
     def device_synchronize(self, ordinal: int) -> None:
-        return None
+        blocked = self._blocking_captures(ordinal)
+        if blocked:
+            self._unsupported(blocked, "cuCtxSynchronize")
 
     # streams and events -------------------------------------------------
     def stream_create(self, ordinal: int) -> _SimStream:
@@ -177,9 +209,13 @@ class SimBackend:
 
     def stream_synchronize(self, stream: _SimStream) -> None:
         self._live(stream, "cuStreamSynchronize")
+        if stream.capture is not None:
+            self._unsupported([stream], "cuStreamSynchronize")
 
     def stream_query(self, stream: _SimStream) -> bool:
         self._live(stream, "cuStreamQuery")
+        if stream.capture is not None:
+            self._unsupported([stream], "cuStreamQuery")
         return True
 
     def stream_wait_event(self, stream: _SimStream, event: _SimEvent) -> None:
@@ -216,6 +252,31 @@ class SimBackend:
                 )
         return (end.time - start.time) * 1e3
 
+    def _submit(
+        self, stream: _SimStream, call: str, kind: str, label: str, work: Callable[[], None]
+    ) -> None:
+        """Run ``work`` now, or record it as a node when ``stream`` is capturing."""
+        self._live(stream, call)
+        if stream.capture is None:
+            work()
+        elif not stream.invalidated:
+            stream.capture.nodes.append((kind, label, work))
+
+    def _unsupported(self, streams: list[_SimStream], call: str) -> None:
+        """What CUDA does for an illegal call during capture: invalidate, then fail."""
+        for st in streams:
+            st.invalidated = True
+        raise _error(
+            base.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, call,
+            "operation not permitted when stream is capturing",
+        )
+
+    def _blocking_captures(self, ordinal: int) -> list[_SimStream]:
+        """Captures a synchronizing call from this thread would break."""
+        return [st for st in self._capturing
+                if st.ordinal == ordinal and st.mode != "relaxed"
+                and getattr(self._thread, "mode", "global") != "relaxed"]
+
     @staticmethod
     def _live(obj: Any, call: str) -> Any:
         if not getattr(obj, "alive", False):
@@ -226,9 +287,17 @@ class SimBackend:
     def mem_alloc(self, ordinal: int, nbytes: int, stream: _SimStream) -> int:
         self._live(stream, "cuMemAllocFromPoolAsync")
         limit = self.device_properties(ordinal).total_memory
-        return self._memory.alloc(ordinal, nbytes, limit)
+        ptr = self._memory.alloc(ordinal, nbytes, limit)
+        if stream.capture is not None:  # a mem_alloc node: the graph owns it
+            stream.capture.allocations.append(ptr)
+            stream.capture.nodes.append(("mem_alloc", "", lambda: None))
+        return ptr
 
     def mem_free(self, ptr: int, stream: _SimStream) -> None:
+        graph = stream.capture
+        if graph is not None and ptr in graph.allocations:
+            graph.nodes.append(("mem_free", "", lambda: None))  # freed with the graph
+            return
         self._memory.free(ptr)
 
     def mem_trim(self, ordinal: int) -> None:
@@ -256,28 +325,55 @@ class SimBackend:
                 )
 
     # copies -------------------------------------------------------------
+    def _is_pinned(self, array: np.ndarray) -> bool:
+        addr = array.ctypes.data
+        with self._lock:
+            return any(p <= addr and addr + array.nbytes <= p + h.nbytes for p, h in self._host.items())
+
     def memcpy_htod(self, dst: int, src: np.ndarray, stream: _SimStream) -> None:
-        self._live(stream, "cuMemcpyHtoDAsync")
-        buf, off = self._memory.resolve(dst, src.nbytes, "cuMemcpyHtoDAsync")
-        buf[off : off + src.nbytes] = src.reshape(-1).view(np.uint8)
+        call = "cuMemcpyHtoDAsync"
+        if stream.capture is not None and not self._is_pinned(src):
+            self._unsupported([stream], call)  # a graph cannot re-read pageable memory
+        buf, off = self._memory.resolve(dst, src.nbytes, call)
+        flat = src.reshape(-1).view(np.uint8)
+
+        def work() -> None:
+            buf[off : off + flat.nbytes] = flat  # reads the host memory when it runs
+
+        self._submit(stream, call, "memcpy", "HtoD", work)
 
     def memcpy_dtoh(self, dst: np.ndarray, src: int, stream: _SimStream) -> None:
-        self._live(stream, "cuMemcpyDtoHAsync")
-        buf, off = self._memory.resolve(src, dst.nbytes, "cuMemcpyDtoHAsync")
-        dst.reshape(-1).view(np.uint8)[...] = buf[off : off + dst.nbytes]
+        call = "cuMemcpyDtoHAsync"
+        if stream.capture is not None and not self._is_pinned(dst):
+            self._unsupported([stream], call)
+        buf, off = self._memory.resolve(src, dst.nbytes, call)
+        flat = dst.reshape(-1).view(np.uint8)
+
+        def work() -> None:
+            flat[...] = buf[off : off + flat.nbytes]
+
+        self._submit(stream, call, "memcpy", "DtoH", work)
 
     def memcpy_dtod(self, dst: int, src: int, nbytes: int, stream: _SimStream) -> None:
-        self._live(stream, "cuMemcpyDtoDAsync")
-        sbuf, soff = self._memory.resolve(src, nbytes, "cuMemcpyDtoDAsync")
-        dbuf, doff = self._memory.resolve(dst, nbytes, "cuMemcpyDtoDAsync")
-        # copy through a temporary: CUDA's memcpy on overlapping ranges is
-        # undefined, the simulation picks memmove semantics
-        dbuf[doff : doff + nbytes] = sbuf[soff : soff + nbytes].copy()
+        call = "cuMemcpyDtoDAsync"
+        sbuf, soff = self._memory.resolve(src, nbytes, call)
+        dbuf, doff = self._memory.resolve(dst, nbytes, call)
+
+        def work() -> None:
+            # through a temporary: CUDA's memcpy on overlapping ranges is
+            # undefined, the simulation picks memmove semantics
+            dbuf[doff : doff + nbytes] = sbuf[soff : soff + nbytes].copy()
+
+        self._submit(stream, call, "memcpy", "DtoD", work)
 
     def memset_d8(self, dst: int, value: int, nbytes: int, stream: _SimStream) -> None:
-        self._live(stream, "cuMemsetD8Async")
-        buf, off = self._memory.resolve(dst, nbytes, "cuMemsetD8Async")
-        buf[off : off + nbytes] = value
+        call = "cuMemsetD8Async"
+        buf, off = self._memory.resolve(dst, nbytes, call)
+
+        def work() -> None:
+            buf[off : off + nbytes] = value
+
+        self._submit(stream, call, "memset", "", work)
 
     def view(
         self, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype: np.dtype
@@ -290,6 +386,77 @@ class SimBackend:
             lo, hi = 0, 0
         buf, off = self._memory.resolve(ptr + lo, hi - lo, "kernel access")
         return np.ndarray(shape, dtype, buffer=buf, offset=off - lo, strides=strides)
+
+    # stream capture and graphs -----------------------------------------
+    def capture_begin(self, stream: _SimStream, mode: str) -> None:
+        self._live(stream, "cuStreamBeginCapture")
+        if stream.capture is not None:
+            raise _error(CUDA_ERROR_ILLEGAL_STATE, "cuStreamBeginCapture", "stream is already capturing")
+        stream.capture = _SimGraph()
+        stream.mode = mode
+        stream.invalidated = False
+        self._capturing.add(stream)
+
+    def capture_end(self, stream: _SimStream) -> _SimGraph:
+        self._live(stream, "cuStreamEndCapture")
+        graph = stream.capture
+        if graph is None:
+            raise _error(CUDA_ERROR_ILLEGAL_STATE, "cuStreamEndCapture", "stream is not capturing")
+        stream.capture = None
+        self._capturing.discard(stream)
+        if stream.invalidated:
+            stream.invalidated = False
+            self.graph_destroy(graph)
+            raise _error(
+                base.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "cuStreamEndCapture",
+                "the capture was invalidated by an earlier illegal call",
+            )
+        return graph
+
+    def capture_status(self, stream: _SimStream) -> str:
+        self._live(stream, "cuStreamIsCapturing")
+        if stream.capture is None:
+            return "none"
+        return "invalidated" if stream.invalidated else "active"
+
+    def capture_exchange_mode(self, mode: str) -> str:
+        old = getattr(self._thread, "mode", "global")
+        self._thread.mode = mode
+        return old
+
+    def graph_nodes(self, graph: _SimGraph) -> list[tuple[str, str]]:
+        self._live(graph, "cuGraphGetNodes")
+        return [(kind, label) for kind, label, _ in graph.nodes]
+
+    def graph_instantiate(self, graph: _SimGraph, auto_free: bool) -> _SimExec:
+        self._live(graph, "cuGraphInstantiate")
+        return _SimExec(graph)
+
+    def graph_upload(self, exec_: _SimExec, stream: _SimStream) -> None:
+        self._live(exec_, "cuGraphUpload")
+        self._live(stream, "cuGraphUpload")
+
+    def graph_launch(self, exec_: _SimExec, stream: _SimStream) -> None:
+        self._live(exec_, "cuGraphLaunch")
+        nodes = exec_.nodes
+
+        def work() -> None:
+            for _, _, run in nodes:
+                run()
+
+        self._submit(stream, "cuGraphLaunch", "child", "", work)
+
+    def graph_destroy(self, graph: _SimGraph) -> None:
+        self._live(graph, "cuGraphDestroy").alive = False
+        graph.nodes.clear()
+        for ptr in graph.allocations:
+            if ptr in self._memory.buffers:
+                self._memory.free(ptr)
+        graph.allocations.clear()
+
+    def graph_exec_destroy(self, exec_: _SimExec) -> None:
+        self._live(exec_, "cuGraphExecDestroy").alive = False
+        exec_.nodes.clear()
 
     # kernels ------------------------------------------------------------
     def arch(self, ordinal: int) -> str:
@@ -323,6 +490,7 @@ class SimBackend:
     ) -> base.Launcher:
         view = self.view
         resolve = self._memory.resolve
+        submit = self._submit
 
         def launch(
             stream: _SimStream,
@@ -332,27 +500,36 @@ class SimBackend:
             raw: Sequence[object],
             objs: Sequence[object],
         ) -> None:
-            SimBackend._live(stream, "cuLaunchKernel")
             if host is None:
                 raise BackendUnavailableError(
                     f"kernel {name!r} has no host implementation, so it cannot run "
                     "on the sim backend: pass host=<numpy function> to cg.Kernel, "
                     "or run on the cuda backend"
                 )
-            args = []
-            for obj, value, p in zip(objs, raw, params):
-                if not p.pointer:
-                    if isinstance(value, bytes):
-                        args.append(np.frombuffer(value, dtype=p.dtype)[0])
+            # what a GPU gets: addresses and values, not the arrays themselves
+            # (a recorded launch must not keep them alive)
+            specs = [o._view_spec() if hasattr(o, "_view_spec") else None for o in objs]
+            raw = list(raw)
+
+            def work() -> None:
+                # views are made when the kernel runs, from the addresses
+                # given at launch, as a GPU reads its parameters
+                args = []
+                for spec, value, p in zip(specs, raw, params):
+                    if not p.pointer:
+                        if isinstance(value, bytes):
+                            args.append(np.frombuffer(value, dtype=p.dtype)[0])
+                        else:
+                            args.append(p.dtype.type(value))
+                    elif spec is not None:
+                        args.append(view(*spec))
+                    elif value:
+                        buf, off = resolve(int(value), 0, "kernel access")
+                        args.append(buf[off:])
                     else:
-                        args.append(p.dtype.type(value))
-                elif hasattr(obj, "_view_spec"):
-                    args.append(view(*obj._view_spec()))
-                elif value:
-                    buf, off = resolve(int(value), 0, "kernel access")
-                    args.append(buf[off:])
-                else:
-                    args.append(None)
-            host(*args)
+                        args.append(None)
+                host(*args)
+
+            submit(stream, "cuLaunchKernel", "kernel", name, work)
 
         return launch

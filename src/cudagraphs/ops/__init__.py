@@ -18,7 +18,8 @@ op                         computes                                   dtypes
 
 ``alpha`` is a Python number or a one-element device array of the same dtype
 (read on the device when the kernel runs, so it can change between graph
-replays).
+replays). Kernels compile on first use; before capturing, call
+``cg.ops.preload(dtypes)`` so none needs compiling inside the capture.
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ import numpy as np
 
 from .._array import DeviceArray, empty
 from .._device import Device, Stream
+from .._capture import keep
 from .._kernel import Kernel
 
-__all__ = ["add", "axpy", "copy", "fill", "scale", "elementwise_kernel"]
+__all__ = ["add", "axpy", "copy", "elementwise_kernel", "fill", "preload", "scale"]
 
 SOURCE = (Path(__file__).parent / "kernels" / "elementwise.cu").read_text()
 MAX_NDIM = 8
@@ -111,6 +113,24 @@ def elementwise_kernel(name: str, dtype: np.dtype) -> Kernel:
     return Kernel(SOURCE, name, host, signature=signature, defines=defines)
 
 
+def preload(dtypes: Sequence[Any] = ("float32",), device: Device | None = None) -> None:
+    """Compile every built-in kernel for ``dtypes`` now, e.g. before a capture.
+
+    A kernel is compiled on first use, which is illegal inside a capture;
+    call this first for the dtypes the captured ops will use.
+    """
+    from .._dtypes import normalize_dtype
+    from .._kernel import preload as preload_kernels
+
+    kernels = []
+    for d in dtypes:
+        dt = normalize_dtype(d)
+        for name in _KERNELS:
+            if name.startswith(("cg_fill", "cg_copy")) or dt in _ARITH_DTYPES:
+                kernels.append(elementwise_kernel(name, dt))
+    preload_kernels(kernels, device)
+
+
 # validation and launch helpers --------------------------------------------
 def _arrays(op: str, **named: Any) -> Device:
     """Check that the named arguments are device arrays of one shape, dtype, device."""
@@ -174,7 +194,7 @@ def _run(
     kernel = elementwise_kernel(name, dtype)
     grid = (min(-(-n // _BLOCK[0]), device.properties.multiprocessors * 32), 1, 1)
     raw = [getattr(a, "ptr", a) for a in args]
-    kernel.launcher(device, stream)(stream._live(), grid, _BLOCK, 0, raw, args)
+    kernel.enqueue(device, stream, grid, _BLOCK, 0, raw, args)
 
 
 def _scalar_arg(op: str, alpha: Any, dtype: np.dtype, device: Device) -> tuple[bool, Any]:
@@ -238,6 +258,8 @@ def copy(dst: DeviceArray, src: DeviceArray, *, stream: Stream | None = None) ->
         return dst
     if dst.is_contiguous and src.is_contiguous:
         device.backend.memcpy_dtod(dst.ptr, src.ptr, dst.nbytes, stream._live())
+        if device.captures:
+            keep(device, stream, (dst, src))
     else:
         _run("cg_copy_strided", dst.dtype, device, stream, n,
              [dst, src, n, _layout(dst.shape, dst, src)])

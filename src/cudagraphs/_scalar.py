@@ -1,0 +1,168 @@
+"""Values that change between replays: DeviceScalar and HostSlot.
+
+A graph bakes in addresses and by-value kernel arguments. To change a value
+between replays without re-capturing, keep it in memory the graph reads:
+
+* :class:`DeviceScalar` lives on the device; ``set()`` queues a copy on the
+  stream, so it lands before the next replay queued after it;
+* :class:`HostSlot` is pinned host memory; a copy from or to it recorded in a
+  graph moves its *current* contents on every replay.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import numpy as np
+
+from ._array import DeviceArray, Shape, _shape, empty
+from ._capture import capture_for, keep
+from ._device import Device, Stream, current_device
+from ._dtypes import normalize_dtype
+
+__all__ = ["DeviceScalar", "HostSlot"]
+
+
+def _check_value(value: Any, dtype: np.dtype, what: str) -> np.ndarray:
+    if isinstance(value, (bool, np.bool_)) and dtype.kind != "b":
+        raise TypeError(f"{what}: got a bool for a {dtype} scalar")
+    if not isinstance(value, (int, float, complex, bool, np.generic)):
+        raise TypeError(f"{what} takes a number, got {type(value).__name__}")
+    if dtype.kind in "iu" and isinstance(value, (float, np.floating)) and not float(value).is_integer():
+        raise TypeError(f"{what}: {value!r} is not an integer but the scalar is {dtype}")
+    try:
+        return np.array([value], dtype=dtype)
+    except (OverflowError, ValueError, TypeError) as exc:
+        raise ValueError(f"{what}: {value!r} does not fit in {dtype}: {exc}") from None
+
+
+class DeviceScalar(DeviceArray):
+    """One value in device memory, usable wherever a one-element array is.
+
+    Parameters
+    ----------
+    value : number
+        The initial value.
+    dtype : dtype-like
+        Default float32.
+    device : Device, optional
+
+    Notes
+    -----
+    Pass it to kernels and ops (``cg.ops.axpy(s, x, y)``): captured work
+    reads it on every replay, so ``s.set(v)`` before ``g.replay()`` changes
+    what the graph computes. ``set`` is stream-ordered and never waits.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, value: Any, dtype: Any = "float32", *, device: Device | int | None = None) -> None:
+        a = empty((), dtype, device=device)
+        for name in ("_block", "ptr", "shape", "strides", "dtype", "device", "is_contiguous", "size"):
+            setattr(self, name, getattr(a, name))
+        self.set(value)
+
+    def set(self, value: Any, *, stream: Stream | None = None) -> DeviceScalar:  # type: ignore[override]
+        """Queue an update of the value on ``stream`` (default: compute stream).
+
+        Raises
+        ------
+        CaptureError
+            Inside a capture of that stream: the value would be frozen into
+            the graph. Set it before replaying instead.
+        """
+        host = _check_value(value, self.dtype, "DeviceScalar.set")
+        stream = stream if stream is not None else self.device.stream
+        capture = capture_for(self.device, stream)
+        if capture is not None:
+            capture.fail("DeviceScalar.set() inside a capture would freeze the value into "
+                         "the graph: set it outside the capture, before g.replay()")
+        # from pageable memory the driver stages the bytes before returning
+        self.device.backend.memcpy_htod(self.ptr, host, stream._live())
+        return self
+
+    def get(self, *, stream: Stream | None = None) -> Any:  # type: ignore[override]
+        """The value, after the work queued on ``stream``, as a Python number."""
+        return DeviceArray.get(self, stream=stream).item()
+
+    def __repr__(self) -> str:
+        return f"<cudagraphs.DeviceScalar {self.dtype} on {self.device.backend.name}:{self.device.index}>"
+
+
+def _free_host(backend: Any, ptr: int) -> None:
+    backend.host_free(ptr)
+
+
+class HostSlot:
+    """Pinned host memory that graphs copy from or into on every replay.
+
+    Parameters
+    ----------
+    shape : int or sequence of int
+    dtype : dtype-like
+        Default float64.
+    device : Device, optional
+
+    Attributes
+    ----------
+    array : numpy.ndarray
+        The slot's memory: write inputs here before a replay, read outputs
+        after synchronizing.
+    """
+
+    def __init__(self, shape: Shape, dtype: Any = "float64", *, device: Device | int | None = None) -> None:
+        dims = _shape(shape)
+        dt = normalize_dtype(dtype)
+        dev = device if isinstance(device, Device) else Device(device) if device is not None else current_device()
+        self.device = dev
+        nbytes = int(np.prod(dims, dtype=np.int64)) * dt.itemsize
+        self._ptr, raw = dev.backend.host_alloc(nbytes)
+        self._bytes = raw
+        self.array = raw.view(dt).reshape(dims)
+        self._finalizer = weakref.finalize(self, _free_host, dev.backend, self._ptr)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.array.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.array.dtype
+
+    def _check(self, x: DeviceArray, stream: Stream | None, what: str) -> Stream:
+        if not isinstance(x, DeviceArray):
+            raise TypeError(f"HostSlot.{what} takes a DeviceArray, got {type(x).__name__}")
+        if x.device is not self.device:
+            raise ValueError(f"HostSlot.{what}: the array is on {x.device}, the slot on {self.device}")
+        if x.shape != self.shape or x.dtype != self.dtype:
+            raise ValueError(
+                f"HostSlot.{what}: slot is {self.shape} {self.dtype}, array is {x.shape} {x.dtype}"
+            )
+        if not x.is_contiguous:
+            raise ValueError(f"HostSlot.{what} needs a contiguous array; copy the view first")
+        if not self._finalizer.alive:
+            raise ValueError("this HostSlot was closed")
+        return stream if stream is not None else x.device.stream
+
+    def copy_to(self, x: DeviceArray, *, stream: Stream | None = None) -> DeviceArray:
+        """Queue a copy of the slot's contents (as they are when it runs) into ``x``."""
+        stream = self._check(x, stream, "copy_to")
+        if x.nbytes:
+            self.device.backend.memcpy_htod(x.ptr, self._bytes, stream._live())
+            keep(self.device, stream, (self, x))
+        return x
+
+    def copy_from(self, x: DeviceArray, *, stream: Stream | None = None) -> None:
+        """Queue a copy of ``x`` into the slot; read ``array`` after synchronizing."""
+        stream = self._check(x, stream, "copy_from")
+        if x.nbytes:
+            self.device.backend.memcpy_dtoh(self._bytes, x.ptr, stream._live())
+            keep(self.device, stream, (self, x))
+
+    def close(self) -> None:
+        """Free the pinned memory. Idempotent; graphs that use the slot keep it alive."""
+        self._finalizer()
+
+    def __repr__(self) -> str:
+        return f"<cudagraphs.HostSlot shape={self.shape} dtype={self.dtype}>"

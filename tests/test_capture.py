@@ -1,0 +1,472 @@
+"""Stream capture and replay: forms, modes, memory policies, lifetime, host data,
+scalars, the safety rules, and recovery from failures at every stage."""
+
+from __future__ import annotations
+
+import gc
+import sys
+import threading
+
+import numpy as np
+import pytest
+from conftest import random_array
+
+import cudagraphs as cg
+
+@pytest.fixture
+def dev(device: cg.Device) -> cg.Device:
+    """The device, with the float32 built-in kernels compiled (captures need that)."""
+    cg.ops.preload(["float32"], device)
+    return device
+
+
+def baseline(dev: cg.Device) -> cg.AllocatorStats:
+    gc.collect()
+    return dev.allocator.stats()
+
+
+def assert_clean(dev: cg.Device, before: cg.AllocatorStats) -> None:
+    """No capture left, memory back to where it was, the stream works."""
+    gc.collect()
+    assert cg.capture_status(dev.stream) == "none"
+    assert not dev.captures
+    assert dev.allocator.stats().in_use == before.in_use
+    probe = cg.asarray(np.arange(4, dtype=np.float32))
+    np.testing.assert_array_equal(cg.ops.scale(2.0, probe).get(), [0, 2, 4, 6])
+    dev.synchronize()
+
+
+def test_context_form_replays_against_numpy(dev: cg.Device, rng: np.random.Generator) -> None:
+    x_h, y_h = random_array(rng, 1000, "float32"), random_array(rng, 1000, "float32")
+    x, y = cg.asarray(x_h), cg.asarray(y_h)
+    with cg.capture() as g:
+        assert g.state == "capturing"
+        cg.ops.axpy(0.5, x, y)
+        cg.ops.scale(2.0, y[::2], out=y[::2])
+    assert g.state == "ready"
+    np.testing.assert_array_equal(y.get(), y_h)  # capturing ran nothing
+    ref = y_h.copy()
+    for _ in range(3):
+        g.replay()
+        ref = (np.float32(0.5) * x_h + ref).astype(np.float32)
+        ref[::2] *= np.float32(2)
+    np.testing.assert_allclose(y.get(), ref, rtol=1e-5)
+    assert g.replays == 3
+    assert [n.type for n in g.nodes] == ["kernel", "kernel"]
+    assert [n.name for n in g.nodes] == ["cg_axpy", "cg_scale_strided"]
+    assert "2 nodes (kernel 2); 3 replays" in g.summary()
+
+
+def test_closure_form_keeps_output(dev: cg.Device, rng: np.random.Generator) -> None:
+    a_h, b_h = random_array(rng, 64, "float32"), random_array(rng, 64, "float32")
+    a, b = cg.asarray(a_h), cg.asarray(b_h)
+    g = cg.capture(lambda p, q: cg.ops.add(p, q), a, b)
+    out = g.output
+    assert isinstance(out, cg.DeviceArray)
+    g.upload()
+    g.upload()  # idempotent
+    g.replay()
+    np.testing.assert_array_equal(out.get(), a_h + b_h)
+    with pytest.raises(TypeError, match="needs a callable"):
+        cg.capture(3, a)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="positional arguments only with a function"):
+        cg.capture(None, a)
+
+
+def test_replay_on_another_stream(dev: cg.Device, rng: np.random.Generator) -> None:
+    x = cg.asarray(random_array(rng, 100, "float32"))
+    y = cg.zeros(100, "float32")
+    with cg.capture() as g:
+        cg.ops.axpy(1.0, x, y)
+    s = dev.create_stream()
+    s.wait(dev.stream)
+    g.replay(stream=s)
+    g.replay(stream=s)
+    s.synchronize()
+    np.testing.assert_allclose(y.get(), 2 * x.get(), rtol=1e-6)
+    with pytest.raises(ValueError, match="cudagraphs Stream"):
+        g.replay(stream=object())  # type: ignore[arg-type]
+    g.close()
+    s.close()
+
+
+@pytest.mark.parametrize("mode", ["thread_local", "global", "relaxed"])
+def test_modes(dev: cg.Device, mode: str) -> None:
+    x = cg.ones(16, "float32")
+    with cg.capture(mode=mode) as g:
+        cg.ops.scale(3.0, x, out=x)
+    g.replay()
+    assert np.all(x.get() == 3)
+
+
+def test_bad_options(dev: cg.Device) -> None:
+    with pytest.raises(ValueError, match="mode must be one of"):
+        cg.capture(mode="loose")
+    with pytest.raises(ValueError, match="alloc must be one of"):
+        cg.capture(alloc="heap")
+    with pytest.raises(TypeError, match="pool must be a cudagraphs GraphPool"):
+        cg.capture(pool=3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="stream must be a cudagraphs Stream"):
+        cg.capture(stream=3)  # type: ignore[arg-type]
+
+
+def test_status_and_one_capture_per_stream(dev: cg.Device) -> None:
+    x = cg.ones(8, "float32")
+    assert cg.capture_status() == "none" and not cg.is_capturing()
+    with cg.capture() as g:
+        assert cg.capture_status() == "active" and cg.is_capturing(dev.stream)
+        assert dev.allocator.is_capturing()
+        with pytest.raises(cg.CaptureError, match="already being captured; one capture per stream"):
+            with cg.capture():
+                pass
+        cg.ops.fill(x, 2.0)
+    assert cg.capture_status() == "none"
+    g.replay()
+    assert np.all(x.get() == 2)
+
+
+def test_empty_capture_is_an_error(dev: cg.Device) -> None:
+    before = baseline(dev)
+    with pytest.raises(cg.CaptureError, match="recorded nothing"):
+        with cg.capture():
+            pass
+    assert_clean(dev, before)
+
+
+def test_two_threads_capture_two_streams(dev: cg.Device, backend: str) -> None:
+    results: dict[int, object] = {}
+
+    def work(i: int) -> None:
+        try:
+            with cg.override(backend=backend):
+                s = dev.create_stream()
+                x = cg.full(32, float(i + 1), "float32", stream=s)
+                s.synchronize()
+                with cg.capture(stream=s) as g:
+                    cg.ops.scale(10.0, x, out=x, stream=s)
+                g.replay()
+                s.synchronize()
+                results[i] = x.get(stream=s)
+                g.close()
+                s.close()
+        except BaseException as exc:  # reported below
+            results[i] = exc
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i in range(2):
+        assert not isinstance(results[i], BaseException), results[i]
+        assert np.all(results[i] == (i + 1) * 10)
+
+
+# memory ----------------------------------------------------------------------
+def test_pool_allocations_live_after_capture_and_return_to_cache(dev: cg.Device, rng: np.random.Generator) -> None:
+    before = baseline(dev)
+    x_h = random_array(rng, 256, "float32")
+    x = cg.asarray(x_h)
+    with cg.capture() as g:
+        t = cg.ops.scale(2.0, x)  # allocated in the graph's private pool
+        u = cg.ops.add(t, x)
+        del t  # freed during capture: the pool may reuse it in this capture
+    assert g.pool.reserved > 0
+    g.replay()
+    np.testing.assert_allclose(u.get(), 3 * x_h, rtol=1e-6)
+    mid = dev.allocator.stats()
+    g.close()
+    gc.collect()
+    assert dev.allocator.stats().in_use == mid.in_use  # u keeps the pool alive
+    np.testing.assert_allclose(u.get(), 3 * x_h, rtol=1e-6)
+    del u, x
+    gc.collect()
+    after = dev.allocator.stats()
+    assert after.in_use == before.in_use
+    assert after.cached >= mid.in_use - before.in_use - 1024  # the pool went back to the cache
+
+
+def test_shared_pool_reuses_memory_between_graphs(dev: cg.Device) -> None:
+    pool = cg.GraphPool(dev)
+    x = cg.ones(1000, "float32")
+    with cg.capture(pool=pool) as g1:
+        t = cg.ops.scale(2.0, x)
+        p1 = t.ptr
+        cg.ops.add(t, x, out=x)
+        del t
+    reserved = pool.reserved
+    with cg.capture(pool=pool) as g2:
+        t2 = cg.ops.scale(3.0, x)
+        assert t2.ptr == p1  # freed in g1's capture, reused by g2's
+        cg.ops.add(t2, x, out=x)
+        del t2
+    assert pool.reserved == reserved
+    g1.replay()
+    g2.replay()
+    assert np.all(x.get() == 12)  # 1 -> 1+2 = 3 -> 3+9 = 12
+
+
+def test_forbid_policy(dev: cg.Device) -> None:
+    before = baseline(dev)
+    x = cg.ones(8, "float32")
+    with pytest.raises(cg.CaptureError, match=r"allocation of \d+ B during a capture with alloc='forbid'.*test_capture.py"):
+        with cg.capture(alloc="forbid"):
+            cg.ops.scale(2.0, x, out=x)  # no allocation: fine
+            cg.ops.scale(2.0, x)  # allocates: refused
+    del x
+    assert_clean(dev, before)
+
+
+def test_graph_policy(dev: cg.Device, rng: np.random.Generator) -> None:
+    x_h = random_array(rng, 128, "float32")
+    x, y = cg.asarray(x_h), cg.zeros(128, "float32")
+    with cg.capture(alloc="graph") as g:
+        t = cg.ops.scale(2.0, x)  # driver-managed graph memory
+        cg.ops.add(t, x, out=y)
+        del t  # a free node
+    types = [n.type for n in g.nodes]
+    assert "mem_alloc" in types and "mem_free" in types
+    g.replay()
+    g.replay()
+    np.testing.assert_allclose(y.get(), 3 * x_h, rtol=1e-6)
+    g.close()
+
+
+# lifetime and host data -----------------------------------------------------------
+def test_graph_keeps_inputs_alive(dev: cg.Device, rng: np.random.Generator) -> None:
+    x_h = random_array(rng, 5000, "float32")
+    x, y = cg.asarray(x_h), cg.zeros(5000, "float32")
+    s = cg.DeviceScalar(2.0)
+    with cg.capture() as g:
+        cg.ops.axpy(s, x, y)
+    del x, s
+    gc.collect()
+    junk = [cg.full(5000, 7.0, "float32") for _ in range(4)]  # would reuse x's block if freed
+    g.replay()
+    np.testing.assert_allclose(y.get(), 2 * x_h, rtol=1e-6)
+    del junk
+
+
+def test_host_data_is_snapshotted_at_capture(dev: cg.Device, rng: np.random.Generator) -> None:
+    data = random_array(rng, 100, "float32")
+    y = cg.zeros(100, "float32")
+    with cg.capture() as g:
+        c = cg.asarray(data)  # staged into pinned memory the graph owns
+        cg.ops.add(y, c, out=y)
+        y[:10] = np.arange(10)  # set() of host data: also a snapshot
+    expected = data.copy()
+    expected[:10] = np.arange(10)
+    data[:] = -1  # later changes to the numpy array do not reach the graph
+    del c
+    gc.collect()
+    g.replay()
+    np.testing.assert_allclose(y.get(), expected, rtol=1e-6)
+
+
+def test_host_slot_is_read_and_written_at_each_replay(dev: cg.Device, rng: np.random.Generator) -> None:
+    inp = cg.HostSlot(64, "float32")
+    out = cg.HostSlot(64, "float32")
+    x, y = cg.zeros(64, "float32"), cg.zeros(64, "float32")
+    with cg.capture() as g:
+        x.set(inp)
+        cg.ops.scale(2.0, x, out=y)
+        out.copy_from(y)
+    for _ in range(3):
+        v = random_array(rng, 64, "float32")
+        inp.array[...] = v
+        out.array[...] = np.nan
+        g.replay()
+        dev.stream.synchronize()
+        np.testing.assert_array_equal(out.array, 2 * v)
+    with pytest.raises(ValueError, match="slot is \\(64,\\) float32, array is \\(3,\\) float32"):
+        inp.copy_to(cg.zeros(3, "float32"))
+    del inp, out
+    gc.collect()
+    g.replay()  # the graph keeps the slots alive
+    g.close()
+
+
+def test_device_scalar(dev: cg.Device, rng: np.random.Generator) -> None:
+    s = cg.DeviceScalar(0.5)
+    assert s.get() == 0.5 and s.dtype == np.float32 and s.size == 1
+    x_h = random_array(rng, 300, "float32")
+    x, y = cg.asarray(x_h), cg.zeros(300, "float32")
+    with cg.capture() as g:
+        cg.ops.axpy(s, x, y)
+    total = np.zeros(300, np.float32)
+    for v in (0.5, -1.25, 3.0):
+        s.set(v)
+        g.replay()
+        total = (np.float32(v) * x_h + total).astype(np.float32)
+    np.testing.assert_allclose(y.get(), total, rtol=1e-5)
+    i = cg.DeviceScalar(3, "int32")
+    with pytest.raises(TypeError, match="not an integer"):
+        i.set(2.5)
+    with pytest.raises(ValueError, match="does not fit in int32"):
+        i.set(1 << 40)
+    with pytest.raises(TypeError, match="takes a number"):
+        i.set("4")
+    with pytest.raises(cg.CaptureInvalidatedError):
+        with cg.capture():
+            cg.ops.axpy(s, x, y)
+            with pytest.raises(cg.CaptureError, match="would freeze the value into the graph"):
+                s.set(1.0)
+
+
+# safety ------------------------------------------------------------------------------
+ILLEGAL = {
+    "stream sync": (lambda d, x: d.stream.synchronize(), "Stream.synchronize()"),
+    "device sync": (lambda d, x: d.synchronize(), "Device.synchronize()"),
+    "get": (lambda d, x: x.get(), "DeviceArray.get()"),
+    "get_async": (lambda d, x: x.get_async(), "DeviceArray.get_async()"),
+    "stream query": (lambda d, x: d.stream.query(), "Stream.query()"),
+    "event sync": (lambda d, x: d.stream.record().synchronize(), "Event.synchronize()"),
+    "empty_cache": (lambda d, x: d.allocator.empty_cache(), "empty_cache()"),
+    "compile": (lambda d, x: cg.Kernel('extern "C" __global__ void k(float* p) {}', "k",
+                                       host=lambda p: None).launch(1, 1, x), "compiling kernel 'k'"),
+}
+
+
+@pytest.mark.parametrize("case", ILLEGAL)
+def test_illegal_work_names_the_call_and_line(dev: cg.Device, case: str) -> None:
+    call, name = ILLEGAL[case]
+    before = baseline(dev)
+    x = cg.ones(8, "float32")
+    with pytest.raises(cg.CaptureError) as info:
+        with cg.capture():
+            cg.ops.scale(2.0, x, out=x)
+            call(dev, x)
+    message = str(info.value)
+    del info  # its traceback holds the frames that hold x
+    assert name in message and "cannot be recorded in a graph" in message
+    assert "test_capture.py:" in message  # the user's line
+    assert "is now invalid" in message
+    assert np.all(x.get() == 1)  # nothing of the failed capture ever ran
+    del x
+    assert_clean(dev, before)
+
+
+def test_swallowed_capture_error_still_invalidates(dev: cg.Device) -> None:
+    x = cg.ones(8, "float32")
+    with pytest.raises(cg.CaptureInvalidatedError, match=r"DeviceArray.get\(\)"):
+        with cg.capture():
+            cg.ops.scale(2.0, x, out=x)
+            try:
+                x.get()
+            except cg.CaptureError:
+                pass
+    assert cg.capture_status() == "none"
+
+
+def test_relaxed_mode_allows_work_on_other_streams(dev: cg.Device) -> None:
+    other = cg.full(4, 5.0, "float32")
+    x = cg.ones(4, "float32")
+    s = dev.create_stream()
+    with cg.capture(stream=s, mode="relaxed") as g:
+        cg.ops.scale(2.0, x, out=x, stream=s)
+        assert other.get().tolist() == [5.0] * 4  # another stream, relaxed: allowed
+    g.replay()
+    s.synchronize()
+    assert x.get(stream=s).tolist() == [2.0] * 4
+    g.close()
+    s.close()
+
+
+# failures at every stage ---------------------------------------------------------------
+class Boom(Exception):
+    pass
+
+
+@pytest.mark.parametrize("stage", ["before first op", "mid-capture", "keyboard interrupt"])
+def test_user_exceptions_undo_everything(dev: cg.Device, stage: str) -> None:
+    before = baseline(dev)
+    x = cg.ones(64, "float32")
+    error = KeyboardInterrupt if stage == "keyboard interrupt" else Boom
+    with pytest.raises(error):
+        with cg.capture():
+            if stage != "before first op":
+                t = cg.ops.scale(2.0, x)  # pool memory, then the failure
+                cg.ops.add(t, x, out=x)
+                del t
+            raise error()
+    assert np.all(x.get() == 1)
+    del x
+    assert_clean(dev, before)
+
+
+@pytest.mark.parametrize("stage", ["instantiate", "nodes"])
+def test_driver_failure_after_capture_undoes_everything(
+    dev: cg.Device, stage: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = baseline(dev)
+    x = cg.ones(64, "float32")
+    name = {"instantiate": "graph_instantiate", "nodes": "graph_nodes"}[stage]
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise cg.CudaError(2, "CUDA_ERROR_OUT_OF_MEMORY", "cuGraphInstantiate", "injected")
+
+    monkeypatch.setattr(dev.backend, name, broken)
+    with pytest.raises(cg.CudaError, match="injected"):
+        with cg.capture():
+            t = cg.ops.scale(2.0, x)
+            cg.ops.add(t, x, out=x)
+            del t
+    monkeypatch.undo()
+    del x
+    assert_clean(dev, before)
+
+
+def test_failure_in_upload_leaves_graph_usable(dev: cg.Device, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = baseline(dev)
+    x = cg.ones(64, "float32")
+    with cg.capture() as g:
+        t = cg.ops.scale(2.0, x)
+        cg.ops.add(t, x, out=x)
+        del t
+
+    def broken(*args: object) -> None:
+        raise cg.CudaError(2, "CUDA_ERROR_OUT_OF_MEMORY", "cuGraphUpload", "injected")
+
+    monkeypatch.setattr(dev.backend, "graph_upload", broken)
+    with pytest.raises(cg.CudaError, match="injected"):
+        g.upload()
+    monkeypatch.undo()
+    g.upload()
+    g.replay()
+    assert np.all(x.get() == 3)
+    g.close()
+    del x
+    assert_clean(dev, before)
+
+
+def test_close_is_idempotent_and_final(dev: cg.Device) -> None:
+    before = baseline(dev)
+    x = cg.ones(8, "float32")
+    with cg.capture() as g:
+        cg.ops.scale(2.0, x, out=x)
+    g.replay()
+    g.close()
+    g.close()
+    assert g.state == "closed"
+    with pytest.raises(RuntimeError, match="this graph is closed"):
+        g.replay()
+    with pytest.raises(TypeError, match="made by cg.capture"):
+        cg.Graph()
+    with cg.capture() as g2:
+        cg.ops.scale(2.0, x, out=x)
+    del g2  # garbage collection closes it
+    gc.collect()
+    assert np.all(x.get() == 2)
+    del x
+    assert_clean(dev, before)
+
+
+def test_refcount_of_inputs_drops_after_close(dev: cg.Device) -> None:
+    x = cg.ones(8, "float32")
+    start = sys.getrefcount(x)
+    with cg.capture() as g:
+        cg.ops.scale(2.0, x, out=x)
+    assert sys.getrefcount(x) > start
+    g.close()
+    gc.collect()
+    assert sys.getrefcount(x) == start
