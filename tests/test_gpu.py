@@ -66,3 +66,67 @@ def test_dlpack_with_consumer_stream(cuda: cg.Device) -> None:
         t = torch.from_dlpack(x)  # torch passes its stream; we order it after our work
         total = float(t.sum())
     assert total == 2000.0
+
+
+def test_cupy_and_torch_kernels_inside_capture_replay_correctly(cuda: cg.Device) -> None:
+    cp = pytest.importorskip("cupy")
+    torch = pytest.importorskip("torch")
+    cg.ops.preload(["float32"], cuda)
+    source = 'extern "C" __global__ void twice(float* p, int n) { int i = threadIdx.x; if (i < n) p[i] *= 2.0f; }'
+    raw = cp.RawKernel(source, "twice")
+    data = np.random.default_rng(8).standard_normal(64).astype(np.float32)
+    x = cg.asarray(data)
+    cx = cp.asarray(x)  # zero-copy view of x
+    tx = torch.from_dlpack(x)  # zero-copy view of x
+    s = cuda.create_stream()
+    cp_stream = cp.cuda.ExternalStream(s.handle)
+    torch_stream = torch.cuda.ExternalStream(s.handle)
+    with cp_stream:
+        raw((1,), (64,), (cx, np.int32(64)))  # compile outside the capture
+    s.wait(cuda.stream)
+    s.synchronize()
+    x.set(data)
+    cuda.stream.synchronize()
+    with cg.capture(stream=s) as g:
+        with cp_stream:
+            raw((1,), (64,), (cx, np.int32(64)))  # CuPy kernel: x *= 2
+        with torch.cuda.stream(torch_stream):
+            tx.add_(1.0)  # PyTorch op on a preallocated tensor: x += 1
+        cg.ops.scale(3.0, x, out=x, stream=s)  # ours: x *= 3
+    assert len(g.nodes) == 3 and all(n.type == "kernel" for n in g.nodes)
+    s.synchronize()
+    np.testing.assert_array_equal(x.get(stream=s), data)  # capture ran nothing
+    ref = data.copy()
+    for _ in range(2):
+        g.replay()
+        ref = (ref * 2 + 1) * 3
+    s.synchronize()
+    np.testing.assert_allclose(x.get(stream=s), ref, rtol=1e-6)
+    g.close()
+    s.close()
+
+
+def test_soak_100k_replays_with_scalar_updates(cuda: cg.Device) -> None:
+    cg.ops.preload(["float64"], cuda)
+    rng = np.random.default_rng(9)
+    x_h = rng.integers(-5, 6, 256).astype(np.float64)  # sums stay exact in float64
+    x, y = cg.asarray(x_h), cg.zeros(256, "float64")
+    s = cg.DeviceScalar(0.0, "float64")
+    with cg.capture() as g:
+        cg.ops.axpy(s, x, y)
+    g.upload()
+    cuda.synchronize()
+    free_before = cuda.mem_info()[0]
+    stats_before = cuda.allocator.stats()
+    total = 0
+    for i in range(100_000):
+        v = i % 7 - 3
+        s.set(v)
+        g.replay()
+        total += v
+    cuda.synchronize()
+    np.testing.assert_array_equal(y.get(), total * x_h)
+    assert g.replays == 100_000
+    assert cuda.allocator.stats() == stats_before
+    assert cuda.mem_info()[0] == free_before
+    g.close()

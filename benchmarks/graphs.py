@@ -1,0 +1,219 @@
+"""Graph benchmarks: cudagraphs against raw CUDA C, PyTorch, CuPy and cuda.core.
+
+For graphs of 10, 100 and 1000 one-thread kernels (``p[0] += 1``) it measures,
+per framework, in one process with the contenders interleaved:
+
+* capture: capture + instantiate time of the graph (ms);
+* per node: GPU time per node over back-to-back replays (µs);
+* call: host time of one replay call (µs), the median of single calls timed
+  while the GPU still has room in its queue.
+
+Run alone (``python benchmarks/graphs.py``) or through ``benchmarks/run.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "src"))
+import cudagraphs as cg  # noqa: E402
+
+TINY = 'extern "C" __global__ void inc(float* p) { p[0] += 1.0f; }'
+SIZES = (10, 100, 1000)
+
+# a framework: build(n) -> (replay, sync); build also returns after instantiating
+Framework = Callable[[int], tuple[Callable[[], None], Callable[[], None]]]
+
+
+def ours() -> Framework:
+    dev = cg.Device(0)
+    k = cg.Kernel(TINY, "inc", host=lambda p: p.__iadd__(1))
+    cg.preload([k], dev)
+    x = cg.zeros(1, "float32")
+    graphs: list[cg.Graph] = []
+
+    def build(n: int) -> tuple[Callable[[], None], Callable[[], None]]:
+        with cg.capture() as g:
+            for _ in range(n):
+                k.launch(1, 1, x)
+        graphs.append(g)
+        g.upload()
+        return g.replay, dev.stream.synchronize
+
+    return build
+
+
+def torch_fw() -> Framework | None:
+    try:
+        import torch
+    except ImportError:
+        return None
+    t = torch.zeros(1, device="cuda")
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        t.add_(1)
+    torch.cuda.synchronize()
+
+    def build(n: int) -> tuple[Callable[[], None], Callable[[], None]]:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=s):
+            for _ in range(n):
+                t.add_(1)
+        return g.replay, torch.cuda.synchronize
+
+    return build
+
+
+def cupy_fw() -> Framework | None:
+    try:
+        import cupy as cp
+    except ImportError:
+        return None
+    raw = cp.RawKernel(TINY, "inc")
+    cx = cp.zeros(1, cp.float32)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        raw((1,), (1,), (cx,))
+    stream.synchronize()
+
+    def build(n: int) -> tuple[Callable[[], None], Callable[[], None]]:
+        with stream:
+            stream.begin_capture()
+            for _ in range(n):
+                raw((1,), (1,), (cx,))
+            g = stream.end_capture()
+        g.upload(stream)
+        return (lambda: g.launch(stream)), stream.synchronize
+
+    return build
+
+
+def cuda_core_fw() -> Framework | None:
+    try:
+        from cuda.core import Device, LaunchConfig, Program, ProgramOptions, launch
+    except ImportError:
+        return None
+    dev = Device(0)
+    dev.set_current()
+    stream = dev.create_stream()
+    cc = "".join(map(str, cg.Device(0).compute_capability))
+    kern = Program(TINY, "c++", ProgramOptions(arch=f"sm_{cc}")).compile("cubin").get_kernel("inc")
+    cfg = LaunchConfig(grid=1, block=1)
+    y = cg.zeros(1, "float32")
+    arg = np.uintp(y.ptr)
+
+    def build(n: int) -> tuple[Callable[[], None], Callable[[], None]]:
+        gb = dev.create_graph_builder().begin_building()
+        for _ in range(n):
+            launch(gb, cfg, kern, arg)
+        gb.end_building()
+        graph = gb.complete()
+        graph.upload(stream)
+        return (lambda: graph.launch(stream)), stream.sync
+
+    return build
+
+
+def raw_c() -> dict[int, dict[str, float]]:
+    import shutil
+
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    if cg.backend() != "cuda" or not Path(nvcc).exists():
+        return {}
+    cc = "".join(map(str, cg.Device(0).compute_capability))
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = Path(tmp) / "graph"
+        subprocess.run([nvcc, "-O2", f"-arch=sm_{cc}", str(HERE / "raw" / "graph.cu"), "-o", str(exe)],
+                       check=True, capture_output=True, text=True)
+        lines = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    rows = [json.loads(line) for line in lines.splitlines() if line.strip()]
+    return {r["nodes"]: r for r in rows}
+
+
+def _per_node(replay: Callable[[], None], sync: Callable[[], None], n: int) -> float:
+    reps = max(20, 20000 // n)
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        replay()
+    sync()
+    return (time.perf_counter() - t0) / reps / n * 1e6
+
+
+def _call(replay: Callable[[], None], sync: Callable[[], None]) -> float:
+    times = []
+    sync()
+    for _ in range(30):
+        t0 = time.perf_counter()
+        replay()
+        times.append(time.perf_counter() - t0)
+    sync()
+    return statistics.median(times) * 1e6
+
+
+def run(rounds: int = 5, sizes: tuple[int, ...] = SIZES) -> dict[str, dict[str, float]]:
+    """{benchmark name: {contender: median}} for every size and metric."""
+    frameworks = {"cudagraphs": ours()}
+    if cg.backend() == "cuda":
+        for name, make in (("PyTorch CUDAGraph", torch_fw), ("CuPy Graph", cupy_fw),
+                           ("cuda.core GraphBuilder", cuda_core_fw)):
+            try:
+                fw = make()
+            except Exception as exc:  # a peer that cannot run here is reported, not fatal
+                print(f"# {name} skipped: {exc}", file=sys.stderr)
+                fw = None
+            if fw is not None:
+                frameworks[name] = fw
+    results: dict[str, dict[str, float]] = {}
+    for n in sizes:
+        samples: dict[str, dict[str, list[float]]] = {
+            m: {f: [] for f in frameworks} for m in ("capture", "node", "call")
+        }
+        for _ in range(rounds):
+            for fname, build in frameworks.items():
+                t0 = time.perf_counter()
+                replay, sync = build(n)
+                samples["capture"][fname].append((time.perf_counter() - t0) * 1e3)
+                for _ in range(3):
+                    replay()
+                samples["node"][fname].append(_per_node(replay, sync, n))
+                samples["call"][fname].append(_call(replay, sync))
+        results[f"capture+instantiate {n} launches (ms)"] = {f: statistics.median(v) for f, v in samples["capture"].items()}
+        results[f"replay per node, {n}-node graph (µs GPU)"] = {f: statistics.median(v) for f, v in samples["node"].items()}
+        results[f"replay call, {n}-node graph (µs CPU)"] = {f: statistics.median(v) for f, v in samples["call"].items()}
+    for n, row in raw_c().items():
+        if n in sizes:
+            results[f"capture+instantiate {n} launches (ms)"]["raw CUDA C"] = row["capture_ms"]
+            results[f"replay per node, {n}-node graph (µs GPU)"]["raw CUDA C"] = row["per_node_us"]
+            results[f"replay call, {n}-node graph (µs CPU)"]["raw CUDA C"] = row["call_us"]
+    return results
+
+
+TARGETS = {
+    "replay per node": 0.85, "replay call, 10-node": 1.6, "replay call, 1000-node": 3.6,
+    "capture+instantiate 1000": 2.5,
+}
+
+
+def target_for(bench: str) -> float | None:
+    """The DESIGN.md section 6 target for a benchmark name, if it has one."""
+    for key, value in TARGETS.items():
+        if bench.startswith(key):
+            return value
+    return None
+
+
+if __name__ == "__main__":
+    out: dict[str, Any] = run(rounds=3)
+    print(json.dumps(out, indent=2))
