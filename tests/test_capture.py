@@ -230,6 +230,12 @@ def test_graph_policy(dev: cg.Device, rng: np.random.Generator) -> None:
     g.replay()
     np.testing.assert_allclose(y.get(), 3 * x_h, rtol=1e-6)
     g.close()
+    before = baseline(dev)
+    with pytest.raises(cg.CaptureError, match=r"1 array\(s\) allocated under alloc='graph' are still alive"):
+        with cg.capture(alloc="graph"):
+            escaped = cg.ops.scale(2.0, x)
+    del escaped
+    assert_clean(dev, before)
 
 
 # lifetime and host data -----------------------------------------------------------

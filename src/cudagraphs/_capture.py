@@ -78,6 +78,7 @@ class Capture:
             )
         if self.alloc == "graph":
             ptr = self.device.backend.mem_alloc(self.device.index, nbytes, self.stream._raw)
+            self.graph_memory.live.add(ptr)
             return ptr, self.graph_memory
         return self.pool.allocate(nbytes), self.pool
 
@@ -103,17 +104,22 @@ class Capture:
 
 
 class _GraphMemory:
-    """Owner of alloc='graph' blocks: a free during capture records a free node."""
+    """Owner of alloc='graph' blocks: scratch memory of the graph.
+
+    A block freed during the capture records a free node. A block still
+    alive when the capture ends would point at memory the driver frees at
+    the next launch, so the capture refuses to end that way.
+    """
 
     def __init__(self, capture: Capture) -> None:
         self.capture = capture
+        self.live: set[int] = set()
 
     def release(self, ptr: int, streams: object) -> None:
         cap = self.capture
+        self.live.discard(ptr)
         if cap.device.captures.get(cap.stream.handle) is cap:
             cap.device.backend.mem_free(ptr, cap.stream._raw)
-        # after the capture the graph owns it: freed at the next launch
-        # (auto-free on launch) or when the graph is destroyed
 
 
 def keep(device: Device, stream: Stream, objs: Any) -> None:
@@ -231,6 +237,13 @@ class _CaptureContext:
                 raise end_error
             if cap.invalid is not None:
                 raise CaptureInvalidatedError(cap.invalid)
+            if cap.graph_memory.live:
+                raise CaptureError(
+                    f"{len(cap.graph_memory.live)} array(s) allocated under alloc='graph' are "
+                    "still alive at the end of the capture: graph memory is scratch memory, "
+                    "freed by the graph; delete them inside the capture, or allocate outputs "
+                    "before capturing or with alloc='pool'"
+                )
             nodes = backend.graph_nodes(raw_graph)
             if not nodes:
                 raise CaptureError(
@@ -288,7 +301,9 @@ def capture(
         private pool per graph).
     alloc : {"pool", "forbid", "graph"}
         Allocations during capture come from the pool, raise CaptureError,
-        or become driver-managed graph allocations freed on the next launch.
+        or become driver-managed graph memory (allocation and free nodes,
+        freed on the next launch): scratch memory that must be deleted
+        before the capture ends.
 
     Raises
     ------

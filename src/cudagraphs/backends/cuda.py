@@ -406,7 +406,8 @@ class CudaBackend:
             if name == "kernel":
                 params = _check(drv.cuGraphKernelNodeGetParams(node), "cuGraphKernelNodeGetParams")
                 res, fname = drv.cuFuncGetName(params.func)
-                label = fname.decode() if not res and fname else ""
+                if not res and fname:
+                    label = fname.decode() if isinstance(fname, bytes) else str(fname)
             out.append((name, label))
         return out
 
