@@ -39,6 +39,7 @@ from .backends.base import CAPTURE_MODES, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
 __all__ = ["Capture", "capture", "capture_status", "is_capturing"]
 
 ALLOC_POLICIES = ("pool", "forbid", "graph")
+_BY_VALUE = (int, float, complex, bytes, np.generic, type(None))
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -131,11 +132,15 @@ def keep(device: Device, stream: Stream, objs: Any) -> None:
     within the capture.
     """
     capture = device.captures.get(stream.handle)
-    if capture is not None:
-        own = (capture.pool, capture.graph_memory)
-        capture.keep.extend(
-            o for o in objs if not (hasattr(o, "_block") and o._block._ref.owner in own)
-        )
+    if capture is None:
+        return
+    kept, pool, graph_memory = capture.keep, capture.pool, capture.graph_memory
+    for o in objs:
+        if isinstance(o, _BY_VALUE):
+            continue  # numbers and structs are copied into the graph
+        block = getattr(o, "_block", None)
+        if block is None or (block._ref.owner is not pool and block._ref.owner is not graph_memory):
+            kept.append(o)
 
 
 def capture_for(device: Device, stream: Stream) -> Capture | None:

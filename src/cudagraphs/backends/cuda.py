@@ -28,6 +28,7 @@ __all__ = ["CudaBackend", "NvrtcUnavailable", "nvrtc_compile"]
 
 CUDA_ERROR_INVALID_CONTEXT = 201
 _drv: Any = None
+_graph_launch: Any = None  # cuGraphLaunch, bound when the backend starts
 
 
 class NvrtcUnavailable(RuntimeError):
@@ -177,6 +178,8 @@ class CudaBackend:
             raise BackendUnavailableError(f"no CUDA driver on this machine: {exc}") from exc
         if count < 1:
             raise BackendUnavailableError("the CUDA driver reports no GPU")
+        global _graph_launch
+        _graph_launch = drv.cuGraphLaunch
         self._count = count
         self._lock = threading.Lock()
         self._ctx: dict[int, Any] = {}
@@ -419,8 +422,10 @@ class CudaBackend:
     def graph_upload(self, exec_: Any, stream: Any) -> None:
         _check(_driver().cuGraphUpload(exec_, stream), "cuGraphUpload")
 
-    def graph_launch(self, exec_: Any, stream: Any) -> None:
-        (err,) = _driver().cuGraphLaunch(exec_, stream)
+    @staticmethod
+    def graph_launch(exec_: Any, stream: Any) -> None:
+        # the replay hot path: a plain function, the driver call bound once
+        (err,) = _graph_launch(exec_, stream)
         if err:
             _raise(err, "cuGraphLaunch")
 
