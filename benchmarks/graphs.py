@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +26,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
 import cudagraphs as cg  # noqa: E402
+import rawc  # noqa: E402
 
 TINY = 'extern "C" __global__ void inc(float* p) { p[0] += 1.0f; }'
 SIZES = (10, 100, 1000)
@@ -126,18 +125,9 @@ def cuda_core_fw() -> Framework | None:
 
 
 def raw_c() -> dict[int, dict[str, float]]:
-    import shutil
-
-    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
-    if cg.backend() != "cuda" or not Path(nvcc).exists():
-        return {}
-    cc = "".join(map(str, cg.Device(0).compute_capability))
-    with tempfile.TemporaryDirectory() as tmp:
-        exe = Path(tmp) / "graph"
-        subprocess.run([nvcc, "-O2", f"-arch=sm_{cc}", str(HERE / "raw" / "graph.cu"), "-o", str(exe)],
-                       check=True, capture_output=True, text=True)
-        lines = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
-    rows = [json.loads(line) for line in lines.splitlines() if line.strip()]
+    """The raw CUDA C graph baseline, by graph size (empty without nvcc or a GPU)."""
+    out = rawc.run("graph.cu")
+    rows = [json.loads(line) for line in "".join(out).splitlines() if line.strip()]
     return {r["nodes"]: r for r in rows}
 
 

@@ -13,13 +13,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +30,7 @@ TINY = 'extern "C" __global__ void inc(float* p) { p[0] += 1.0f; }'
 TARGETS = {"eager launch": 3.7, "alloc+free": 0.5}  # DESIGN.md section 6, microseconds
 sys.path.insert(0, str(HERE))
 import graphs  # noqa: E402
+import rawc  # noqa: E402
 Contender = tuple[str, Callable[[], None], Callable[[], None], bool]  # name, call, sync, ours
 
 
@@ -122,18 +119,9 @@ def alloc_contenders() -> list[Contender]:
 
 
 def raw_c(n: int) -> dict[str, float]:
-    """Run the raw CUDA C baseline (empty when nvcc or a GPU is missing)."""
-    nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
-    if cg.backend() != "cuda" or nvcc is None:
-        return {}
-    cc = "".join(map(str, cg.Device(0).compute_capability))
-    with tempfile.TemporaryDirectory() as tmp:
-        exe = Path(tmp) / "launch_alloc"
-        subprocess.run([nvcc, "-O2", f"-arch=sm_{cc}", str(HERE / "raw" / "launch_alloc.cu"), "-o", str(exe)],
-                       check=True, capture_output=True, text=True)
-        results = [json.loads(subprocess.run([str(exe), str(n)], check=True, capture_output=True,
-                                             text=True).stdout) for _ in range(3)]
-    return {k: statistics.median(r[k] for r in results) for k in results[0]}
+    """The raw CUDA C eager/alloc baseline (empty when nvcc or a GPU is missing)."""
+    results = [json.loads(out) for out in rawc.run("launch_alloc.cu", (str(n),), repeats=3)]
+    return {k: statistics.median(r[k] for r in results) for k in results[0]} if results else {}
 
 
 def measure(contenders: list[Contender], n: int, rounds: int) -> dict[str, float]:
