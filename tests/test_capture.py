@@ -406,7 +406,7 @@ def test_driver_failure_after_capture_undoes_everything(
 ) -> None:
     before = baseline(dev)
     x = cg.ones(64, "float32")
-    name = {"instantiate": "graph_instantiate", "nodes": "graph_nodes"}[stage]
+    name = {"instantiate": "graph_instantiate", "nodes": "graph_node_count"}[stage]
 
     def broken(*args: object, **kwargs: object) -> None:
         raise cg.CudaError(2, "CUDA_ERROR_OUT_OF_MEMORY", "cuGraphInstantiate", "injected")

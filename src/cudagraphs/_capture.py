@@ -249,13 +249,12 @@ class _CaptureContext:
                     "freed by the graph; delete them inside the capture, or allocate outputs "
                     "before capturing or with alloc='pool'"
                 )
-            nodes = backend.graph_nodes(raw_graph)
-            if not nodes:
+            if not backend.graph_node_count(raw_graph):
                 raise CaptureError(
                     f"the capture on stream 0x{self.stream.handle:x} recorded nothing: queue "
                     "kernels, copies or memsets on the captured stream inside the block"
                 )
-            graph._instantiate(raw_graph, nodes, cap, auto_free=cap.alloc == "graph")
+            graph._instantiate(raw_graph, cap, auto_free=cap.alloc == "graph")
         except BaseException:
             _undo(cap, raw_graph)
             graph._fail()

@@ -67,7 +67,7 @@ class Graph:
     """
 
     __slots__ = ("device", "stream", "output", "replays", "pool", "state", "_nodes", "_exec",
-                 "_streams", "_launch", "_uploaded", "_finalizer", "__weakref__")
+                 "_raw_graph", "_streams", "_launch", "_uploaded", "_finalizer", "__weakref__")
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("Graph objects are made by cg.capture(), not directly")
@@ -77,20 +77,20 @@ class Graph:
         g = object.__new__(cls)
         g.device, g.stream, g.pool = device, stream, pool
         g.output, g.replays, g.state = None, 0, "capturing"
-        g._nodes: tuple[Node, ...] = ()
+        g._nodes: tuple[Node, ...] | None = None  # read from the driver on first use
         g._exec = None
+        g._raw_graph = None
         g._streams = [stream]
         g._launch = device.backend.graph_launch
         g._uploaded = False
         g._finalizer = None
         return g
 
-    def _instantiate(self, raw_graph: Any, nodes: list[tuple[str, str]], cap: Capture,
-                     auto_free: bool) -> None:
+    def _instantiate(self, raw_graph: Any, cap: Capture, auto_free: bool) -> None:
         backend = self.device.backend
         exec_ = backend.graph_instantiate(raw_graph, auto_free)
         self._exec = exec_
-        self._nodes = tuple(Node(i, kind, name) for i, (kind, name) in enumerate(nodes))
+        self._raw_graph = raw_graph
         keep, staged = list(cap.keep), list(cap.staged)
         cap.keep.clear()
         cap.staged.clear()
@@ -145,15 +145,25 @@ class Graph:
     # inspection -------------------------------------------------------------------
     @property
     def nodes(self) -> tuple[Node, ...]:
-        """The graph's nodes with their types (kernel nodes carry the kernel's name)."""
+        """The graph's nodes with their types (kernel nodes carry the kernel's name).
+
+        Read from the driver on first use (a graph that was closed before
+        that has none to show).
+        """
+        if self._nodes is None:
+            if self.state != "ready":
+                return ()
+            found = self.device.backend.graph_nodes(self._raw_graph)
+            self._nodes = tuple(Node(i, kind, name) for i, (kind, name) in enumerate(found))
         return self._nodes
 
     def summary(self) -> str:
         """One line: state, node counts by type, replays and pool memory."""
-        counts = collections.Counter(n.type for n in self._nodes)
+        nodes = self.nodes
+        counts = collections.Counter(n.type for n in nodes)
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "no nodes"
         return (f"Graph ({self.state}) on {self.device.backend.name}:{self.device.index}: "
-                f"{len(self._nodes)} nodes ({kinds}); {self.replays} replays; "
+                f"{len(nodes)} nodes ({kinds}); {self.replays} replays; "
                 f"pool {self.pool.reserved} B")
 
     def close(self) -> None:
@@ -161,6 +171,7 @@ class Graph:
         if self._finalizer is not None:
             self._finalizer()
         self._exec = None
+        self._raw_graph = None
         if self.state == "ready":
             self.state = "closed"
 
@@ -171,4 +182,4 @@ class Graph:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<cudagraphs.Graph {self.state}, {len(self._nodes)} nodes, {self.replays} replays>"
+        return f"<cudagraphs.Graph {self.state}, {len(self.nodes)} nodes, {self.replays} replays>"

@@ -397,9 +397,12 @@ class CudaBackend:
         )
         return base.CAPTURE_MODES[int(old)]
 
+    def graph_node_count(self, graph: Any) -> int:
+        return int(_check(_driver().cuGraphGetNodes(graph, 0), "cuGraphGetNodes")[1])
+
     def graph_nodes(self, graph: Any) -> list[tuple[str, str]]:
         drv = _driver()
-        _, count = _check(drv.cuGraphGetNodes(graph, 0), "cuGraphGetNodes")
+        count = self.graph_node_count(graph)
         nodes, _ = _check(drv.cuGraphGetNodes(graph, count), "cuGraphGetNodes")
         out = []
         for node in nodes[:count]:

@@ -424,6 +424,9 @@ class SimBackend:
         self._thread.mode = mode
         return old
 
+    def graph_node_count(self, graph: _SimGraph) -> int:
+        return len(self._live(graph, "cuGraphGetNodes").nodes)
+
     def graph_nodes(self, graph: _SimGraph) -> list[tuple[str, str]]:
         self._live(graph, "cuGraphGetNodes")
         return [(kind, label) for kind, label, _ in graph.nodes]
