@@ -203,8 +203,8 @@ class _CaptureContext:
         stream._live()
         if stream.handle in device.captures or device.backend.capture_status(stream._raw) != "none":
             raise CaptureError(
-                f"{stream} is already being captured; one capture per stream at a time: "
-                "capture on another stream (device.create_stream())"
+                f"stream 0x{stream.handle:x} is already being captured; one capture per "
+                "stream at a time: capture on another stream (device.create_stream())"
             )
         cap = Capture(device, stream, self.mode, self.pool, self.alloc)
         self.pool.acquire()
@@ -229,15 +229,17 @@ class _CaptureContext:
             end_error = err
         finally:
             device.captures.pop(self.stream.handle, None)
+        if exc_type is not None:  # the user's error wins; returning False re-raises it
+            _undo(cap, raw_graph)
+            graph._fail()
+            return False
         try:
-            if exc_type is not None:
-                raise exc  # type: ignore[misc]  # the user's error wins
             if end_error is not None:
                 if end_error.code == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED:
                     raise CaptureInvalidatedError(
-                        cap.invalid or f"the driver invalidated the capture on {self.stream}: "
-                        "a call that cannot be recorded (a synchronize, a host copy, a query) "
-                        "was made while it was capturing"
+                        cap.invalid or f"the driver invalidated the capture on stream "
+                        f"0x{self.stream.handle:x}: a call that cannot be recorded (a "
+                        "synchronize, a host copy, a query) was made while it was capturing"
                     ) from end_error
                 raise end_error
             if cap.invalid is not None:
