@@ -62,6 +62,22 @@ int main() {
         std::sort(calls.begin(), calls.end());
         printf("{\"nodes\": %d, \"capture_ms\": %.4f, \"per_node_us\": %.4f, \"call_us\": %.4f}\n",
                n, caps[1], per_node, calls[calls.size() / 2]);
+        if (n == 1000) {  // whole-graph update from a fresh, topology-identical capture
+            std::vector<double> ups;
+            for (int rep = 0; rep < 5; ++rep) {
+                cudaGraph_t g2;
+                CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+                for (int i = 0; i < n; ++i) inc<<<1, 1, 0, s>>>(p);
+                CHECK(cudaStreamEndCapture(s, &g2));
+                cudaGraphExecUpdateResultInfo info;
+                double u0 = now_us();
+                CHECK(cudaGraphExecUpdate(exec, g2, &info));
+                ups.push_back((now_us() - u0) / 1000.0);
+                CHECK(cudaGraphDestroy(g2));
+            }
+            std::sort(ups.begin(), ups.end());
+            printf("{\"update_nodes\": %d, \"update_ms\": %.4f}\n", n, ups[2]);
+        }
         CHECK(cudaGraphExecDestroy(exec));
     }
     CHECK(cudaGetLastError());

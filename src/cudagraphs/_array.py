@@ -439,7 +439,7 @@ def zeros(
         if a.device.captures:
             from ._capture import keep
 
-            keep(a.device, s, (a,))
+            keep(a.device, s, (a,), "memset")
     return a
 
 

@@ -65,6 +65,7 @@ class Capture:
         self.alloc = alloc
         self.thread = threading.get_ident()
         self.keep: list[Any] = []  # what the graph must keep alive
+        self.trace: list[tuple[str, str]] = []  # (node type, kernel name) of our work
         self.staged: list[Any] = []  # pinned buffers holding captured host data
         self.graph_memory = _GraphMemory(self)  # owner of alloc="graph" blocks
         self.invalid: str | None = None  # why the capture can no longer succeed
@@ -123,8 +124,11 @@ class _GraphMemory:
             cap.device.backend.mem_free(ptr, cap.stream._raw)
 
 
-def keep(device: Device, stream: Stream, objs: Any) -> None:
-    """Record ``objs`` as used by work queued on ``stream`` (if it is captured).
+def keep(device: Device, stream: Stream, objs: Any, kind: str = "kernel", name: str = "") -> None:
+    """Record work queued on ``stream`` if it is captured: ``objs`` it uses, its node.
+
+    ``kind`` and ``name`` (node type, kernel name) go into the capture's
+    trace, which :meth:`Graph.update` compares before asking the driver.
 
     Arrays of the capture's own memory (its pool, its graph allocations)
     are not kept: that memory stays reserved for the graph anyway, and a
@@ -134,6 +138,7 @@ def keep(device: Device, stream: Stream, objs: Any) -> None:
     capture = device.captures.get(stream.handle)
     if capture is None:
         return
+    capture.trace.append((kind, name))
     kept, pool, graph_memory = capture.keep, capture.pool, capture.graph_memory
     for o in objs:
         if isinstance(o, _BY_VALUE):
@@ -175,7 +180,7 @@ class _CaptureContext:
 
     def __init__(
         self, device: Device | None, stream: Stream | None, mode: str,
-        pool: GraphPool | None, alloc: str,
+        pool: GraphPool | None, alloc: str, instantiate: bool = True,
     ) -> None:
         if mode not in CAPTURE_MODES:
             raise ValueError(f"mode must be one of {CAPTURE_MODES}, got {mode!r}")
@@ -195,6 +200,7 @@ class _CaptureContext:
             raise ValueError(f"pool is on {pool.device}, the capture on {device}")
         self.device, self.stream, self.mode, self.alloc = device, stream, mode, alloc
         self.pool = pool if pool is not None else GraphPool(device)
+        self.instantiate = bool(instantiate)
         self.capture: Capture | None = None
         self.graph: Graph | None = None
 
@@ -256,7 +262,7 @@ class _CaptureContext:
                     f"the capture on stream 0x{self.stream.handle:x} recorded nothing: queue "
                     "kernels, copies or memsets on the captured stream inside the block"
                 )
-            graph._instantiate(raw_graph, cap, auto_free=cap.alloc == "graph")
+            graph._instantiate(raw_graph, cap, cap.alloc == "graph", self.instantiate)
         except BaseException:
             _undo(cap, raw_graph)
             graph._fail()
@@ -280,7 +286,7 @@ def _undo(cap: Capture, raw_graph: Any) -> None:
 def capture(
     fn: Callable[..., Any] | None = None, *args: Any, device: Device | None = None,
     stream: Stream | None = None, mode: str = "thread_local", pool: GraphPool | None = None,
-    alloc: str = "pool",
+    alloc: str = "pool", instantiate: bool = True,
 ) -> Any:
     """Capture work queued on a stream into a :class:`Graph`.
 
@@ -310,6 +316,10 @@ def capture(
         or become driver-managed graph memory (allocation and free nodes,
         freed on the next launch): scratch memory that must be deleted
         before the capture ends.
+    instantiate : bool
+        False leaves the graph in state "captured": not replayable until
+        ``g.instantiate()``, but usable as the source of ``other.update(g)``
+        without paying for an instantiation.
 
     Raises
     ------
@@ -319,7 +329,7 @@ def capture(
     CaptureInvalidatedError
         If the capture was invalidated (by such work, or by the driver).
     """
-    ctx = _CaptureContext(device, stream, mode, pool, alloc)
+    ctx = _CaptureContext(device, stream, mode, pool, alloc, instantiate)
     if fn is None:
         if args:
             raise TypeError("capture() takes positional arguments only with a function to call")

@@ -70,7 +70,7 @@ def to_device(x: DeviceArray, value: Any, stream: Stream | None) -> None:
         # a graph re-reads its source on every replay: snapshot the data now
         # into pinned memory the graph owns
         host = capture.stage(host)
-        keep(device, stream, (target,))
+        keep(device, stream, (target,), "memcpy")
     # from pageable memory the driver stages the bytes before returning, so
     # ``host`` may be freed as soon as this call is done
     device.backend.memcpy_htod(target.ptr, host, stream._live())

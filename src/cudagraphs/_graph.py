@@ -4,7 +4,9 @@ A graph owns its driver graph and executable graph, the pinned buffers that
 hold host data staged during capture, and references to every array, scalar,
 host slot and callback its work uses, so replaying never touches freed
 memory. ``close()`` (or garbage collection) waits for the graph's replays,
-then releases all of it. States: capturing -> ready -> closed (or failed).
+then releases all of it. States: capturing -> ready (or captured, when not
+instantiated) -> closed; failed when the capture failed; consumed when
+another graph was updated from it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from ._device import Device, Stream
+from ._errors import UpdateError
 
 if TYPE_CHECKING:
     from ._capture import Capture
@@ -33,21 +36,49 @@ class Node:
     name: str = ""
 
 
-def _destroy(
-    backend: Backend, device: Device, raw_graph: Any, exec_: Any, pool: GraphPool,
-    keep: list[Any], staged: list[int], streams: list[Stream],
-) -> None:
-    # replays still queued may read everything below: wait for them first
+def _wait_for_replays(backend: Backend, device: Device, streams: list[Stream]) -> None:
     for s in streams:
         if not s.closed and s.handle not in device.captures:
             backend.stream_synchronize(s._raw)
-    backend.graph_exec_destroy(exec_)
-    backend.graph_destroy(raw_graph)
+
+
+def _release(backend: Backend, raw_graph: Any, pool: GraphPool, keep: list[Any],
+             staged: list[int], absorbed: list[tuple], streams: list[Stream]) -> None:
+    """Free a driver graph and what its nodes use (and of graphs it absorbed)."""
+    if raw_graph is not None:
+        backend.graph_destroy(raw_graph)
     for ptr in staged:
         backend.host_free(ptr)
     staged.clear()
     keep.clear()
     pool.drop(streams)
+    for entry in absorbed:
+        _release(backend, *entry, streams)
+    absorbed.clear()
+
+
+def _destroy(
+    backend: Backend, device: Device, handles: list[Any], pool: GraphPool,
+    keep: list[Any], staged: list[int], streams: list[Stream], absorbed: list[tuple],
+) -> None:
+    # replays still queued may read everything below: wait for them first
+    _wait_for_replays(backend, device, streams)
+    if handles[1] is not None:
+        backend.graph_exec_destroy(handles[1])
+    _release(backend, handles[0], pool, keep, staged, absorbed, streams)
+
+
+def _difference(mine: tuple, theirs: tuple) -> tuple[str, int] | None:
+    """Why two capture traces are not topology-identical, and where."""
+    for i, ((kind_a, name_a), (kind_b, name_b)) in enumerate(zip(mine, theirs)):
+        if kind_a != kind_b:
+            return f"node {i} is a {kind_a} node in this graph and a {kind_b} node in the source", i
+        if name_a != name_b:
+            return f"node {i} runs kernel {name_a!r} in this graph and {name_b!r} in the source", i
+    if len(mine) != len(theirs):
+        return (f"the topology changed: this graph recorded {len(mine)} nodes, "
+                f"the source {len(theirs)}"), min(len(mine), len(theirs))
+    return None
 
 
 class Graph:
@@ -67,7 +98,8 @@ class Graph:
     """
 
     __slots__ = ("device", "stream", "output", "replays", "pool", "state", "_nodes", "_exec",
-                 "_raw_graph", "_streams", "_launch", "_uploaded", "_finalizer", "__weakref__")
+                 "_handles", "_node_graph", "_trace", "_auto_free", "_absorbed", "_streams",
+                 "_launch", "_uploaded", "_finalizer", "__weakref__")
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("Graph objects are made by cg.capture(), not directly")
@@ -79,26 +111,85 @@ class Graph:
         g.output, g.replays, g.state = None, 0, "capturing"
         g._nodes: tuple[Node, ...] | None = None  # read from the driver on first use
         g._exec = None
-        g._raw_graph = None
+        g._handles = [None, None]  # driver graph, executable graph
+        g._node_graph = None  # the driver graph whose nodes the executable runs
+        g._trace: tuple[tuple[str, str], ...] = ()
+        g._auto_free = False
+        g._absorbed: list[tuple] = []  # graphs this one was updated from
         g._streams = [stream]
         g._launch = device.backend.graph_launch
         g._uploaded = False
         g._finalizer = None
         return g
 
-    def _instantiate(self, raw_graph: Any, cap: Capture, auto_free: bool) -> None:
+    def _instantiate(self, raw_graph: Any, cap: Capture, auto_free: bool, instantiate: bool) -> None:
         backend = self.device.backend
-        exec_ = backend.graph_instantiate(raw_graph, auto_free)
-        self._exec = exec_
-        self._raw_graph = raw_graph
+        self._handles[0] = self._node_graph = raw_graph
+        self._trace = tuple(cap.trace)
+        self._auto_free = auto_free
+        if instantiate:
+            self._handles[1] = self._exec = backend.graph_instantiate(raw_graph, auto_free)
         keep, staged = list(cap.keep), list(cap.staged)
         cap.keep.clear()
         cap.staged.clear()
         self._finalizer = weakref.finalize(
-            self, _destroy, backend, self.device, raw_graph, exec_, self.pool, keep, staged,
-            self._streams,
+            self, _destroy, backend, self.device, self._handles, self.pool, keep, staged,
+            self._streams, self._absorbed,
+        )
+        self.state = "ready" if instantiate else "captured"
+
+    def instantiate(self) -> Graph:
+        """Make a graph captured with ``instantiate=False`` replayable; returns it."""
+        if self.state != "captured":
+            raise RuntimeError(f"this graph is {self.state}; only a captured graph can be instantiated")
+        self._handles[1] = self._exec = self.device.backend.graph_instantiate(
+            self._handles[0], self._auto_free
         )
         self.state = "ready"
+        return self
+
+    def update(self, source: Graph) -> Graph:
+        """Give this graph the parameters of a topology-identical ``source``.
+
+        The driver's whole-graph update: addresses, by-value arguments and
+        copy sizes of ``source`` replace this graph's without instantiating
+        again. ``source`` is consumed: its memory, inputs and staged host data
+        now belong to this graph, and it can no longer be replayed. Capture it
+        with ``instantiate=False`` to skip a useless instantiation.
+
+        Raises
+        ------
+        UpdateError
+            With the reason and the offending node index when the graphs
+            differ (node count, node type, kernel) or the driver refuses; this
+            graph is unchanged and keeps replaying as before.
+        """
+        exec_ = self._ready()
+        if not isinstance(source, Graph):
+            raise TypeError(f"update takes a cudagraphs Graph, got {type(source).__name__}")
+        if source is self:
+            raise ValueError("a graph cannot be updated from itself")
+        if source.device is not self.device:
+            raise ValueError(f"the source graph is on {source.device}, this one on {self.device}")
+        if source.state not in ("ready", "captured"):
+            raise RuntimeError(f"the source graph is {source.state}; it cannot be used for an update")
+        why = _difference(self._trace, source._trace)
+        if why is not None:
+            raise UpdateError(*why)
+        backend = self.device.backend
+        backend.graph_exec_update(exec_, source._handles[0])
+        # the executable now runs the source's parameters: take over what they use
+        _, _, args, _ = source._finalizer.detach()  # type: ignore[misc]
+        _, _, handles, pool, keep, staged, streams, absorbed = args
+        _wait_for_replays(backend, self.device, streams)
+        if handles[1] is not None:
+            backend.graph_exec_destroy(handles[1])
+        self._absorbed.append((handles[0], pool, keep, staged, absorbed))
+        self._node_graph, self._nodes, self._trace = handles[0], None, source._trace
+        source._exec = None
+        source._handles = [None, None]
+        source.state = "consumed"
+        return self
 
     def _fail(self) -> None:
         self.state = "failed"
@@ -106,7 +197,9 @@ class Graph:
     # replay ---------------------------------------------------------------------
     def _ready(self) -> Any:
         if self._exec is None or self.state != "ready":
-            raise RuntimeError(f"this graph is {self.state}; only a ready graph can be replayed")
+            hint = (": call g.instantiate() first, or use it as a source for update()"
+                    if self.state == "captured" else "")
+            raise RuntimeError(f"this graph is {self.state}; only a ready graph can be replayed{hint}")
         return self._exec
 
     def upload(self, stream: Stream | None = None) -> Graph:
@@ -151,9 +244,9 @@ class Graph:
         that has none to show).
         """
         if self._nodes is None:
-            if self.state != "ready":
+            if self.state not in ("ready", "captured"):
                 return ()
-            found = self.device.backend.graph_nodes(self._raw_graph)
+            found = self.device.backend.graph_nodes(self._node_graph)
             self._nodes = tuple(Node(i, kind, name) for i, (kind, name) in enumerate(found))
         return self._nodes
 
@@ -171,8 +264,7 @@ class Graph:
         if self._finalizer is not None:
             self._finalizer()
         self._exec = None
-        self._raw_graph = None
-        if self.state == "ready":
+        if self.state in ("ready", "captured"):
             self.state = "closed"
 
     def __enter__(self) -> Graph:

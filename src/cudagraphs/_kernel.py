@@ -301,7 +301,7 @@ class Kernel:
         """
         self.launcher(device, stream)(stream._live(), grid, block, shared_mem, raw, objs)
         if device.captures:
-            keep(device, stream, objs)
+            keep(device, stream, objs, "kernel", self.name)
 
 
 def _device_of(args: Iterable[Any]) -> Device:

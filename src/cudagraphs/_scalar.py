@@ -150,7 +150,7 @@ class HostSlot:
         stream = self._check(x, stream, "copy_to")
         if x.nbytes:
             self.device.backend.memcpy_htod(x.ptr, self._bytes, stream._live())
-            keep(self.device, stream, (self, x))
+            keep(self.device, stream, (self, x), "memcpy")
         return x
 
     def copy_from(self, x: DeviceArray, *, stream: Stream | None = None) -> None:
@@ -158,7 +158,7 @@ class HostSlot:
         stream = self._check(x, stream, "copy_from")
         if x.nbytes:
             self.device.backend.memcpy_dtoh(self._bytes, x.ptr, stream._live())
-            keep(self.device, stream, (self, x))
+            keep(self.device, stream, (self, x), "memcpy")
 
     def close(self) -> None:
         """Free the pinned memory. Idempotent; graphs that use the slot keep it alive."""

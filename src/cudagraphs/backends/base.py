@@ -36,6 +36,19 @@ NODE_TYPES = (
 )
 """Node type names, in the order of CUDA's ``CUgraphNodeType``."""
 
+UPDATE_REASONS = (
+    "the update succeeded",
+    "the driver refused the update",
+    "the topology changed (node count or dependencies differ)",
+    "a node's type changed",
+    "a kernel node's function changed",
+    "a node's parameters changed in a way that cannot be updated",
+    "a node's type or configuration cannot be updated",
+    "a kernel node's function changed in an unsupported way",
+    "a node's attributes changed",
+)
+"""Why a whole-graph update failed, in the order of ``CUgraphExecUpdateResult``."""
+
 
 @dataclasses.dataclass(frozen=True)
 class DeviceProperties:
@@ -140,6 +153,7 @@ class Backend(Protocol):
     def graph_node_count(self, graph: Handle) -> int: ...
     def graph_nodes(self, graph: Handle) -> list[tuple[str, str]]: ...
     def graph_instantiate(self, graph: Handle, auto_free: bool) -> Handle: ...
+    def graph_exec_update(self, exec_: Handle, graph: Handle) -> None: ...
     def graph_upload(self, exec_: Handle, stream: Handle) -> None: ...
     def graph_launch(self, exec_: Handle, stream: Handle) -> None: ...
     def graph_destroy(self, graph: Handle) -> None: ...

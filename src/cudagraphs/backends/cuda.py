@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from .._config import settings
-from .._errors import BackendUnavailableError, CudaError, KernelCompileError
+from .._errors import BackendUnavailableError, CudaError, KernelCompileError, UpdateError
 from . import base
 from .base import DeviceProperties
 
@@ -421,6 +421,23 @@ class CudaBackend:
         drv = _driver()
         flags = int(drv.CUgraphInstantiate_flags.CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH) if auto_free else 0
         return _check(drv.cuGraphInstantiate(graph, flags), "cuGraphInstantiate")
+
+    def graph_exec_update(self, exec_: Any, graph: Any) -> None:
+        drv = _driver()
+        err, info = drv.cuGraphExecUpdate(exec_, graph)
+        if not err:
+            return
+        if int(err) != int(drv.CUresult.CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE):
+            _raise(err, "cuGraphExecUpdate")
+        result = int(info.result)
+        reason = base.UPDATE_REASONS[result] if result < len(base.UPDATE_REASONS) else f"result {result}"
+        node = None
+        if info.errorNode is not None and int(info.errorNode):
+            count = self.graph_node_count(graph)
+            nodes, _ = _check(drv.cuGraphGetNodes(graph, count), "cuGraphGetNodes")
+            wanted = int(info.errorNode)
+            node = next((i for i, n in enumerate(nodes[:count]) if int(n) == wanted), None)
+        raise UpdateError(reason, node)
 
     def graph_upload(self, exec_: Any, stream: Any) -> None:
         _check(_driver().cuGraphUpload(exec_, stream), "cuGraphUpload")

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .._config import settings
-from .._errors import BackendUnavailableError, CudaError
+from .._errors import BackendUnavailableError, CudaError, UpdateError
 from . import base
 from .base import DeviceProperties
 
@@ -434,6 +434,18 @@ class SimBackend:
     def graph_instantiate(self, graph: _SimGraph, auto_free: bool) -> _SimExec:
         self._live(graph, "cuGraphInstantiate")
         return _SimExec(graph)
+
+    def graph_exec_update(self, exec_: _SimExec, graph: _SimGraph) -> None:
+        """CUDA's checks, then the new nodes: exec keeps the old ones on failure."""
+        self._live(exec_, "cuGraphExecUpdate")
+        self._live(graph, "cuGraphExecUpdate")
+        old, new = exec_.nodes, graph.nodes
+        if len(old) != len(new):
+            raise UpdateError(base.UPDATE_REASONS[2], min(len(old), len(new)))
+        for i, ((kind_a, _, _), (kind_b, _, _)) in enumerate(zip(old, new)):
+            if kind_a != kind_b:
+                raise UpdateError(base.UPDATE_REASONS[3], i)
+        exec_.nodes = list(new)
 
     def graph_upload(self, exec_: _SimExec, stream: _SimStream) -> None:
         self._live(exec_, "cuGraphUpload")

@@ -1,0 +1,132 @@
+"""Whole-graph update: new parameters without re-instantiating, clear refusals."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+from conftest import random_array
+
+import cudagraphs as cg
+from cudagraphs import _graph
+
+
+@pytest.fixture
+def dev(device: cg.Device) -> cg.Device:
+    cg.ops.preload(["float32"], device)
+    return device
+
+
+def axpy_graph(alpha: float, x: cg.DeviceArray, y: cg.DeviceArray, **kw: object) -> cg.Graph:
+    return cg.capture(lambda: cg.ops.axpy(alpha, x, y), **kw)
+
+
+def test_update_repoints_arrays_and_scalars(dev: cg.Device, rng: np.random.Generator) -> None:
+    x1_h, x2_h = random_array(rng, 500, "float32"), random_array(rng, 500, "float32")
+    x1, y1 = cg.asarray(x1_h), cg.zeros(500, "float32")
+    x2, y2 = cg.asarray(x2_h), cg.zeros(500, "float32")
+    g = axpy_graph(2.0, x1, y1)
+    g.replay()
+    source = axpy_graph(3.0, x2, y2, instantiate=False)
+    assert source.state == "captured"
+    with pytest.raises(RuntimeError, match="call g.instantiate\\(\\) first"):
+        source.replay()
+    assert g.update(source) is g
+    assert source.state == "consumed"
+    with pytest.raises(RuntimeError, match="this graph is consumed"):
+        source.replay()
+    del x2, source
+    gc.collect()  # the updated graph keeps the source's inputs alive
+    g.replay()
+    g.replay()
+    np.testing.assert_allclose(y1.get(), 2 * x1_h, rtol=1e-6)  # untouched since the update
+    np.testing.assert_allclose(y2.get(), 6 * x2_h, rtol=1e-6)
+    assert [n.name for n in g.nodes] == ["cg_axpy"]
+    g.close()
+
+
+def test_update_takes_over_the_source_pool(dev: cg.Device, rng: np.random.Generator) -> None:
+    gc.collect()
+    before = dev.allocator.stats()
+    x_h = random_array(rng, 300, "float32")
+    x, out = cg.asarray(x_h), cg.zeros(300, "float32")
+
+    def step(alpha: float) -> None:
+        t = cg.ops.scale(alpha, x)  # pool memory of the capturing graph
+        cg.ops.add(t, x, out=out)
+
+    g = cg.capture(step, 2.0)
+    g.update(cg.capture(step, 5.0, instantiate=False))
+    gc.collect()
+    g.replay()
+    np.testing.assert_allclose(out.get(), 6 * x_h, rtol=1e-6)
+    g.close()
+    del x, out
+    gc.collect()
+    assert dev.allocator.stats().in_use == before.in_use
+
+
+def test_instantiate_a_captured_graph(dev: cg.Device) -> None:
+    x = cg.ones(10, "float32")
+    g = cg.capture(lambda: cg.ops.scale(4.0, x, out=x), instantiate=False)
+    assert g.nodes[0].type == "kernel"
+    g.instantiate().replay()
+    assert np.all(x.get() == 4)
+    with pytest.raises(RuntimeError, match="only a captured graph can be instantiated"):
+        g.instantiate()
+
+
+MISMATCHES = {
+    "node count": (lambda x, y: [cg.ops.axpy(2.0, x, y), cg.ops.axpy(2.0, x, y)],
+                   r"the topology changed: this graph recorded 1 nodes, the source 2", 1),
+    "kernel": (lambda x, y: cg.ops.scale(2.0, x, out=y),
+               r"node 0 runs kernel 'cg_axpy' in this graph and 'cg_scale' in the source", 0),
+    "node type": (lambda x, y: cg.ops.copy(y, x),
+                  r"node 0 is a kernel node in this graph and a memcpy node in the source", 0),
+}
+
+
+@pytest.mark.parametrize("case", MISMATCHES)
+def test_mismatches_raise_and_leave_the_graph_working(dev: cg.Device, rng: np.random.Generator, case: str) -> None:
+    build, message, node = MISMATCHES[case]
+    x_h = random_array(rng, 64, "float32")
+    x, y = cg.asarray(x_h), cg.zeros(64, "float32")
+    g = axpy_graph(2.0, x, y)
+    source = cg.capture(build, x, cg.zeros(64, "float32"), instantiate=False)
+    with pytest.raises(cg.UpdateError, match=message) as info:
+        g.update(source)
+    assert info.value.node == node
+    assert source.state == "captured"  # not consumed by a failed update
+    g.replay()
+    np.testing.assert_allclose(y.get(), 2 * x_h, rtol=1e-6)
+    g.close()
+    source.close()
+
+
+def test_driver_refusal_is_an_update_error(dev: cg.Device, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Differences cudagraphs did not trace (e.g. other libraries' nodes) reach the driver."""
+    monkeypatch.setattr(_graph, "_difference", lambda mine, theirs: None)
+    x, y = cg.ones(16, "float32"), cg.zeros(16, "float32")
+    g = axpy_graph(2.0, x, y)
+    source = cg.capture(lambda: [cg.ops.axpy(1.0, x, y), cg.ops.axpy(1.0, x, y)], instantiate=False)
+    with pytest.raises(cg.UpdateError, match="topology changed") as info:
+        g.update(source)
+    assert "graph update refused" in str(info.value)
+    g.replay()
+    assert np.all(y.get() == 2)
+    g.close()
+    source.close()
+
+
+def test_update_argument_errors(dev: cg.Device) -> None:
+    x = cg.ones(4, "float32")
+    g = cg.capture(lambda: cg.ops.scale(1.0, x, out=x))
+    with pytest.raises(TypeError, match="update takes a cudagraphs Graph"):
+        g.update("graph")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="from itself"):
+        g.update(g)
+    other = cg.capture(lambda: cg.ops.scale(1.0, x, out=x))
+    other.close()
+    with pytest.raises(RuntimeError, match="the source graph is closed"):
+        g.update(other)
