@@ -52,12 +52,12 @@ def test_update_takes_over_the_source_pool(dev: cg.Device, rng: np.random.Genera
     x_h = random_array(rng, 300, "float32")
     x, out = cg.asarray(x_h), cg.zeros(300, "float32")
 
-    def step(alpha: float) -> None:
+    def step(alpha: float, x: cg.DeviceArray, out: cg.DeviceArray) -> None:
         t = cg.ops.scale(alpha, x)  # pool memory of the capturing graph
         cg.ops.add(t, x, out=out)
 
-    g = cg.capture(step, 2.0)
-    g.update(cg.capture(step, 5.0, instantiate=False))
+    g = cg.capture(step, 2.0, x, out)
+    g.update(cg.capture(step, 5.0, x, out, instantiate=False))
     gc.collect()
     g.replay()
     np.testing.assert_allclose(out.get(), 6 * x_h, rtol=1e-6)
