@@ -68,6 +68,10 @@ def _destroy(
     _release(backend, handles[0], pool, keep, staged, absorbed, streams)
 
 
+def _signature(nodes: tuple[Node, ...]) -> tuple[tuple[str, str], ...]:
+    return tuple((n.type, n.name) for n in nodes)
+
+
 def _difference(mine: tuple, theirs: tuple) -> tuple[str, int] | None:
     """Why two capture traces are not topology-identical, and where."""
     for i, ((kind_a, name_a), (kind_b, name_b)) in enumerate(zip(mine, theirs)):
@@ -177,7 +181,14 @@ class Graph:
         if why is not None:
             raise UpdateError(*why)
         backend = self.device.backend
-        backend.graph_exec_update(exec_, source._handles[0])
+        try:
+            backend.graph_exec_update(exec_, source._handles[0])
+        except UpdateError as err:
+            if err.node is None:  # the driver said no without saying where: find it
+                why = _difference(_signature(self.nodes), _signature(source.nodes))
+                if why is not None:
+                    raise UpdateError(*why) from err
+            raise
         # the executable now runs the source's parameters: take over what they use
         _, _, args, _ = source._finalizer.detach()  # type: ignore[misc]
         _, _, handles, pool, keep, staged, streams, absorbed = args

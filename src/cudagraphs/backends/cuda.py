@@ -429,6 +429,8 @@ class CudaBackend:
             return
         if int(err) != int(drv.CUresult.CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE):
             _raise(err, "cuGraphExecUpdate")
+        if info is None:  # cuda.bindings drops the result info when the call fails
+            raise UpdateError(base.UPDATE_REASONS[1])
         result = int(info.result)
         reason = base.UPDATE_REASONS[result] if result < len(base.UPDATE_REASONS) else f"result {result}"
         node = None
