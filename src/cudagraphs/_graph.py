@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import os
+import shutil
+import subprocess
 import weakref
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._device import Device, Stream
@@ -25,6 +29,12 @@ if TYPE_CHECKING:
     from .backends.base import Backend
 
 __all__ = ["Graph", "Node"]
+
+
+_COLORS = {
+    "kernel": "#cfe2ff", "memcpy": "#d1e7dd", "memset": "#fff3cd", "mem_alloc": "#f8d7da",
+    "mem_free": "#f8d7da", "host": "#e2d9f3", "child": "#dee2e6", "conditional": "#ffe5d0",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -260,6 +270,55 @@ class Graph:
             found = self.device.backend.graph_nodes(self._node_graph)
             self._nodes = tuple(Node(i, kind, name) for i, (kind, name) in enumerate(found))
         return self._nodes
+
+    @property
+    def edges(self) -> list[tuple[int, int]]:
+        """Dependencies as (from, to) node indices: ``to`` runs after ``from``."""
+        if self.state not in ("ready", "captured"):
+            return []
+        return self.device.backend.graph_edges(self._node_graph)
+
+    def to_dot(self) -> str:
+        """The graph in Graphviz's DOT language: nodes by type and kernel name, edges."""
+        lines = [
+            "digraph cudagraphs {",
+            '  rankdir=TB; node [shape=box, style="rounded,filled", fontname="Helvetica"];',
+            f'  label="{self.summary()}"; labelloc=t; fontname="Helvetica";',
+        ]
+        for n in self.nodes:
+            text = f"{n.index}: {n.type}" + (f"\\n{n.name}" if n.name else "")
+            lines.append(f'  n{n.index} [label="{text}", fillcolor="{_COLORS.get(n.type, "#eeeeee")}"];')
+        lines.extend(f"  n{a} -> n{b};" for a, b in self.edges)
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the picture to ``path``: ``.dot`` as text, ``.svg``/``.png``/``.pdf`` via Graphviz.
+
+        Raises
+        ------
+        RuntimeError
+            If Graphviz's ``dot`` program is needed but not installed.
+        ValueError
+            For another file suffix.
+        """
+        out = Path(path)
+        fmt = out.suffix.lower().lstrip(".")
+        if fmt == "dot":
+            out.write_text(self.to_dot())
+            return out
+        if fmt not in ("svg", "png", "pdf"):
+            raise ValueError(f"save writes .dot, .svg, .png or .pdf files, got {out.name!r}")
+        dot = shutil.which("dot")
+        if dot is None:
+            raise RuntimeError(
+                f"saving {out.name!r} needs Graphviz's `dot` program, which is not installed: "
+                "install graphviz (e.g. `apt install graphviz` or `conda install graphviz`), "
+                "or save as .dot and render it elsewhere"
+            )
+        subprocess.run([dot, f"-T{fmt}", "-o", str(out)], input=self.to_dot(), text=True,
+                       check=True, capture_output=True)
+        return out
 
     def summary(self) -> str:
         """One line: state, node counts by type, replays and pool memory."""

@@ -417,6 +417,19 @@ class CudaBackend:
             out.append((name, label))
         return out
 
+    def graph_edges(self, graph: Any) -> list[tuple[int, int]]:
+        """(from, to) node indices, in the order of :meth:`graph_nodes`."""
+        drv = _driver()
+        count = self.graph_node_count(graph)
+        nodes, _ = _check(drv.cuGraphGetNodes(graph, count), "cuGraphGetNodes")
+        index = {int(n): i for i, n in enumerate(nodes[:count])}
+        n_edges = int(_check(drv.cuGraphGetEdges(graph, 0), "cuGraphGetEdges")[-1])
+        if not n_edges:
+            return []
+        result = _check(drv.cuGraphGetEdges(graph, n_edges), "cuGraphGetEdges")
+        sources, targets = result[0], result[1]
+        return [(index[int(a)], index[int(b)]) for a, b in zip(sources[:n_edges], targets[:n_edges])]
+
     def graph_instantiate(self, graph: Any, auto_free: bool) -> Any:
         drv = _driver()
         flags = int(drv.CUgraphInstantiate_flags.CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH) if auto_free else 0

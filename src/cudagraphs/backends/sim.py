@@ -340,7 +340,7 @@ class SimBackend:
         def work() -> None:
             buf[off : off + flat.nbytes] = flat  # reads the host memory when it runs
 
-        self._submit(stream, call, "memcpy", "HtoD", work)
+        self._submit(stream, call, "memcpy", "", work)
 
     def memcpy_dtoh(self, dst: np.ndarray, src: int, stream: _SimStream) -> None:
         call = "cuMemcpyDtoHAsync"
@@ -352,7 +352,7 @@ class SimBackend:
         def work() -> None:
             flat[...] = buf[off : off + flat.nbytes]
 
-        self._submit(stream, call, "memcpy", "DtoH", work)
+        self._submit(stream, call, "memcpy", "", work)
 
     def memcpy_dtod(self, dst: int, src: int, nbytes: int, stream: _SimStream) -> None:
         call = "cuMemcpyDtoDAsync"
@@ -364,7 +364,7 @@ class SimBackend:
             # undefined, the simulation picks memmove semantics
             dbuf[doff : doff + nbytes] = sbuf[soff : soff + nbytes].copy()
 
-        self._submit(stream, call, "memcpy", "DtoD", work)
+        self._submit(stream, call, "memcpy", "", work)
 
     def memset_d8(self, dst: int, value: int, nbytes: int, stream: _SimStream) -> None:
         call = "cuMemsetD8Async"
@@ -430,6 +430,10 @@ class SimBackend:
     def graph_nodes(self, graph: _SimGraph) -> list[tuple[str, str]]:
         self._live(graph, "cuGraphGetNodes")
         return [(kind, label) for kind, label, _ in graph.nodes]
+
+    def graph_edges(self, graph: _SimGraph) -> list[tuple[int, int]]:
+        # one stream's capture is a chain
+        return [(i, i + 1) for i in range(len(self._live(graph, "cuGraphGetEdges").nodes) - 1)]
 
     def graph_instantiate(self, graph: _SimGraph, auto_free: bool) -> _SimExec:
         self._live(graph, "cuGraphInstantiate")
