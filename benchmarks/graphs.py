@@ -229,6 +229,13 @@ def update_benchmarks(n: int, rounds: int) -> dict[str, dict[str, float]]:
             "cudagraphs": statistics.median(u + c for u, c in zip(update, capture_only))},
         f"re-capture + instantiate, {n} nodes (ms)": {"cudagraphs": statistics.median(recapture)},
     }
+    x2, times = cg.zeros(1, "float32"), []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        g.rebind(x, x2)
+        times.append((time.perf_counter() - t0) / n * 1e6)
+        x, x2 = x2, x
+    out[f"rebind, {n}-node graph (µs per node)"] = {"cudagraphs": statistics.median(times)}
     core = _cuda_core_update(n, rounds)
     if core is not None:
         out[f"whole-graph update, {n} nodes (ms)"]["cuda.core Graph.update"] = core

@@ -130,3 +130,71 @@ def test_update_argument_errors(dev: cg.Device) -> None:
     other.close()
     with pytest.raises(RuntimeError, match="the source graph is closed"):
         g.update(other)
+
+
+def test_rebind_repoints_inputs_and_outputs(dev: cg.Device, rng: np.random.Generator) -> None:
+    x1_h, x2_h = random_array(rng, 200, "float32"), random_array(rng, 200, "float32")
+    x1, x2 = cg.asarray(x1_h), cg.asarray(x2_h)
+    y1, y2 = cg.zeros(200, "float32"), cg.zeros(200, "float32")
+
+    def step() -> None:
+        cg.ops.axpy(2.0, x1, y1)
+        cg.ops.axpy(1.0, x1, y1)  # x1 used by two nodes
+
+    g = cg.capture(step)
+    assert g.rebind(x1, x2) is g
+    assert g.rebind(y1, y2) is g
+    del x2
+    gc.collect()  # the graph keeps the new input alive
+    g.replay()
+    np.testing.assert_array_equal(y1.get(), np.zeros(200, np.float32))
+    np.testing.assert_allclose(y2.get(), 3 * x2_h, rtol=1e-6)
+    g.close()
+
+
+def test_set_arg_changes_kernel_scalars(dev: cg.Device, rng: np.random.Generator) -> None:
+    src = 'extern "C" __global__ void sax(float* y, const float* x, float a, int n) {' \
+          ' int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i]; }'
+    k = cg.Kernel(src, "sax", host=lambda y, x, a, n: np.multiply(a, x[:n], out=y[:n]))
+    cg.preload([k], dev)
+    x_h = random_array(rng, 100, "float32")
+    x, y = cg.asarray(x_h), cg.zeros(100, "float32")
+    g = cg.capture(lambda: k.launch(1, 128, y, x, 2.0, 100))
+    g.set_arg(0, "a", 0.5)
+    g.replay()
+    np.testing.assert_allclose(y.get(), 0.5 * x_h, rtol=1e-6)
+    g.set_arg(0, 3, 10)  # only the first 10 elements now
+    cg.ops.fill(y, -1.0)
+    g.replay()
+    expect = np.full(100, -1.0, np.float32)
+    expect[:10] = 0.5 * x_h[:10]
+    np.testing.assert_allclose(y.get(), expect, rtol=1e-6)
+    with pytest.raises(TypeError, match="'n' is int32: expected an integer"):
+        g.set_arg(0, "n", 1.5)
+    with pytest.raises(ValueError, match=r"has parameters \['y', 'x', 'a', 'n'\], got 'b'"):
+        g.set_arg(0, "b", 1.0)
+    with pytest.raises(IndexError, match="node 3 is not one of"):
+        g.set_arg(3, "a", 1.0)
+    g.close()
+
+
+def test_rebind_refusals(dev: cg.Device) -> None:
+    x, y, other = cg.ones(32, "float32"), cg.zeros(32, "float32"), cg.ones(32, "float32")
+
+    def step() -> None:
+        cg.ops.axpy(2.0, x, y)
+        cg.ops.copy(other, y)  # a memcpy node using y
+
+    g = cg.capture(step)
+    with pytest.raises(ValueError, match="new must match old"):
+        g.rebind(x, cg.ones(16, "float32"))
+    with pytest.raises(ValueError, match="does not use that array"):
+        g.rebind(cg.ones(32, "float32"), cg.ones(32, "float32"))
+    with pytest.raises(cg.UpdateError, match=r"node 1 \(memcpy\) uses the array, and only kernel arguments") as info:
+        g.rebind(y, cg.zeros(32, "float32"))
+    assert info.value.node == 1
+    with pytest.raises(TypeError, match="must be a DeviceArray"):
+        g.rebind(x, 3)
+    g.replay()  # unchanged by the refusals
+    assert np.all(other.get() == 2)
+    g.close()

@@ -66,6 +66,7 @@ class Capture:
         self.thread = threading.get_ident()
         self.keep: list[Any] = []  # what the graph must keep alive
         self.trace: list[tuple[str, str]] = []  # (node type, kernel name) of our work
+        self.uses: list[tuple[tuple, tuple | None]] = []  # per node: array specs, launch
         self.staged: list[Any] = []  # pinned buffers holding captured host data
         self.graph_memory = _GraphMemory(self)  # owner of alloc="graph" blocks
         self.invalid: str | None = None  # why the capture can no longer succeed
@@ -124,11 +125,16 @@ class _GraphMemory:
             cap.device.backend.mem_free(ptr, cap.stream._raw)
 
 
-def keep(device: Device, stream: Stream, objs: Any, kind: str = "kernel", name: str = "") -> None:
+def keep(
+    device: Device, stream: Stream, objs: Any, kind: str = "kernel", name: str = "",
+    launch: tuple | None = None,
+) -> None:
     """Record work queued on ``stream`` if it is captured: ``objs`` it uses, its node.
 
     ``kind`` and ``name`` (node type, kernel name) go into the capture's
-    trace, which :meth:`Graph.update` compares before asking the driver.
+    trace, which :meth:`Graph.update` compares before asking the driver;
+    the arrays' address specs and, for kernels, ``launch`` = (kernel, grid,
+    block, shared_mem, raw arguments) let :meth:`Graph.rebind` patch the node.
 
     Arrays of the capture's own memory (its pool, its graph allocations)
     are not kept: that memory stays reserved for the graph anyway, and a
@@ -139,6 +145,9 @@ def keep(device: Device, stream: Stream, objs: Any, kind: str = "kernel", name: 
     if capture is None:
         return
     capture.trace.append((kind, name))
+    capture.uses.append((
+        tuple(o._view_spec() if hasattr(o, "_view_spec") else None for o in objs), launch,
+    ))
     kept, pool, graph_memory = capture.keep, capture.pool, capture.graph_memory
     for o in objs:
         if isinstance(o, _BY_VALUE):

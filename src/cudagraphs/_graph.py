@@ -31,6 +31,18 @@ if TYPE_CHECKING:
 __all__ = ["Graph", "Node"]
 
 
+class _Spec:
+    """An array's address spec, standing in for it in a node's arguments."""
+
+    __slots__ = ("spec",)
+
+    def __init__(self, spec: tuple) -> None:
+        self.spec = spec
+
+    def _view_spec(self) -> tuple:
+        return self.spec
+
+
 _COLORS = {
     "kernel": "#cfe2ff", "memcpy": "#d1e7dd", "memset": "#fff3cd", "mem_alloc": "#f8d7da",
     "mem_free": "#f8d7da", "host": "#e2d9f3", "child": "#dee2e6", "conditional": "#ffe5d0",
@@ -112,7 +124,8 @@ class Graph:
     """
 
     __slots__ = ("device", "stream", "output", "replays", "pool", "state", "_nodes", "_exec",
-                 "_handles", "_node_graph", "_trace", "_auto_free", "_absorbed", "_streams",
+                 "_handles", "_node_graph", "_trace", "_uses", "_keep", "_auto_free", "_absorbed",
+                 "_streams",
                  "_launch", "_uploaded", "_finalizer", "__weakref__")
 
     def __init__(self, *args: object, **kwargs: object) -> None:
@@ -128,6 +141,8 @@ class Graph:
         g._handles = [None, None]  # driver graph, executable graph
         g._node_graph = None  # the driver graph whose nodes the executable runs
         g._trace: tuple[tuple[str, str], ...] = ()
+        g._uses: list[tuple[tuple, tuple | None]] = []  # per node: array specs, kernel launch
+        g._keep: list[Any] = []
         g._auto_free = False
         g._absorbed: list[tuple] = []  # graphs this one was updated from
         g._streams = [stream]
@@ -140,10 +155,12 @@ class Graph:
         backend = self.device.backend
         self._handles[0] = self._node_graph = raw_graph
         self._trace = tuple(cap.trace)
+        self._uses = list(cap.uses)
         self._auto_free = auto_free
         if instantiate:
             self._handles[1] = self._exec = backend.graph_instantiate(raw_graph, auto_free)
         keep, staged = list(cap.keep), list(cap.staged)
+        self._keep = keep
         cap.keep.clear()
         cap.staged.clear()
         self._finalizer = weakref.finalize(
@@ -207,6 +224,7 @@ class Graph:
             backend.graph_exec_destroy(handles[1])
         self._absorbed.append((handles[0], pool, keep, staged, absorbed))
         self._node_graph, self._nodes, self._trace = handles[0], None, source._trace
+        self._uses = source._uses
         source._exec = None
         source._handles = [None, None]
         source.state = "consumed"
@@ -216,6 +234,97 @@ class Graph:
         self.state = "failed"
 
     # replay ---------------------------------------------------------------------
+    def rebind(self, old: Any, new: Any) -> Graph:
+        """Point every kernel argument that is ``old`` at ``new`` instead.
+
+        Executable-node updates: no capture, no instantiation. ``new`` must
+        have the same shape, strides, dtype and device; arguments that are
+        ``old`` itself (same address, shape and strides) are repointed. The
+        graph keeps ``new`` alive (and still ``old``).
+
+        Raises
+        ------
+        ValueError
+            If the graph does not use ``old``, or ``new`` does not match it.
+        UpdateError
+            If a node that uses ``old`` is not a kernel launched through
+            cudagraphs (memcpy, memset, other libraries' work): capture again
+            and use :meth:`update`. Nothing is changed then.
+        """
+        from ._array import DeviceArray
+
+        exec_ = self._ready()
+        for name, a in (("old", old), ("new", new)):
+            if not isinstance(a, DeviceArray):
+                raise TypeError(f"rebind: {name} must be a DeviceArray, got {type(a).__name__}")
+        if (new.shape, new.strides, new.dtype, new.device) != (old.shape, old.strides, old.dtype, old.device):
+            raise ValueError(
+                f"rebind: new must match old, got shape {new.shape} strides {new.strides} "
+                f"{new.dtype} for shape {old.shape} strides {old.strides} {old.dtype}"
+            )
+        key = old._view_spec()
+        hits = [i for i, (specs, _) in enumerate(self._uses) if key in specs]
+        if not hits:
+            raise ValueError("rebind: this graph does not use that array")
+        self._check_patchable(hits, "uses the array")
+        for i in hits:
+            specs, launch = self._uses[i]
+            kernel = launch[0]
+            updates = {j: new for j, (s, p) in enumerate(zip(specs, kernel.params))
+                       if p.pointer and s == key}
+            self._patch(exec_, i, updates)
+        self._keep.append(new)
+        return self
+
+    def set_arg(self, node: int, arg: int | str, value: Any) -> Graph:
+        """Change one argument of kernel node ``node`` (by index or parameter name).
+
+        The value is checked and converted like a launch argument (numbers to
+        the parameter's C type, arrays to addresses).
+        """
+        exec_ = self._ready()
+        if not isinstance(node, int) or not 0 <= node < len(self._uses):
+            raise IndexError(f"set_arg: node {node!r} is not one of this graph's {len(self._uses)} traced nodes")
+        self._check_patchable([node], "is not a cudagraphs kernel")
+        kernel = self._uses[node][1][0]
+        names = [p.name for p in kernel.params]
+        j = names.index(arg) if isinstance(arg, str) and arg in names else arg
+        if not isinstance(j, int) or not 0 <= j < len(names):
+            raise ValueError(f"set_arg: kernel {kernel.name!r} has parameters {names}, got {arg!r}")
+        self._patch(exec_, node, {j: value})
+        if hasattr(value, "_view_spec"):
+            self._keep.append(value)
+        return self
+
+    def _check_patchable(self, nodes: list[int], what: str) -> None:
+        count = self.device.backend.graph_node_count(self._node_graph)
+        if count != len(self._uses):
+            raise UpdateError(
+                f"node-level changes need every node recorded by cudagraphs; this graph has "
+                f"{count} nodes and {len(self._uses)} recorded (work of other libraries?): "
+                "capture again and use update()"
+            )
+        for i in nodes:
+            if self._uses[i][1] is None:
+                raise UpdateError(
+                    f"node {i} ({self._trace[i][0]}) {what}, and only kernel arguments can "
+                    "be changed node by node: capture again and use update()", i,
+                )
+
+    def _patch(self, exec_: Any, index: int, updates: dict[int, Any]) -> None:
+        """Give kernel node ``index`` new values for the arguments in ``updates``."""
+        specs, (kernel, grid, block, shared_mem, raw) = self._uses[index]
+        raw, objs = list(raw), [_Spec(s) if s is not None else None for s in specs]
+        for j, value in updates.items():
+            raw[j] = kernel._convert[j](value, self.device)
+            objs[j] = value if hasattr(value, "_view_spec") else None
+        self.device.backend.graph_exec_kernel_update(
+            exec_, self._node_graph, index, kernel.launcher(self.device), grid, block,
+            shared_mem, raw, objs,
+        )
+        new_specs = tuple(o._view_spec() if o is not None else None for o in objs)
+        self._uses[index] = (new_specs, (kernel, grid, block, shared_mem, raw))
+
     def _ready(self) -> Any:
         if self._exec is None or self.state != "ready":
             hint = (": call g.instantiate() first, or use it as a source for update()"

@@ -301,7 +301,8 @@ class Kernel:
         """
         self.launcher(device, stream)(stream._live(), grid, block, shared_mem, raw, objs)
         if device.captures:
-            keep(device, stream, objs, "kernel", self.name)
+            keep(device, stream, objs, "kernel", self.name,
+                 (self, grid, block, shared_mem, list(raw)))
 
 
 def _device_of(args: Iterable[Any]) -> Device:

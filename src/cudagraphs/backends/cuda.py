@@ -454,6 +454,26 @@ class CudaBackend:
             node = next((i for i, n in enumerate(nodes[:count]) if int(n) == wanted), None)
         raise UpdateError(reason, node)
 
+    def graph_exec_kernel_update(
+        self, exec_: Any, graph: Any, index: int, launcher: Any,
+        grid: tuple[int, int, int], block: tuple[int, int, int], shared_mem: int,
+        raw: Sequence[object], objs: Sequence[object],
+    ) -> None:
+        drv = _driver()
+        count = self.graph_node_count(graph)
+        nodes, _ = _check(drv.cuGraphGetNodes(graph, count), "cuGraphGetNodes")
+        params = drv.CUDA_KERNEL_NODE_PARAMS()
+        params.func = launcher.fn
+        params.gridDimX, params.gridDimY, params.gridDimZ = grid
+        params.blockDimX, params.blockDimY, params.blockDimZ = block
+        params.sharedMemBytes = shared_mem
+        packer = launcher.packer
+        with packer.lock:  # the driver copies the arguments before returning
+            packer.fmt.pack_into(packer.buf, 0, *raw)
+            params.kernelParams = packer.address
+            _check(drv.cuGraphExecKernelNodeSetParams(exec_, nodes[index], params),
+                   "cuGraphExecKernelNodeSetParams")
+
     def graph_upload(self, exec_: Any, stream: Any) -> None:
         _check(_driver().cuGraphUpload(exec_, stream), "cuGraphUpload")
 
@@ -528,4 +548,6 @@ class CudaBackend:
                         ),
                     )
 
+        launch.fn = fn  # type: ignore[attr-defined]  # for kernel-node updates
+        launch.packer = packer  # type: ignore[attr-defined]
         return launch

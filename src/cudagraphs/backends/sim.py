@@ -451,6 +451,18 @@ class SimBackend:
                 raise UpdateError(base.UPDATE_REASONS[3], i)
         exec_.nodes = list(new)
 
+    def graph_exec_kernel_update(
+        self, exec_: _SimExec, graph: _SimGraph, index: int, launcher: Any,
+        grid: tuple[int, int, int], block: tuple[int, int, int], shared_mem: int,
+        raw: Sequence[object], objs: Sequence[object],
+    ) -> None:
+        self._live(exec_, "cuGraphExecKernelNodeSetParams")
+        kind, label, _ = exec_.nodes[index]
+        if kind != "kernel":
+            raise _error(base.CUDA_ERROR_INVALID_VALUE, "cuGraphExecKernelNodeSetParams",
+                         f"node {index} is a {kind} node")
+        exec_.nodes[index] = (kind, label, launcher.make_work(raw, objs))
+
     def graph_upload(self, exec_: _SimExec, stream: _SimStream) -> None:
         self._live(exec_, "cuGraphUpload")
         self._live(stream, "cuGraphUpload")
@@ -511,20 +523,9 @@ class SimBackend:
         resolve = self._memory.resolve
         submit = self._submit
 
-        def launch(
-            stream: _SimStream,
-            grid: tuple[int, int, int],
-            block: tuple[int, int, int],
-            shared_mem: int,
-            raw: Sequence[object],
-            objs: Sequence[object],
-        ) -> None:
-            if host is None:
-                raise BackendUnavailableError(
-                    f"kernel {name!r} has no host implementation, so it cannot run "
-                    "on the sim backend: pass host=<numpy function> to cg.Kernel, "
-                    "or run on the cuda backend"
-                )
+        def make_work(raw: Sequence[object], objs: Sequence[object]) -> Callable[[], None]:
+            """The kernel run as one closure: what a launch queues or a node holds."""
+            assert host is not None
             # what a GPU gets: addresses and values, not the arrays themselves
             # (a recorded launch must not keep them alive)
             specs = [o._view_spec() if hasattr(o, "_view_spec") else None for o in objs]
@@ -549,6 +550,23 @@ class SimBackend:
                         args.append(None)
                 host(*args)
 
-            submit(stream, "cuLaunchKernel", "kernel", name, work)
+            return work
 
+        def launch(
+            stream: _SimStream,
+            grid: tuple[int, int, int],
+            block: tuple[int, int, int],
+            shared_mem: int,
+            raw: Sequence[object],
+            objs: Sequence[object],
+        ) -> None:
+            if host is None:
+                raise BackendUnavailableError(
+                    f"kernel {name!r} has no host implementation, so it cannot run "
+                    "on the sim backend: pass host=<numpy function> to cg.Kernel, "
+                    "or run on the cuda backend"
+                )
+            submit(stream, "cuLaunchKernel", "kernel", name, make_work(raw, objs))
+
+        launch.make_work = make_work  # type: ignore[attr-defined]
         return launch
