@@ -124,7 +124,8 @@ class Graph:
     """
 
     __slots__ = ("device", "stream", "output", "replays", "pool", "state", "_nodes", "_exec",
-                 "_handles", "_node_graph", "_trace", "_uses", "_keep", "_auto_free", "_absorbed",
+                 "_handles", "_node_graph", "_node_handles", "_trace", "_uses", "_keep",
+                 "_auto_free", "_absorbed",
                  "_streams",
                  "_launch", "_uploaded", "_finalizer", "__weakref__")
 
@@ -140,6 +141,7 @@ class Graph:
         g._exec = None
         g._handles = [None, None]  # driver graph, executable graph
         g._node_graph = None  # the driver graph whose nodes the executable runs
+        g._node_handles: list[Any] | None = None  # its nodes, for node-level updates
         g._trace: tuple[tuple[str, str], ...] = ()
         g._uses: list[tuple[tuple, tuple | None]] = []  # per node: array specs, kernel launch
         g._keep: list[Any] = []
@@ -224,6 +226,7 @@ class Graph:
             backend.graph_exec_destroy(handles[1])
         self._absorbed.append((handles[0], pool, keep, staged, absorbed))
         self._node_graph, self._nodes, self._trace = handles[0], None, source._trace
+        self._node_handles = None
         self._uses = source._uses
         source._exec = None
         source._handles = [None, None]
@@ -318,8 +321,11 @@ class Graph:
         for j, value in updates.items():
             raw[j] = kernel._convert[j](value, self.device)
             objs[j] = value if hasattr(value, "_view_spec") else None
-        self.device.backend.graph_exec_kernel_update(
-            exec_, self._node_graph, index, kernel.launcher(self.device), grid, block,
+        backend = self.device.backend
+        if self._node_handles is None:
+            self._node_handles = backend.graph_node_handles(self._node_graph)
+        backend.graph_exec_kernel_update(
+            exec_, self._node_handles[index], kernel.launcher(self.device), grid, block,
             shared_mem, raw, objs,
         )
         new_specs = tuple(o._view_spec() if o is not None else None for o in objs)

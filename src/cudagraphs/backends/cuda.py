@@ -454,14 +454,17 @@ class CudaBackend:
             node = next((i for i, n in enumerate(nodes[:count]) if int(n) == wanted), None)
         raise UpdateError(reason, node)
 
+    def graph_node_handles(self, graph: Any) -> list[Any]:
+        count = self.graph_node_count(graph)
+        nodes, _ = _check(_driver().cuGraphGetNodes(graph, count), "cuGraphGetNodes")
+        return list(nodes[:count])
+
     def graph_exec_kernel_update(
-        self, exec_: Any, graph: Any, index: int, launcher: Any,
+        self, exec_: Any, node: Any, launcher: Any,
         grid: tuple[int, int, int], block: tuple[int, int, int], shared_mem: int,
         raw: Sequence[object], objs: Sequence[object],
     ) -> None:
         drv = _driver()
-        count = self.graph_node_count(graph)
-        nodes, _ = _check(drv.cuGraphGetNodes(graph, count), "cuGraphGetNodes")
         params = drv.CUDA_KERNEL_NODE_PARAMS()
         params.func = launcher.fn
         params.gridDimX, params.gridDimY, params.gridDimZ = grid
@@ -471,7 +474,7 @@ class CudaBackend:
         with packer.lock:  # the driver copies the arguments before returning
             packer.fmt.pack_into(packer.buf, 0, *raw)
             params.kernelParams = packer.address
-            _check(drv.cuGraphExecKernelNodeSetParams(exec_, nodes[index], params),
+            _check(drv.cuGraphExecKernelNodeSetParams(exec_, node, params),
                    "cuGraphExecKernelNodeSetParams")
 
     def graph_upload(self, exec_: Any, stream: Any) -> None:

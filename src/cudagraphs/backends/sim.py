@@ -451,8 +451,11 @@ class SimBackend:
                 raise UpdateError(base.UPDATE_REASONS[3], i)
         exec_.nodes = list(new)
 
+    def graph_node_handles(self, graph: _SimGraph) -> list[int]:
+        return list(range(len(self._live(graph, "cuGraphGetNodes").nodes)))
+
     def graph_exec_kernel_update(
-        self, exec_: _SimExec, graph: _SimGraph, index: int, launcher: Any,
+        self, exec_: _SimExec, index: int, launcher: Any,
         grid: tuple[int, int, int], block: tuple[int, int, int], shared_mem: int,
         raw: Sequence[object], objs: Sequence[object],
     ) -> None:
