@@ -198,3 +198,14 @@ def test_rebind_refusals(dev: cg.Device) -> None:
     g.replay()  # unchanged by the refusals
     assert np.all(other.get() == 2)
     g.close()
+
+
+def test_rebind_after_update(dev: cg.Device, rng: np.random.Generator) -> None:
+    xs = [cg.asarray(random_array(rng, 50, "float32")) for _ in range(3)]
+    y = cg.zeros(50, "float32")
+    g = axpy_graph(1.0, xs[0], y)
+    g.update(axpy_graph(1.0, xs[1], y, instantiate=False))
+    g.rebind(xs[1], xs[2])  # nodes of the graph g was instantiated from
+    g.replay()
+    np.testing.assert_allclose(y.get(), xs[2].get(), rtol=1e-6)
+    g.close()

@@ -141,7 +141,9 @@ class Graph:
         g._exec = None
         g._handles = [None, None]  # driver graph, executable graph
         g._node_graph = None  # the driver graph whose nodes the executable runs
-        g._node_handles: list[Any] | None = None  # its nodes, for node-level updates
+        # nodes of the graph the executable was instantiated from: node-level
+        # updates name those, whatever graph a later update() took values from
+        g._node_handles: list[Any] | None = None
         g._trace: tuple[tuple[str, str], ...] = ()
         g._uses: list[tuple[tuple, tuple | None]] = []  # per node: array specs, kernel launch
         g._keep: list[Any] = []
@@ -226,7 +228,6 @@ class Graph:
             backend.graph_exec_destroy(handles[1])
         self._absorbed.append((handles[0], pool, keep, staged, absorbed))
         self._node_graph, self._nodes, self._trace = handles[0], None, source._trace
-        self._node_handles = None
         self._uses = source._uses
         source._exec = None
         source._handles = [None, None]
@@ -323,7 +324,7 @@ class Graph:
             objs[j] = value if hasattr(value, "_view_spec") else None
         backend = self.device.backend
         if self._node_handles is None:
-            self._node_handles = backend.graph_node_handles(self._node_graph)
+            self._node_handles = backend.graph_node_handles(self._handles[0])
         backend.graph_exec_kernel_update(
             exec_, self._node_handles[index], kernel.launcher(self.device), grid, block,
             shared_mem, raw, objs,
