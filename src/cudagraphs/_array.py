@@ -30,6 +30,10 @@ Shape = int | Sequence[int]
 
 
 def _shape(shape: Any) -> tuple[int, ...]:
+    if type(shape) is int and shape >= 0:  # the common cases, checked cheaply
+        return (shape,)
+    if type(shape) is tuple and all(type(d) is int and d >= 0 for d in shape):
+        return shape
     if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
         shape = (shape,)
     try:
@@ -128,8 +132,9 @@ class DeviceArray:
     @classmethod
     def _wrap(
         cls, block: Block, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...],
-        dtype: np.dtype,
+        dtype: np.dtype, size: int | None = None,
     ) -> DeviceArray:
+        """An array over ``block``; ``size`` given means a fresh C-contiguous one."""
         a = object.__new__(cls)
         a._block = block
         a.ptr = ptr
@@ -137,8 +142,12 @@ class DeviceArray:
         a.strides = strides
         a.dtype = dtype
         a.device = block.device
-        a.is_contiguous = _is_contiguous(shape, strides, dtype.itemsize)
-        a.size = _prod(shape)
+        if size is None:
+            a.is_contiguous = _is_contiguous(shape, strides, dtype.itemsize)
+            a.size = _prod(shape)
+        else:
+            a.is_contiguous = True
+            a.size = size
         return a
 
     def _view(self, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> DeviceArray:
@@ -422,9 +431,10 @@ def empty(
     dims = _shape(shape)
     dt = normalize_dtype(dtype)
     dev = _device(device)
-    nbytes = _prod(dims) * dt.itemsize
-    block = dev.allocator.malloc(nbytes, stream)
-    return DeviceArray._wrap(block, block.ptr, dims, _c_strides(dims, dt.itemsize), dt)
+    size = _prod(dims)
+    block = dev.allocator.malloc(size * dt.itemsize, stream)
+    strides = (dt.itemsize,) if len(dims) == 1 else _c_strides(dims, dt.itemsize)
+    return DeviceArray._wrap(block, block.ptr, dims, strides, dt, size)
 
 
 def zeros(

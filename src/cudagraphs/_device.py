@@ -305,4 +305,5 @@ def _forbid(device: Device, stream: Stream | None, what: str, synchronizes: bool
 
 def current_device() -> Device:
     """The device new arrays go to by default: device 0 of the current backend."""
-    return Device(0)
+    dev = Device._instances.get((backends.resolve_name(None), 0))
+    return dev if dev is not None else Device(0)

@@ -32,6 +32,8 @@ def normalize_dtype(dtype: Any) -> np.dtype:
     """
     if isinstance(dtype, str) and dtype in SUPPORTED:
         return SUPPORTED[dtype]
+    if isinstance(dtype, np.dtype) and dtype in _BY_DTYPE:
+        return dtype
     try:
         dt = np.dtype(dtype)
     except TypeError:
