@@ -42,6 +42,25 @@ def main() -> None:
         "allocator malloc (Block) + drop": lambda: dev.allocator.malloc(512),
         "cg.empty + drop": lambda: cg.empty(128, "float32"),
     }
+    try:  # the same kernel through cuda.core's launch (Cython), for comparison
+        import numpy as np
+        from cuda.core import LaunchConfig, ObjectCode, Stream, launch
+
+        from cudagraphs._kernel import _IMAGES
+
+        image = next(v for (src, opts, b, _), v in _IMAGES.items()
+                     if b == "cuda" and opts == k.options and src == k.source)
+        ck = ObjectCode.from_cubin(image).get_kernel("cg_add")
+        cs = Stream.from_handle(dev.stream.handle)
+        cfg = LaunchConfig(grid=1, block=256)
+        p, n1 = np.uintp(x.ptr), np.int64(1)
+        rows["cuda.core launch, same cubin, cached config"] = lambda: launch(cs, cfg, ck, p, p, p, n1)
+        rows["cuda.core launch + LaunchConfig per call"] = lambda: launch(
+            cs, LaunchConfig(grid=1, block=256), ck, p, p, p, n1)
+        rows["cuda.core launch + numpy scalar conversion"] = lambda: launch(
+            cs, cfg, ck, np.uintp(x.ptr), np.uintp(x.ptr), np.uintp(zero.ptr), np.int64(1))
+    except Exception as exc:  # reported, not fatal
+        print(f"# cuda.core rows skipped: {exc}")
     for name, fn in rows.items():
         print(f"{us(fn, dev.synchronize):8.3f} us  {name}")
     prof = cProfile.Profile()
