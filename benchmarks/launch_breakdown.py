@@ -61,14 +61,6 @@ def main() -> None:
             cs, cfg, ck, np.uintp(x.ptr), np.uintp(x.ptr), np.uintp(zero.ptr), np.int64(1))
     except Exception as exc:  # reported, not fatal
         print(f"# cuda.core rows skipped: {exc}")
-    from cudagraphs.backends import cuda as cuda_backend
-
-    cuda_backend.CORE_LAUNCH = False  # the same kernel through the packed driver path
-    packed = cg.Kernel(k.source, k.name, k.host, signature=k.params,
-                       defines=dict(o[2:].split("=", 1) for o in k.options)).launcher(dev)
-    cuda_backend.CORE_LAUNCH = True
-    rows["packed launcher (cuda.bindings cuLaunchKernel), same kernel"] = lambda: packed(
-        raw_stream, (1, 1, 1), (256, 1, 1), 0, raw, raw)
     for name, fn in rows.items():
         print(f"{us(fn, dev.synchronize):8.3f} us  {name}")
     prof = cProfile.Profile()

@@ -27,7 +27,6 @@ from .base import DeviceProperties
 __all__ = ["CudaBackend", "NvrtcUnavailable", "nvrtc_compile"]
 
 CUDA_ERROR_INVALID_CONTEXT = 201
-CORE_LAUNCH = True  # launch through cuda.core where possible (benchmarks flip it to compare)
 _drv: Any = None
 _graph_launch: Any = None  # cuGraphLaunch, bound when the backend starts
 
@@ -572,7 +571,7 @@ class CudaBackend:
         address = packer.address
         launch_kernel = drv.cuLaunchKernel
         retry = self._retry
-        if CORE_LAUNCH and all(p.dtype.kind != "V" for p in params):
+        if all(p.dtype.kind != "V" for p in params):
             fast = self._core_launcher(image, name, params)
             fast.fn, fast.packer = fn, packer  # type: ignore[attr-defined]  # for node updates
             return fast
