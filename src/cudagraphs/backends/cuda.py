@@ -397,49 +397,6 @@ class CudaBackend:
         )
         return base.CAPTURE_MODES[int(old)]
 
-    def _core_launcher(self, image: bytes, name: str, params: Sequence[base.Param]) -> Any:
-        """A launcher through cuda.core's ``launch`` (Cython).
-
-        Measured on an H200: 4.2-4.9 us per launch against 5.7 us for
-        ``cuda.bindings.cuLaunchKernel`` with pre-packed arguments. cuda.core
-        cannot pass structs by value, so kernels with such parameters keep
-        the packed path.
-        """
-        from cuda.core import LaunchConfig, ObjectCode, Stream
-        from cuda.core import launch as core_launch
-
-        kernel = ObjectCode.from_cubin(image, name=name).get_kernel(name)
-        with self._lock:
-            self._modules.append(kernel)
-        types = [np.uintp if p.pointer else p.dtype.type for p in params]
-        configs: dict[tuple, Any] = {}
-        streams: dict[int, Any] = {}
-
-        def launch(
-            stream: Any,
-            grid: tuple[int, int, int],
-            block: tuple[int, int, int],
-            shared_mem: int,
-            raw: Sequence[object],
-            objs: Sequence[object],
-        ) -> None:
-            key = (grid, block, shared_mem)
-            config = configs.get(key)
-            if config is None:
-                config = configs[key] = LaunchConfig(grid=grid, block=block, shmem_size=shared_mem)
-            handle = int(stream)
-            core_stream = streams.get(handle)
-            if core_stream is None:
-                core_stream = streams[handle] = Stream.from_handle(handle)
-            try:
-                core_launch(core_stream, config, kernel, *[t(v) for t, v in zip(types, raw)])
-            except Exception as exc:  # cuda.core's CUDAError: say which launch failed
-                text = str(exc)
-                code_name = text.split(":", 1)[0] if text.startswith("CUDA_ERROR") else "CUDA_ERROR_UNKNOWN"
-                raise CudaError(999, code_name, f"cuLaunchKernel({name})", text) from exc
-
-        return launch
-
     def graph_node_count(self, graph: Any) -> int:
         return int(_check(_driver().cuGraphGetNodes(graph, 0), "cuGraphGetNodes")[1])
 
@@ -571,10 +528,6 @@ class CudaBackend:
         address = packer.address
         launch_kernel = drv.cuLaunchKernel
         retry = self._retry
-        if all(p.dtype.kind != "V" for p in params):
-            fast = self._core_launcher(image, name, params)
-            fast.fn, fast.packer = fn, packer  # type: ignore[attr-defined]  # for node updates
-            return fast
 
         def launch(
             stream: Any,
