@@ -18,7 +18,8 @@ PUBLIC = {
     "Settings", "Stream", "UpdateError", "__version__", "as_strided", "asarray", "backend",
     "configure", "current_device", "empty", "empty_like", "full", "full_like",
     "is_cuda_available", "ones", "ops", "override", "preload", "settings", "zeros",
-    "zeros_like", "DeviceScalar", "Graph", "GraphPool", "HostSlot", "Node", "capture",
+    "zeros_like", "DeviceScalar", "Graph", "GraphPool", "HostSlot", "Node", "capture", "Body",
+    "Condition",
     "capture_status", "is_capturing",
 }
 

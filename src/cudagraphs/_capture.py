@@ -67,6 +67,7 @@ class Capture:
         self.keep: list[Any] = []  # what the graph must keep alive
         self.trace: list[tuple[str, str]] = []  # (node type, kernel name) of our work
         self.uses: list[tuple[tuple, tuple | None]] = []  # per node: array specs, launch
+        self.stack: list[Stream] = [stream]  # innermost capturing stream last (bodies)
         self.staged: list[Any] = []  # pinned buffers holding captured host data
         self.graph_memory = _GraphMemory(self)  # owner of alloc="graph" blocks
         self.invalid: str | None = None  # why the capture can no longer succeed
@@ -231,11 +232,13 @@ class _CaptureContext:
         device.captures[stream.handle] = cap
         self.capture = cap
         self.graph = Graph._capturing(device, stream, self.pool)
+        self.graph._capture = cap
         return self.graph
 
     def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: object) -> bool:
         cap, graph = self.capture, self.graph
         assert cap is not None and graph is not None
+        graph._capture = None
         device, backend = self.device, self.device.backend
         raw_graph, end_error = None, None
         try:

@@ -246,6 +246,7 @@ class Device:
         self.pinned = PinnedCache(backend)
         self.kernels = {}
         self.captures: dict[int, Any] = {}  # stream handle -> Capture in progress
+        self._spares: list[Stream] = []
 
     @property
     def name(self) -> str:
@@ -276,6 +277,18 @@ class Device:
     def create_stream(self) -> Stream:
         """A new owned stream (non-blocking with respect to the legacy stream)."""
         return Stream(self, self.backend.stream_create(self.index), owned=True)
+
+    def spare_stream(self) -> Stream:
+        """An idle owned stream from a small pool (for capturing graph bodies)."""
+        with Device._lock:
+            if self._spares:
+                return self._spares.pop()
+        return self.create_stream()
+
+    def return_spare_stream(self, stream: Stream) -> None:
+        """Give back a stream from :meth:`spare_stream`."""
+        with Device._lock:
+            self._spares.append(stream)
 
     def create_event(self, timing: bool = False) -> Event:
         """A new event on this device."""

@@ -28,7 +28,76 @@ if TYPE_CHECKING:
     from ._pool import GraphPool
     from .backends.base import Backend
 
-__all__ = ["Graph", "Node"]
+__all__ = ["Body", "Condition", "Graph", "Node"]
+
+
+class Condition:
+    """A graph condition: the value a conditional node tests when it runs.
+
+    Made by ``g.condition(default)`` inside a capture; set on the device with
+    :func:`cudagraphs.ops.set_condition` (or ``cudaGraphSetConditional`` in a
+    kernel of yours that takes ``handle`` as an ``unsigned long long``). It
+    takes ``default`` at the start of every launch of the graph.
+    """
+
+    __slots__ = ("handle", "default", "graph")
+
+    def __init__(self, handle: int, default: int, graph: Graph) -> None:
+        self.handle = handle
+        self.default = default
+        self.graph = graph
+
+    def __repr__(self) -> str:
+        return f"<cudagraphs.Condition 0x{self.handle:x} default={self.default}>"
+
+
+class Body:
+    """The body of a conditional node, captured by a ``with`` block.
+
+    Inside the block, work queued on ``body.stream`` lands in the body. When
+    the capture is on the device's compute stream (the default), that stream
+    is redirected to the body for the block, so ops that name no stream land
+    there too.
+    """
+
+    def __init__(self, graph: Graph, capture: Capture, handle: Any, label: str) -> None:
+        self.graph, self._capture, self._handle, self.label = graph, capture, handle, label
+        self.stream: Stream | None = None
+        self._restore: Stream | None = None
+        self._used = False
+
+    def __enter__(self) -> Body:
+        if self._used:
+            raise RuntimeError(f"{self.label} was already captured; each body is captured once")
+        self._used = True
+        cap, device = self._capture, self.graph.device
+        parent = cap.stack[-1]
+        stream = device.spare_stream()
+        device.backend.capture_to_body(stream._raw, self._handle, cap.mode)
+        device.captures[stream.handle] = cap
+        cap.stack.append(stream)
+        if device.stream is parent:
+            self._restore, device.stream = parent, stream
+        self.stream = stream
+        return self
+
+    def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: object) -> bool:
+        cap, device = self._capture, self.graph.device
+        stream = self.stream
+        assert stream is not None
+        try:
+            device.backend.capture_end(stream._raw)
+        except Exception as err:  # an invalid body invalidates the whole capture
+            cap.invalid = cap.invalid or f"the capture of {self.label} failed: {err}"
+            if exc_type is None:
+                raise
+        finally:
+            device.captures.pop(stream.handle, None)
+            cap.stack.pop()
+            if self._restore is not None:
+                device.stream = self._restore
+            device.return_spare_stream(stream)
+        return False
 
 
 class _Spec:
@@ -125,7 +194,7 @@ class Graph:
 
     __slots__ = ("device", "stream", "output", "replays", "pool", "state", "_nodes", "_exec",
                  "_handles", "_node_graph", "_node_handles", "_trace", "_uses", "_keep",
-                 "_auto_free", "_absorbed",
+                 "_auto_free", "_absorbed", "_capture",
                  "_streams",
                  "_launch", "_uploaded", "_finalizer", "__weakref__")
 
@@ -149,6 +218,7 @@ class Graph:
         g._keep: list[Any] = []
         g._auto_free = False
         g._absorbed: list[tuple] = []  # graphs this one was updated from
+        g._capture = None  # the Capture while capturing
         g._streams = [stream]
         g._launch = device.backend.graph_launch
         g._uploaded = False
@@ -238,6 +308,55 @@ class Graph:
         self.state = "failed"
 
     # replay ---------------------------------------------------------------------
+    # device-side control flow (while capturing) -------------------------------------
+    def _capturing_now(self) -> Capture:
+        if self.state != "capturing" or self._capture is None:
+            raise RuntimeError(
+                "conditions and conditional nodes are added while capturing: call them "
+                "inside `with cg.capture() as g:`"
+            )
+        return self._capture
+
+    def condition(self, default: int = 0) -> Condition:
+        """A new condition of this graph, ``default`` at the start of every launch."""
+        cap = self._capturing_now()
+        if not isinstance(default, int) or not 0 <= default <= 0xFFFFFFFF:
+            raise ValueError(f"default must be an int in 0..2**32-1, got {default!r}")
+        handle = self.device.backend.capture_condition(cap.stack[-1]._raw, default)
+        return Condition(handle, default, self)
+
+    def _conditional(self, kind: str, cond: Condition, size: int) -> list[Body]:
+        cap = self._capturing_now()
+        if not isinstance(cond, Condition) or cond.graph is not self:
+            raise TypeError(f"{kind} needs a Condition made by this graph's condition(), got {cond!r}")
+        bodies = self.device.backend.capture_conditional(cap.stack[-1]._raw, kind, size, cond.handle)
+        cap.trace.append(("conditional", kind))
+        cap.uses.append(((), None))
+        return [Body(self, cap, b, f"the {kind} body {i}") for i, b in enumerate(bodies)]
+
+    def while_loop(self, cond: Condition) -> Body:
+        """A while node: its body runs again and again while ``cond`` is non-zero.
+
+        ``cond`` is tested before the first run (so a zero condition runs it
+        never); the body must set it (``cg.ops.set_condition``) to stop.
+        """
+        return self._conditional("while", cond, 1)[0]
+
+    def if_then(self, cond: Condition) -> Body:
+        """An if node: its body runs once if ``cond`` is non-zero."""
+        return self._conditional("if", cond, 1)[0]
+
+    def if_else(self, cond: Condition) -> tuple[Body, Body]:
+        """An if node with two bodies: the first if ``cond`` is non-zero, else the second."""
+        then, otherwise = self._conditional("if", cond, 2)
+        return then, otherwise
+
+    def switch(self, cond: Condition, n: int) -> list[Body]:
+        """A switch node with ``n`` bodies: body ``cond`` runs; out of range, none."""
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"switch needs n >= 1 bodies, got {n!r}")
+        return self._conditional("switch", cond, n)
+
     def rebind(self, old: Any, new: Any) -> Graph:
         """Point every kernel argument that is ``old`` at ``new`` instead.
 

@@ -397,6 +397,52 @@ class CudaBackend:
         )
         return base.CAPTURE_MODES[int(old)]
 
+    def _capture_point(self, stream: Any) -> tuple[Any, list[Any]]:
+        """(graph being captured into, current dependencies) of a capturing stream."""
+        result = _check(_driver().cuStreamGetCaptureInfo(stream), "cuStreamGetCaptureInfo")
+        graph, deps, count = result[2], result[3], int(result[-1])
+        return graph, list(deps[:count]) if count else []
+
+    def capture_condition(self, stream: Any, default: int) -> int:
+        drv = _driver()
+        graph, _ = self._capture_point(stream)
+        ctx = _check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
+        assign_default = 1  # CU_GRAPH_COND_ASSIGN_DEFAULT: the default at each launch
+        handle = _check(
+            drv.cuGraphConditionalHandleCreate(graph, ctx, default, assign_default),
+            "cuGraphConditionalHandleCreate",
+        )
+        return int(handle)
+
+    def capture_conditional(self, stream: Any, kind: str, size: int, handle: int) -> list[Any]:
+        drv = _driver()
+        graph, deps = self._capture_point(stream)
+        params = drv.CUgraphNodeParams()
+        params.type = drv.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL
+        params.conditional.handle = drv.CUgraphConditionalHandle(handle)
+        params.conditional.type = drv.CUgraphConditionalNodeType(base.CONDITIONAL_KINDS.index(kind))
+        params.conditional.size = size
+        params.conditional.ctx = _check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
+        node = _check(drv.cuGraphAddNode(graph, deps, None, len(deps), params), "cuGraphAddNode")
+        bodies = list(params.conditional.phGraph_out[:size])
+        _check(
+            drv.cuStreamUpdateCaptureDependencies(
+                stream, [node], None, 1,
+                drv.CUstreamUpdateCaptureDependencies_flags.CU_STREAM_SET_CAPTURE_DEPENDENCIES,
+            ),
+            "cuStreamUpdateCaptureDependencies",
+        )
+        return bodies
+
+    def capture_to_body(self, stream: Any, body: Any, mode: str) -> None:
+        drv = _driver()
+        _check(
+            drv.cuStreamBeginCaptureToGraph(
+                stream, body, None, None, 0, drv.CUstreamCaptureMode(base.CAPTURE_MODES.index(mode))
+            ),
+            "cuStreamBeginCaptureToGraph",
+        )
+
     def graph_node_count(self, graph: Any) -> int:
         return int(_check(_driver().cuGraphGetNodes(graph, 0), "cuGraphGetNodes")[1])
 

@@ -66,24 +66,38 @@ class _SimStream:
         self.invalidated = False
 
 
+CONDITIONS: dict[int, int] = {}
+"""Values of conditional handles; set by kernels' host code (cg.ops.set_condition)."""
+_handles = itertools.count(1)
+
+
 class _SimGraph:
     """A recorded graph: nodes in stream order (a chain, as one stream's capture)."""
 
-    __slots__ = ("nodes", "allocations", "alive")
+    __slots__ = ("nodes", "allocations", "conditions", "alive")
 
     def __init__(self) -> None:
         self.nodes: list[tuple[str, str, Callable[[], None]]] = []
         self.allocations: list[int] = []  # graph-owned memory (mem_alloc nodes)
+        self.conditions: list[tuple[int, int]] = []  # (handle, default) created in it
         self.alive = True
+
+    def run(self) -> None:
+        """One execution: conditions take their defaults, then the nodes run in order."""
+        for handle, default in self.conditions:
+            CONDITIONS[handle] = default
+        for _, _, work in list(self.nodes):
+            work()
 
 
 class _SimExec:
     """An instantiated graph: its own copy of the node list, as in CUDA."""
 
-    __slots__ = ("nodes", "alive")
+    __slots__ = ("nodes", "conditions", "alive")
 
     def __init__(self, graph: _SimGraph) -> None:
         self.nodes = list(graph.nodes)
+        self.conditions = list(graph.conditions)
         self.alive = True
 
 
@@ -424,6 +438,43 @@ class SimBackend:
         self._thread.mode = mode
         return old
 
+    def capture_condition(self, stream: _SimStream, default: int) -> int:
+        graph = stream.capture
+        if graph is None:
+            raise _error(CUDA_ERROR_ILLEGAL_STATE, "cuGraphConditionalHandleCreate", "stream is not capturing")
+        handle = next(_handles)
+        graph.conditions.append((handle, default))
+        CONDITIONS[handle] = default
+        return handle
+
+    def capture_conditional(self, stream: _SimStream, kind: str, size: int, handle: int) -> list[_SimGraph]:
+        graph = stream.capture
+        if graph is None:
+            raise _error(CUDA_ERROR_ILLEGAL_STATE, "cuGraphAddNode", "stream is not capturing")
+        bodies = [_SimGraph() for _ in range(size)]
+
+        def work() -> None:  # CUDA's semantics of the three node types
+            if kind == "while":
+                while CONDITIONS.get(handle, 0):
+                    bodies[0].run()
+            elif kind == "if":
+                if CONDITIONS.get(handle, 0):
+                    bodies[0].run()
+                elif size == 2:
+                    bodies[1].run()
+            else:
+                index = CONDITIONS.get(handle, 0)
+                if 0 <= index < size:  # out of range: no branch runs
+                    bodies[index].run()
+
+        graph.nodes.append(("conditional", "", work))
+        return bodies
+
+    def capture_to_body(self, stream: _SimStream, body: _SimGraph, mode: str) -> None:
+        self.capture_begin(stream, mode)
+        assert stream.capture is not None
+        stream.capture = body  # record straight into the body graph
+
     def graph_node_count(self, graph: _SimGraph) -> int:
         return len(self._live(graph, "cuGraphGetNodes").nodes)
 
@@ -472,10 +523,12 @@ class SimBackend:
 
     def graph_launch(self, exec_: _SimExec, stream: _SimStream) -> None:
         self._live(exec_, "cuGraphLaunch")
-        nodes = exec_.nodes
+        nodes, conditions = exec_.nodes, exec_.conditions
 
         def work() -> None:
-            for _, _, run in nodes:
+            for handle, default in conditions:
+                CONDITIONS[handle] = default
+            for _, _, run in list(nodes):
                 run()
 
         self._submit(stream, "cuGraphLaunch", "child", "", work)

@@ -37,9 +37,13 @@ from .._device import Device, Stream
 from .._capture import keep
 from .._kernel import Kernel
 
-__all__ = ["add", "axpy", "copy", "elementwise_kernel", "fill", "preload", "scale"]
+__all__ = ["add", "axpy", "copy", "elementwise_kernel", "fill", "preload", "scale",
+           "set_condition"]
 
 SOURCE = (Path(__file__).parent / "kernels" / "elementwise.cu").read_text()
+CONDITION_SOURCE = (Path(__file__).parent / "kernels" / "conditional.cu").read_text()
+_FLAG_TYPES = {"bool": "bool", "int32": "int", "int64": "long long", "uint8": "unsigned char",
+               "float32": "float", "float64": "double"}
 MAX_NDIM = 8
 _LAYOUT = np.dtype((np.void, 8 + 8 * MAX_NDIM + 3 * 8 * MAX_NDIM))
 _LAYOUT_PACK = struct.Struct(f"<q{MAX_NDIM}q{3 * MAX_NDIM}q").pack
@@ -128,7 +132,61 @@ def preload(dtypes: Sequence[Any] = ("float32",), device: Device | None = None) 
         for name in _KERNELS:
             if name.startswith(("cg_fill", "cg_copy")) or dt in _ARITH_DTYPES:
                 kernels.append(elementwise_kernel(name, dt))
+        if dt.name in _FLAG_TYPES:
+            kernels += [condition_kernel(n, dt) for n in ("cg_set_condition", "cg_set_condition_index")]
     preload_kernels(kernels, device)
+
+
+def _host_set_condition(handle: Any, flag: np.ndarray) -> None:
+    from ..backends.sim import CONDITIONS
+
+    CONDITIONS[int(handle)] = int(flag.reshape(-1)[0] != 0)
+
+
+def _host_set_condition_index(handle: Any, flag: np.ndarray) -> None:
+    from ..backends.sim import CONDITIONS
+
+    v = int(flag.reshape(-1)[0])
+    CONDITIONS[int(handle)] = v if 0 <= v <= 0xFFFFFFFF else 0xFFFFFFFF
+
+
+@functools.lru_cache(maxsize=None)
+def condition_kernel(name: str, dtype: np.dtype) -> Kernel:
+    """The built-in kernel ``name`` that sets a condition from a ``dtype`` flag."""
+    host = _host_set_condition if name == "cg_set_condition" else _host_set_condition_index
+    return Kernel(CONDITION_SOURCE, name, host, signature=["uint64", "void*"],
+                  defines={"CG_T": _FLAG_TYPES[dtype.name]})
+
+
+def set_condition(cond: Any, flag: DeviceArray, *, stream: Stream | None = None) -> None:
+    """Set a graph condition on the device from ``flag[0]`` when the kernel runs.
+
+    An integer flag sets the value ``flag[0]`` (any non-zero value is true
+    for ``if``/``while``; for a ``switch`` it selects the branch, and an out
+    of range or negative one selects none). A float or bool flag sets
+    ``flag[0] != 0``. Queue it inside the capture, before the conditional
+    node it drives (and, for a while loop, at the end of the body).
+
+    Raises
+    ------
+    TypeError
+        If ``cond`` is not a graph condition or ``flag`` not a device array of
+        bool, int32, int64, uint8, float32 or float64.
+    """
+    from .._graph import Condition
+
+    if not isinstance(cond, Condition):
+        raise TypeError(f"set_condition takes a Condition from g.condition(), got {type(cond).__name__}")
+    if not isinstance(flag, DeviceArray) or flag.dtype.name not in _FLAG_TYPES or flag.size < 1:
+        raise TypeError(
+            f"set_condition's flag must be a non-empty device array of {', '.join(_FLAG_TYPES)}; "
+            f"got {flag!r}"
+        )
+    device = flag.device
+    stream = _stream(device, stream)
+    name = "cg_set_condition_index" if flag.dtype.kind in "iu" else "cg_set_condition"
+    kernel = condition_kernel(name, flag.dtype)
+    kernel.enqueue(device, stream, (1, 1, 1), (1, 1, 1), 0, [cond.handle, flag.ptr], [cond.handle, flag])
 
 
 # validation and launch helpers --------------------------------------------
