@@ -19,7 +19,7 @@ PUBLIC = {
     "configure", "current_device", "empty", "empty_like", "full", "full_like",
     "is_cuda_available", "ones", "ops", "override", "preload", "settings", "zeros",
     "zeros_like", "DeviceScalar", "Graph", "GraphPool", "HostSlot", "Node", "capture", "Body",
-    "Condition",
+    "Condition", "BuilderNode", "GraphBuilder",
     "capture_status", "is_capturing",
 }
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from . import ops
 from ._allocator import AllocatorStats, Block, CachingAllocator
 from ._capture import capture, capture_status, is_capturing
+from ._builder import BuilderNode, GraphBuilder
 from ._graph import Body, Condition, Graph, Node
 from ._pool import GraphPool
 from ._scalar import DeviceScalar, HostSlot
@@ -35,7 +36,7 @@ __all__ = [
     "CaptureError", "CaptureInvalidatedError", "CudaError", "CudaGraphsError", "Device",
     "DeviceArray", "Event", "Kernel", "KernelCompileError", "OutOfMemoryError",
     "PendingCopy", "SUPPORTED_DTYPES", "DeviceScalar", "Graph", "GraphPool", "HostSlot", "Node",
-    "Body", "Condition",
+    "Body", "BuilderNode", "Condition", "GraphBuilder",
     "capture", "capture_status", "is_capturing", "Settings", "Stream", "UpdateError", "__version__",
     "as_strided", "asarray", "backend", "configure", "current_device", "empty",
     "empty_like", "full", "full_like", "is_cuda_available", "ones", "ops", "override",

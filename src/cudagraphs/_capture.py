@@ -81,10 +81,14 @@ class Capture:
                 "allocate before capturing, or use alloc='pool'"
             )
         if self.alloc == "graph":
-            ptr = self.device.backend.mem_alloc(self.device.index, nbytes, self.stream._raw)
-            self.graph_memory.live.add(ptr)
-            return ptr, self.graph_memory
+            return self.allocate_graph_memory(nbytes)
         return self.pool.allocate(nbytes), self.pool
+
+    def allocate_graph_memory(self, nbytes: int) -> tuple[int, Any]:
+        """(address, owner) of driver-managed graph memory: an allocation node."""
+        ptr = self.device.backend.mem_alloc(self.device.index, nbytes, self.stack[-1]._raw)
+        self.graph_memory.live.add(ptr)
+        return ptr, self.graph_memory
 
     def stage(self, host: np.ndarray) -> np.ndarray:
         """A pinned copy of ``host`` owned by the graph (capture-time snapshot)."""

@@ -29,6 +29,7 @@ __all__ = ["CudaBackend", "NvrtcUnavailable", "nvrtc_compile"]
 CUDA_ERROR_INVALID_CONTEXT = 201
 _drv: Any = None
 _graph_launch: Any = None  # cuGraphLaunch, bound when the backend starts
+_HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
 class NvrtcUnavailable(RuntimeError):
@@ -442,6 +443,52 @@ class CudaBackend:
             ),
             "cuStreamBeginCaptureToGraph",
         )
+
+    def capture_dependencies(self, stream: Any) -> list[Any]:
+        return self._capture_point(stream)[1]
+
+    def capture_set_dependencies(self, stream: Any, nodes: Sequence[Any]) -> None:
+        drv = _driver()
+        _check(
+            drv.cuStreamUpdateCaptureDependencies(
+                stream, list(nodes), None, len(nodes),
+                drv.CUstreamUpdateCaptureDependencies_flags.CU_STREAM_SET_CAPTURE_DEPENDENCIES,
+            ),
+            "cuStreamUpdateCaptureDependencies",
+        )
+
+    def capture_empty(self, stream: Any) -> None:
+        graph, deps = self._capture_point(stream)
+        node = _check(_driver().cuGraphAddEmptyNode(graph, deps, len(deps)), "cuGraphAddEmptyNode")
+        self.capture_set_dependencies(stream, [node])
+
+    def capture_child(self, stream: Any, child: Any) -> None:
+        graph, deps = self._capture_point(stream)
+        node = _check(
+            _driver().cuGraphAddChildGraphNode(graph, deps, len(deps), child), "cuGraphAddChildGraphNode"
+        )
+        self.capture_set_dependencies(stream, [node])
+
+    def capture_event_record(self, stream: Any, event: Any) -> None:
+        drv = _driver()
+        flag = drv.CUevent_record_flags.CU_EVENT_RECORD_EXTERNAL  # a node, not a capture join
+        _check(drv.cuEventRecordWithFlags(event, stream, flag), "cuEventRecordWithFlags")
+
+    def capture_event_wait(self, stream: Any, event: Any) -> None:
+        drv = _driver()
+        _check(drv.cuStreamWaitEvent(stream, event, drv.CUevent_wait_flags.CU_EVENT_WAIT_EXTERNAL),
+               "cuStreamWaitEvent")
+
+    def launch_host(self, stream: Any, fn: Callable[[], None]) -> object:
+        """Queue ``fn()`` on the host after the stream's work (a host node when captured).
+
+        Returns the C callback, which must stay alive as long as it may run.
+        """
+        drv = _driver()
+        callback = _HOST_FN(lambda _: fn())
+        address = ctypes.cast(callback, ctypes.c_void_p).value
+        _check(drv.cuLaunchHostFunc(stream, drv.CUhostFn(address), 0), "cuLaunchHostFunc")
+        return callback
 
     def graph_node_count(self, graph: Any) -> int:
         return int(_check(_driver().cuGraphGetNodes(graph, 0), "cuGraphGetNodes")[1])

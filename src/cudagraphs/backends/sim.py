@@ -55,7 +55,7 @@ def _error(code: int, call: str, detail: str) -> CudaError:
 
 
 class _SimStream:
-    __slots__ = ("address", "ordinal", "alive", "capture", "mode", "invalidated")
+    __slots__ = ("address", "ordinal", "alive", "capture", "mode", "invalidated", "deps")
 
     def __init__(self, address: int, ordinal: int) -> None:
         self.address = address
@@ -64,6 +64,21 @@ class _SimStream:
         self.capture: _SimGraph | None = None  # the graph being recorded
         self.mode = "thread_local"
         self.invalidated = False
+        self.deps: list[int] = []  # what the next captured node depends on
+
+    def record(self, kind: str, label: str, work: Callable[[], None]) -> int:
+        """Add a node to the graph being captured, after the current dependencies.
+
+        Nodes are kept in creation order, which is a valid order to run them
+        in: a node only ever depends on earlier ones.
+        """
+        graph = self.capture
+        assert graph is not None
+        graph.nodes.append((kind, label, work))
+        graph.deps.append(list(self.deps))
+        index = len(graph.nodes) - 1
+        self.deps = [index]
+        return index
 
 
 CONDITIONS: dict[int, int] = {}
@@ -74,10 +89,11 @@ _handles = itertools.count(1)
 class _SimGraph:
     """A recorded graph: nodes in stream order (a chain, as one stream's capture)."""
 
-    __slots__ = ("nodes", "allocations", "conditions", "alive")
+    __slots__ = ("nodes", "deps", "allocations", "conditions", "alive")
 
     def __init__(self) -> None:
         self.nodes: list[tuple[str, str, Callable[[], None]]] = []
+        self.deps: list[list[int]] = []  # per node: the nodes it depends on
         self.allocations: list[int] = []  # graph-owned memory (mem_alloc nodes)
         self.conditions: list[tuple[int, int]] = []  # (handle, default) created in it
         self.alive = True
@@ -274,7 +290,7 @@ class SimBackend:
         if stream.capture is None:
             work()
         elif not stream.invalidated:
-            stream.capture.nodes.append((kind, label, work))
+            stream.record(kind, label, work)
 
     def _unsupported(self, streams: list[_SimStream], call: str) -> None:
         """What CUDA does for an illegal call during capture: invalidate, then fail."""
@@ -304,13 +320,13 @@ class SimBackend:
         ptr = self._memory.alloc(ordinal, nbytes, limit)
         if stream.capture is not None:  # a mem_alloc node: the graph owns it
             stream.capture.allocations.append(ptr)
-            stream.capture.nodes.append(("mem_alloc", "", lambda: None))
+            stream.record("mem_alloc", "", lambda: None)
         return ptr
 
     def mem_free(self, ptr: int, stream: _SimStream) -> None:
         graph = stream.capture
         if graph is not None and ptr in graph.allocations:
-            graph.nodes.append(("mem_free", "", lambda: None))  # freed with the graph
+            stream.record("mem_free", "", lambda: None)  # freed with the graph
             return
         self._memory.free(ptr)
 
@@ -407,6 +423,7 @@ class SimBackend:
         if stream.capture is not None:
             raise _error(CUDA_ERROR_ILLEGAL_STATE, "cuStreamBeginCapture", "stream is already capturing")
         stream.capture = _SimGraph()
+        stream.deps = []
         stream.mode = mode
         stream.invalidated = False
         self._capturing.add(stream)
@@ -467,13 +484,45 @@ class SimBackend:
                 if 0 <= index < size:  # out of range: no branch runs
                     bodies[index].run()
 
-        graph.nodes.append(("conditional", "", work))
+        stream.record("conditional", "", work)
         return bodies
 
     def capture_to_body(self, stream: _SimStream, body: _SimGraph, mode: str) -> None:
         self.capture_begin(stream, mode)
         assert stream.capture is not None
         stream.capture = body  # record straight into the body graph
+
+    def capture_dependencies(self, stream: _SimStream) -> list[int]:
+        self._live(stream, "cuStreamGetCaptureInfo")
+        return list(stream.deps)
+
+    def capture_set_dependencies(self, stream: _SimStream, nodes: Sequence[int]) -> None:
+        self._live(stream, "cuStreamUpdateCaptureDependencies")
+        if stream.capture is None:
+            raise _error(CUDA_ERROR_ILLEGAL_STATE, "cuStreamUpdateCaptureDependencies",
+                         "stream is not capturing")
+        stream.deps = list(nodes)
+
+    def capture_empty(self, stream: _SimStream) -> None:
+        stream.record("empty", "", lambda: None)
+
+    def capture_child(self, stream: _SimStream, child: _SimGraph) -> None:
+        self._live(child, "cuGraphAddChildGraphNode")
+        stream.record("child", "", child.run)
+
+    def capture_event_record(self, stream: _SimStream, event: _SimEvent) -> None:
+        def work() -> None:
+            event.recorded = True
+            event.time = time.perf_counter()
+
+        self._submit(stream, "cuEventRecordWithFlags", "event_record", "", work)
+
+    def capture_event_wait(self, stream: _SimStream, event: _SimEvent) -> None:
+        self._submit(stream, "cuStreamWaitEvent", "event_wait", "", lambda: None)
+
+    def launch_host(self, stream: _SimStream, fn: Callable[[], None]) -> object:
+        self._submit(stream, "cuLaunchHostFunc", "host", "", fn)
+        return fn
 
     def graph_node_count(self, graph: _SimGraph) -> int:
         return len(self._live(graph, "cuGraphGetNodes").nodes)
@@ -484,7 +533,8 @@ class SimBackend:
 
     def graph_edges(self, graph: _SimGraph) -> list[tuple[int, int]]:
         # one stream's capture is a chain
-        return [(i, i + 1) for i in range(len(self._live(graph, "cuGraphGetEdges").nodes) - 1)]
+        self._live(graph, "cuGraphGetEdges")
+        return [(d, i) for i, deps in enumerate(graph.deps) for d in deps]
 
     def graph_instantiate(self, graph: _SimGraph, auto_free: bool) -> _SimExec:
         self._live(graph, "cuGraphInstantiate")
@@ -536,6 +586,7 @@ class SimBackend:
     def graph_destroy(self, graph: _SimGraph) -> None:
         self._live(graph, "cuGraphDestroy").alive = False
         graph.nodes.clear()
+        graph.deps.clear()
         for ptr in graph.allocations:
             if ptr in self._memory.buffers:
                 self._memory.free(ptr)
