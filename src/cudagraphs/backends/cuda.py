@@ -30,6 +30,18 @@ CUDA_ERROR_INVALID_CONTEXT = 201
 _drv: Any = None
 _graph_launch: Any = None  # cuGraphLaunch, bound when the backend starts
 _HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_cuda_lib: Any = None
+
+
+def _libcuda() -> Any:
+    """The driver library (already loaded by cuda.bindings), for calls made through ctypes."""
+    global _cuda_lib
+    if _cuda_lib is None:
+        lib = ctypes.CDLL("libcuda.so.1")
+        lib.cuLaunchHostFunc.argtypes = [ctypes.c_void_p, _HOST_FN, ctypes.c_void_p]
+        lib.cuLaunchHostFunc.restype = ctypes.c_int
+        _cuda_lib = lib
+    return _cuda_lib
 
 
 class NvrtcUnavailable(RuntimeError):
@@ -483,11 +495,14 @@ class CudaBackend:
         """Queue ``fn()`` on the host after the stream's work (a host node when captured).
 
         Returns the C callback, which must stay alive as long as it may run.
+        The driver is called through ctypes here: cuda.bindings wraps the
+        callback in data it frees after the first call, which a host node
+        that runs on every replay would then use after it was freed.
         """
-        drv = _driver()
         callback = _HOST_FN(lambda _: fn())
-        address = ctypes.cast(callback, ctypes.c_void_p).value
-        _check(drv.cuLaunchHostFunc(stream, drv.CUhostFn(address), 0), "cuLaunchHostFunc")
+        err = _libcuda().cuLaunchHostFunc(ctypes.c_void_p(int(stream)), callback, None)
+        if err:
+            _raise(_driver().CUresult(err), "cuLaunchHostFunc")
         return callback
 
     def graph_node_count(self, graph: Any) -> int:
