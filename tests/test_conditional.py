@@ -174,4 +174,8 @@ def test_picture_shows_the_conditional_node(dev: cg.Device) -> None:
         cond = g.condition(default=1)
         with g.if_then(cond):
             cg.ops.fill(out, 1.0)
-    assert 'n0 [label="0: conditional"' in g.to_dot()
+    dot = g.to_dot()
+    assert 'n0 [label="0: conditional"' in dot
+    assert "subgraph cluster_n0_0_" in dot and 'label="body 0 of node 0"' in dot
+    assert 'n0_0_0 [label="0: kernel\\ncg_fill' in dot
+    assert "n0 -> n0_0_0 [style=dashed" in dot

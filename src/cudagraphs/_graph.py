@@ -514,18 +514,42 @@ class Graph:
         return self.device.backend.graph_edges(self._node_graph)
 
     def to_dot(self) -> str:
-        """The graph in Graphviz's DOT language: nodes by type and kernel name, edges."""
+        """The graph in Graphviz's DOT language.
+
+        Nodes by type and kernel name, dependency edges, and the bodies of
+        conditional nodes as clusters (``body 0`` of a while/if, one per
+        branch of a switch) linked to their node by dashed edges.
+        """
         lines = [
             "digraph cudagraphs {",
-            '  rankdir=TB; node [shape=box, style="rounded,filled", fontname="Helvetica"];',
+            '  rankdir=TB; compound=true; node [shape=box, style="rounded,filled", fontname="Helvetica"];',
             f'  label="{self.summary()}"; labelloc=t; fontname="Helvetica";',
         ]
-        for n in self.nodes:
-            text = f"{n.index}: {n.type}" + (f"\\n{n.name}" if n.name else "")
-            lines.append(f'  n{n.index} [label="{text}", fillcolor="{_COLORS.get(n.type, "#eeeeee")}"];')
-        lines.extend(f"  n{a} -> n{b};" for a, b in self.edges)
+        if self.state in ("ready", "captured"):
+            self._dot_graph(self._node_graph, "n", lines, "  ")
         lines.append("}")
         return "\n".join(lines) + "\n"
+
+    def _dot_graph(self, graph: Any, prefix: str, lines: list[str], indent: str) -> str:
+        """Append one driver graph's nodes and edges; return its first node's name."""
+        backend = self.device.backend
+        nodes = backend.graph_nodes(graph)
+        for i, (kind, name) in enumerate(nodes):
+            text = f"{i}: {kind}" + (f"\\n{name}" if name else "")
+            lines.append(f'{indent}{prefix}{i} [label="{text}", fillcolor="{_COLORS.get(kind, "#eeeeee")}"];')
+        lines.extend(f"{indent}{prefix}{a} -> {prefix}{b};" for a, b in backend.graph_edges(graph))
+        for i, (kind, _) in enumerate(nodes):
+            if kind != "conditional":
+                continue
+            for k, body in enumerate(backend.graph_bodies(graph, i)):
+                sub = f"{prefix}{i}_{k}_"
+                lines.append(f"{indent}subgraph cluster_{sub} {{")
+                lines.append(f'{indent}  label="body {k} of node {i}"; style=dashed;')
+                first = self._dot_graph(body, sub, lines, indent + "  ")
+                lines.append(f"{indent}}}")
+                if first:
+                    lines.append(f"{indent}{prefix}{i} -> {first} [style=dashed, lhead=cluster_{sub}];")
+        return f"{prefix}0" if nodes else ""
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the picture to ``path``: ``.dot`` as text, ``.svg``/``.png``/``.pdf`` via Graphviz.

@@ -538,6 +538,15 @@ class CudaBackend:
         sources, targets = result[0], result[1]
         return [(index[int(a)], index[int(b)]) for a, b in zip(sources[:n_edges], targets[:n_edges])]
 
+    def graph_bodies(self, graph: Any, index: int) -> list[Any]:
+        """The body graphs of conditional node ``index`` (none for other nodes)."""
+        drv = _driver()
+        node = self.graph_node_handles(graph)[index]
+        params = _check(drv.cuGraphNodeGetParams(node), "cuGraphNodeGetParams")
+        if int(params.type) != int(drv.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL):
+            return []
+        return list(params.conditional.phGraph_out[: params.conditional.size])
+
     def graph_instantiate(self, graph: Any, auto_free: bool) -> Any:
         drv = _driver()
         flags = int(drv.CUgraphInstantiate_flags.CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH) if auto_free else 0

@@ -89,11 +89,12 @@ _handles = itertools.count(1)
 class _SimGraph:
     """A recorded graph: nodes in stream order (a chain, as one stream's capture)."""
 
-    __slots__ = ("nodes", "deps", "allocations", "conditions", "alive")
+    __slots__ = ("nodes", "deps", "bodies", "allocations", "conditions", "alive")
 
     def __init__(self) -> None:
         self.nodes: list[tuple[str, str, Callable[[], None]]] = []
         self.deps: list[list[int]] = []  # per node: the nodes it depends on
+        self.bodies: dict[int, list[_SimGraph]] = {}  # conditional node -> its bodies
         self.allocations: list[int] = []  # graph-owned memory (mem_alloc nodes)
         self.conditions: list[tuple[int, int]] = []  # (handle, default) created in it
         self.alive = True
@@ -484,7 +485,8 @@ class SimBackend:
                 if 0 <= index < size:  # out of range: no branch runs
                     bodies[index].run()
 
-        stream.record("conditional", "", work)
+        index = stream.record("conditional", "", work)
+        graph.bodies[index] = bodies
         return bodies
 
     def capture_to_body(self, stream: _SimStream, body: _SimGraph, mode: str) -> None:
@@ -535,6 +537,9 @@ class SimBackend:
         # one stream's capture is a chain
         self._live(graph, "cuGraphGetEdges")
         return [(d, i) for i, deps in enumerate(graph.deps) for d in deps]
+
+    def graph_bodies(self, graph: _SimGraph, index: int) -> list[_SimGraph]:
+        return list(self._live(graph, "cuGraphNodeGetParams").bodies.get(index, []))
 
     def graph_instantiate(self, graph: _SimGraph, auto_free: bool) -> _SimExec:
         self._live(graph, "cuGraphInstantiate")
