@@ -199,6 +199,7 @@ class CudaBackend:
         self._pools: dict[int, Any] = {}
         self._modules: list[Any] = []
         self._host: set[int] = set()
+        self._bodies: dict[int, list[Any]] = {}  # conditional node -> its body graphs
 
     # devices ------------------------------------------------------------
     def device_count(self) -> int:
@@ -438,6 +439,7 @@ class CudaBackend:
         params.conditional.ctx = _check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
         node = _check(drv.cuGraphAddNode(graph, deps, None, len(deps), params), "cuGraphAddNode")
         bodies = list(params.conditional.phGraph_out[:size])
+        self._bodies[int(node)] = bodies
         _check(
             drv.cuStreamUpdateCaptureDependencies(
                 stream, [node], None, 1,
@@ -540,12 +542,9 @@ class CudaBackend:
 
     def graph_bodies(self, graph: Any, index: int) -> list[Any]:
         """The body graphs of conditional node ``index`` (none for other nodes)."""
-        drv = _driver()
+        # remembered when the node was made: this driver has no cuGraphNodeGetParams
         node = self.graph_node_handles(graph)[index]
-        params = _check(drv.cuGraphNodeGetParams(node), "cuGraphNodeGetParams")
-        if int(params.type) != int(drv.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL):
-            return []
-        return list(params.conditional.phGraph_out[: params.conditional.size])
+        return list(self._bodies.get(int(node), ()))
 
     def graph_instantiate(self, graph: Any, auto_free: bool) -> Any:
         drv = _driver()
@@ -605,7 +604,14 @@ class CudaBackend:
             _raise(err, "cuGraphLaunch")
 
     def graph_destroy(self, graph: Any) -> None:
+        if self._bodies:
+            self._forget_bodies(graph)
         _check(_driver().cuGraphDestroy(graph), "cuGraphDestroy")
+
+    def _forget_bodies(self, graph: Any) -> None:
+        for node in self.graph_node_handles(graph):
+            for body in self._bodies.pop(int(node), ()):
+                self._forget_bodies(body)
 
     def graph_exec_destroy(self, exec_: Any) -> None:
         _check(_driver().cuGraphExecDestroy(exec_), "cuGraphExecDestroy")
