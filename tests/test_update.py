@@ -178,25 +178,41 @@ def test_set_arg_changes_kernel_scalars(dev: cg.Device, rng: np.random.Generator
     g.close()
 
 
+def test_rebind_repoints_device_copies(dev: cg.Device, rng: np.random.Generator) -> None:
+    a_h, b_h = random_array(rng, 40, "float32"), random_array(rng, 40, "float32")
+    a, b, out1, out2 = cg.asarray(a_h), cg.asarray(b_h), cg.zeros(40, "float32"), cg.zeros(40, "float32")
+    g = cg.capture(lambda: cg.ops.copy(out1, a))
+    assert g.nodes[0].type == "memcpy"
+    g.rebind(a, b).rebind(out1, out2)
+    g.replay()
+    np.testing.assert_array_equal(out2.get(), b_h)
+    assert np.all(out1.get() == 0)
+    with pytest.raises(cg.UpdateError, match="node 0 is a memcpy node, not a kernel"):
+        g.set_arg(0, 0, 1)
+    g.close()
+
+
 def test_rebind_refusals(dev: cg.Device) -> None:
-    x, y, other = cg.ones(32, "float32"), cg.zeros(32, "float32"), cg.ones(32, "float32")
+    x, y = cg.ones(32, "float32"), cg.zeros(32, "float32")
+    slot = cg.HostSlot(32, "float32")
 
     def step() -> None:
         cg.ops.axpy(2.0, x, y)
-        cg.ops.copy(other, y)  # a memcpy node using y
+        slot.copy_from(y)  # a device-to-host copy node using y
 
     g = cg.capture(step)
     with pytest.raises(ValueError, match="new must match old"):
         g.rebind(x, cg.ones(16, "float32"))
     with pytest.raises(ValueError, match="does not use that array"):
         g.rebind(cg.ones(32, "float32"), cg.ones(32, "float32"))
-    with pytest.raises(cg.UpdateError, match=r"node 1 \(memcpy\) uses the array, and only kernel arguments") as info:
+    with pytest.raises(cg.UpdateError, match=r"node 1 \(memcpy\) uses the array, and only kernel and device-copy") as info:
         g.rebind(y, cg.zeros(32, "float32"))
     assert info.value.node == 1
     with pytest.raises(TypeError, match="must be a DeviceArray"):
         g.rebind(x, 3)
     g.replay()  # unchanged by the refusals
-    assert np.all(other.get() == 2)
+    dev.synchronize()
+    assert np.all(slot.array == 2)
     g.close()
 
 

@@ -358,21 +358,22 @@ class Graph:
         return self._conditional("switch", cond, n)
 
     def rebind(self, old: Any, new: Any) -> Graph:
-        """Point every kernel argument that is ``old`` at ``new`` instead.
+        """Point every kernel and device-copy argument that is ``old`` at ``new``.
 
         Executable-node updates: no capture, no instantiation. ``new`` must
         have the same shape, strides, dtype and device; arguments that are
-        ``old`` itself (same address, shape and strides) are repointed. The
-        graph keeps ``new`` alive (and still ``old``).
+        ``old`` itself (same address, shape and strides) are repointed, in
+        kernel nodes and device-to-device copy nodes. The graph keeps ``new``
+        alive (and still ``old``).
 
         Raises
         ------
         ValueError
             If the graph does not use ``old``, or ``new`` does not match it.
         UpdateError
-            If a node that uses ``old`` is not a kernel launched through
-            cudagraphs (memcpy, memset, other libraries' work): capture again
-            and use :meth:`update`. Nothing is changed then.
+            If a node that uses ``old`` cannot be patched (host copies,
+            memsets, other libraries' work): capture again and use
+            :meth:`update`. Nothing is changed then.
         """
         from ._array import DeviceArray
 
@@ -392,6 +393,9 @@ class Graph:
         self._check_patchable(hits, "uses the array")
         for i in hits:
             specs, launch = self._uses[i]
+            if launch[0] == "memcpy":
+                self._patch_memcpy(exec_, i, key, new)
+                continue
             kernel = launch[0]
             updates = {j: new for j, (s, p) in enumerate(zip(specs, kernel.params))
                        if p.pointer and s == key}
@@ -410,6 +414,8 @@ class Graph:
             raise IndexError(f"set_arg: node {node!r} is not one of this graph's {len(self._uses)} traced nodes")
         self._check_patchable([node], "is not a cudagraphs kernel")
         kernel = self._uses[node][1][0]
+        if kernel == "memcpy":
+            raise UpdateError(f"node {node} is a {self._trace[node][0]} node, not a kernel", node)
         names = [p.name for p in kernel.params]
         j = names.index(arg) if isinstance(arg, str) and arg in names else arg
         if not isinstance(j, int) or not 0 <= j < len(names):
@@ -430,9 +436,20 @@ class Graph:
         for i in nodes:
             if self._uses[i][1] is None:
                 raise UpdateError(
-                    f"node {i} ({self._trace[i][0]}) {what}, and only kernel arguments can "
-                    "be changed node by node: capture again and use update()", i,
+                    f"node {i} ({self._trace[i][0]}) {what}, and only kernel and device-copy "
+                    "arguments can be changed node by node: capture again and use update()", i,
                 )
+
+    def _patch_memcpy(self, exec_: Any, index: int, key: tuple, new: Any) -> None:
+        """Point device-to-device copy node ``index`` at ``new`` where it used ``key``."""
+        specs, launch = self._uses[index]
+        specs = tuple(new._view_spec() if s == key else s for s in specs)
+        (dst, *_), (src, *_) = specs
+        backend = self.device.backend
+        if self._node_handles is None:
+            self._node_handles = backend.graph_node_handles(self._handles[0])
+        backend.graph_exec_memcpy_update(exec_, self._node_handles[index], dst, src, launch[1])
+        self._uses[index] = (specs, launch)
 
     def _patch(self, exec_: Any, index: int, updates: dict[int, Any]) -> None:
         """Give kernel node ``index`` new values for the arguments in ``updates``."""

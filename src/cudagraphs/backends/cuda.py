@@ -593,6 +593,17 @@ class CudaBackend:
             _check(drv.cuGraphExecKernelNodeSetParams(exec_, node, params),
                    "cuGraphExecKernelNodeSetParams")
 
+    def graph_exec_memcpy_update(self, exec_: Any, node: Any, dst: int, src: int, nbytes: int) -> None:
+        drv = _driver()
+        params = drv.CUDA_MEMCPY3D()
+        device_memory = drv.CUmemorytype.CU_MEMORYTYPE_DEVICE
+        params.srcMemoryType, params.srcDevice = device_memory, src
+        params.dstMemoryType, params.dstDevice = device_memory, dst
+        params.WidthInBytes, params.Height, params.Depth = nbytes, 1, 1
+        ctx = _check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
+        _check(drv.cuGraphExecMemcpyNodeSetParams(exec_, node, params, ctx),
+               "cuGraphExecMemcpyNodeSetParams")
+
     def graph_upload(self, exec_: Any, stream: Any) -> None:
         _check(_driver().cuGraphUpload(exec_, stream), "cuGraphUpload")
 

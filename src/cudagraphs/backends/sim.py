@@ -386,6 +386,9 @@ class SimBackend:
         self._submit(stream, call, "memcpy", "", work)
 
     def memcpy_dtod(self, dst: int, src: int, nbytes: int, stream: _SimStream) -> None:
+        self._submit(stream, "cuMemcpyDtoDAsync", "memcpy", "", self._dtod(dst, src, nbytes))
+
+    def _dtod(self, dst: int, src: int, nbytes: int) -> Callable[[], None]:
         call = "cuMemcpyDtoDAsync"
         sbuf, soff = self._memory.resolve(src, nbytes, call)
         dbuf, doff = self._memory.resolve(dst, nbytes, call)
@@ -395,7 +398,7 @@ class SimBackend:
             # undefined, the simulation picks memmove semantics
             dbuf[doff : doff + nbytes] = sbuf[soff : soff + nbytes].copy()
 
-        self._submit(stream, call, "memcpy", "", work)
+        return work
 
     def memset_d8(self, dst: int, value: int, nbytes: int, stream: _SimStream) -> None:
         call = "cuMemsetD8Async"
@@ -571,6 +574,14 @@ class SimBackend:
             raise _error(base.CUDA_ERROR_INVALID_VALUE, "cuGraphExecKernelNodeSetParams",
                          f"node {index} is a {kind} node")
         exec_.nodes[index] = (kind, label, launcher.make_work(raw, objs))
+
+    def graph_exec_memcpy_update(self, exec_: _SimExec, index: int, dst: int, src: int, nbytes: int) -> None:
+        self._live(exec_, "cuGraphExecMemcpyNodeSetParams")
+        kind, label, _ = exec_.nodes[index]
+        if kind != "memcpy":
+            raise _error(base.CUDA_ERROR_INVALID_VALUE, "cuGraphExecMemcpyNodeSetParams",
+                         f"node {index} is a {kind} node")
+        exec_.nodes[index] = (kind, label, self._dtod(dst, src, nbytes))
 
     def graph_upload(self, exec_: _SimExec, stream: _SimStream) -> None:
         self._live(exec_, "cuGraphUpload")

@@ -317,7 +317,7 @@ def copy(dst: DeviceArray, src: DeviceArray, *, stream: Stream | None = None) ->
     if dst.is_contiguous and src.is_contiguous:
         device.backend.memcpy_dtod(dst.ptr, src.ptr, dst.nbytes, stream._live())
         if device.captures:
-            keep(device, stream, (dst, src), "memcpy")
+            keep(device, stream, (dst, src), "memcpy", "", ("memcpy", dst.nbytes))
     else:
         _run("cg_copy_strided", dst.dtype, device, stream, n,
              [dst, src, n, _layout(dst.shape, dst, src)])
