@@ -172,3 +172,15 @@ def test_misuse_and_abandoning(dev: cg.Device) -> None:
     gc.collect()
     assert dev.allocator.stats().in_use == before.in_use
     assert cg.capture_status(dev.stream) == "none" and not dev.captures
+
+
+def test_dropped_builder_ends_its_capture(dev: cg.Device) -> None:
+    x = cg.zeros(4, "float32")
+    bld = cg.GraphBuilder()
+    bld.fill(x, 1.0)
+    stream = bld.stream
+    assert cg.capture_status(stream) == "active"
+    del bld
+    gc.collect()
+    assert cg.capture_status(stream) == "none" and not dev.captures
+    assert np.all(x.get() == 0)  # the abandoned graph never ran

@@ -13,6 +13,7 @@ it does not depend on, as in any CUDA graph.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -41,6 +42,14 @@ class BuilderNode:
 
     def __repr__(self) -> str:
         return f"<cudagraphs.BuilderNode {self.type}>"
+
+
+def _abandon(ctx: _CaptureContext, device: Device, stream: Any) -> None:
+    """End an unfinished builder's capture and release what it held."""
+    try:
+        ctx.__exit__(RuntimeError, RuntimeError("builder abandoned"), None)
+    finally:
+        device.return_spare_stream(stream)
 
 
 class _Released:
@@ -77,6 +86,8 @@ class GraphBuilder:
         self._backend = self.device.backend
         self.nodes: list[BuilderNode] = []
         self.state = "building"
+        # a builder dropped unfinished must not leave its stream capturing
+        self._finalizer = weakref.finalize(self, _abandon, self._ctx, self.device, self.stream)
 
     # the mechanism -------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -250,6 +261,7 @@ class GraphBuilder:
         """The finished, replayable graph (it replays on the compute stream by default)."""
         self._check_open()
         self.state = "instantiated"
+        self._finalizer.detach()
         try:
             self._ctx.__exit__(None, None, None)
         finally:
@@ -263,10 +275,7 @@ class GraphBuilder:
         """Abandon the graph being built (idempotent); everything it held is released."""
         if self.state == "building":
             self.state = "closed"
-            try:
-                self._ctx.__exit__(RuntimeError, RuntimeError("builder closed"), None)
-            finally:
-                self.device.return_spare_stream(self.stream)
+            self._finalizer()
 
     def __enter__(self) -> GraphBuilder:
         return self
