@@ -10,10 +10,9 @@ from pathlib import Path
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cudagraphs as cg  # noqa: E402
 from cudagraphs.backends.cuda import _driver  # noqa: E402
-from run import per_call_us  # noqa: E402
+from cudagraphs.bench.runner import per_call_us  # noqa: E402
 
 N = 20000
 

@@ -1,4 +1,4 @@
-"""The ``cudagraphs`` command: ``doctor`` and ``demo``."""
+"""The ``cudagraphs`` command: ``doctor``, ``demo``, ``bench`` and ``show``."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import argparse
 import importlib.metadata
 import platform
 import sys
-import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -30,6 +29,12 @@ def doctor() -> int:
                  "cupy-cuda13x", "torch"):
         print(f"  {dist:18} {_version(dist)}")
     print(f"GPU available: {cg.is_cuda_available()}")
+    if cg.is_cuda_available():
+        from cuda.bindings import driver
+
+        err, version = driver.cuDriverGetVersion()
+        if not err:
+            print(f"CUDA driver: {version // 1000}.{version % 1000 // 10}")
     print(f"backend in use: {cg.backend()}")
     print(f"kernel cache: {cg.settings().cache_dir}")
     try:
@@ -46,49 +51,44 @@ def doctor() -> int:
     return 0 if ok else 1
 
 
-def demo(steps: int = 200) -> int:
-    """Run a launch-bound loop eagerly and as one graph, checked against numpy."""
-    import cudagraphs as cg
+def show(target: str | None, example: str | None, out: str | None) -> int:
+    """Capture ``FILE.py:function`` (called with no arguments) or a demo graph; save its picture."""
+    import importlib.util
+    import shutil
+    from pathlib import Path
 
-    dev = cg.Device(0)
-    sim = cg.backend() == "sim"
-    print(f"backend: {cg.backend()}  device: {dev.name}")
-    rng = np.random.default_rng(0)
-    n = 1 << 12
-    x_h = rng.standard_normal(n).astype(np.float32)
-    y_h = rng.standard_normal(n).astype(np.float32)
-    x, y = cg.asarray(x_h), cg.asarray(y_h)
-    alpha = cg.DeviceScalar(0.001)
-    cg.ops.preload(["float32"], dev)
-    dev.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        cg.ops.axpy(alpha, x, y)
-    dev.synchronize()
-    eager = (time.perf_counter() - t0) / steps
-    with cg.capture() as g:
-        for _ in range(steps):
-            cg.ops.axpy(alpha, x, y)
-    g.upload()
-    dev.synchronize()
-    t0 = time.perf_counter()
-    g.replay()
-    dev.synchronize()
-    graph = (time.perf_counter() - t0) / steps
-    ref = y_h.copy()
-    for _ in range(2 * steps):
-        ref = (np.float32(0.001) * x_h + ref).astype(np.float32)
-    err = float(np.max(np.abs(y.get() - ref)))
-    ok = err < 1e-4
-    note = "  (timings simulated on the CPU)" if sim else ""
-    print(f"{steps} axpy kernels on {n} floats{note}")
-    print(f"  eager launches : {eager * 1e6:8.2f} us per kernel")
-    print(f"  one graph replay: {graph * 1e6:8.2f} us per kernel  ({eager / graph:.1f}x)")
-    print(f"max |error| vs numpy: {err:.2e}  {'ok' if ok else 'MISMATCH'}")
-    print(g.summary())
-    s = dev.allocator.stats()
-    print(f"allocator: {s.in_use} B in use, {s.reserved} B reserved, {s.hits} hits, {s.misses} misses")
-    return 0 if ok else 1
+    import cudagraphs as cg
+    from cudagraphs.demo import EXAMPLES
+
+    if example is not None:
+        if example not in EXAMPLES:
+            print(f"unknown example {example!r}; choose from {', '.join(EXAMPLES)}", file=sys.stderr)
+            return 2
+        cg.ops.preload(["float32", "float64", "int32"])
+        graph = EXAMPLES[example](cg.Device(0))
+        name = example
+    else:
+        if not target or ":" not in target:
+            print("show needs FILE.py:function or --example NAME", file=sys.stderr)
+            return 2
+        path, func_name = target.rsplit(":", 1)
+        spec = importlib.util.spec_from_file_location("cudagraphs_show_target", path)
+        if spec is None or spec.loader is None or not Path(path).is_file():
+            print(f"cannot load {path!r}: no such Python file", file=sys.stderr)
+            return 2
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        fn = getattr(module, func_name, None)
+        if not callable(fn):
+            print(f"{path} has no function {func_name!r}", file=sys.stderr)
+            return 2
+        graph = cg.capture(fn)
+        name = func_name
+    destination = Path(out) if out else Path(f"{name}.{'svg' if shutil.which('dot') else 'dot'}")
+    graph.save(destination)
+    print(graph.summary())
+    print(f"wrote {destination}")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -96,12 +96,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cudagraphs", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("doctor", help="show backend, GPU, versions; self-check")
-    p_demo = sub.add_parser("demo", help="eager vs graph on whatever backend answers")
-    p_demo.add_argument("--steps", type=int, default=200)
+    sub.add_parser("demo", help="the flagship demo: eager vs graph, checked against numpy")
+    p_bench = sub.add_parser("bench", help="benchmarks against raw CUDA C and the Python peers")
+    p_bench.add_argument("--quick", action="store_true", help="a one-minute run")
+    p_bench.add_argument("--out", help="directory for bench.json, bench.md and PNG plots")
+    p_show = sub.add_parser("show", help="capture a function or a demo graph and save its picture")
+    p_show.add_argument("target", nargs="?", help="FILE.py:function (called with no arguments)")
+    p_show.add_argument("--example", help="a demo graph: jacobi or mlp")
+    p_show.add_argument("--out", help="picture file (.svg/.png/.pdf with Graphviz, or .dot)")
     args = parser.parse_args(argv)
     if args.command == "doctor":
         return doctor()
-    return demo(args.steps)
+    if args.command == "demo":
+        from .demo import main as demo_main
+
+        return demo_main()
+    if args.command == "bench":
+        from .bench.runner import main as bench_main
+
+        return bench_main((["--quick"] if args.quick else []) + (["--out", args.out] if args.out else []))
+    return show(args.target, args.example, args.out)
 
 
 if __name__ == "__main__":  # pragma: no cover

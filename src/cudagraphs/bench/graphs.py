@@ -8,7 +8,7 @@ per framework, in one process with the contenders interleaved:
 * call: host time of one replay call (µs), the median of single calls timed
   while the GPU still has room in its queue.
 
-Run alone (``python benchmarks/graphs.py``) or through ``benchmarks/run.py``.
+Run through ``cudagraphs bench`` (or ``python -m cudagraphs.bench.graphs``).
 """
 
 from __future__ import annotations
@@ -18,15 +18,13 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "src"))
-import cudagraphs as cg  # noqa: E402
-import rawc  # noqa: E402
+import cudagraphs as cg
+
+from . import rawc
 
 TINY = 'extern "C" __global__ void inc(float* p) { p[0] += 1.0f; }'
 SIZES = (10, 100, 1000)
