@@ -5,8 +5,9 @@ against numpy, and timed:
 
 * **Jacobi solve** of a linear system, the whole iteration inside one
   device-side while node (no host round trip per iteration);
-* **MLP decode step**: a small two-layer network applied token after token,
-  one captured step replayed per token. Matmuls go through CuPy's cuBLAS when
+* **MLP decode step**: a deep, narrow network (6 layers of width 64, as in
+  small-batch decoding) applied token after token, one captured step
+  replayed per token. Matmuls go through CuPy's cuBLAS when
   CuPy is there (on the cuda backend), else through a cudagraphs kernel.
 
 On the ``sim`` backend the sizes are small and the timings are simulated.
@@ -193,28 +194,27 @@ def _cupy_dense(device: cg.Device) -> Callable[..., None] | None:
     return dense
 
 
-def build_mlp(d: int, device: cg.Device) -> tuple[cg.Graph, dict[str, Any]]:
-    """One MLP decode step as a graph, with its weights and arrays."""
+def build_mlp(d: int, device: cg.Device, layers: int = 6) -> tuple[cg.Graph, dict[str, Any]]:
+    """One decode step of a ``layers``-deep MLP of width ``d`` as a graph."""
     kernel = cg.Kernel(MLP_SOURCE, "dense", host=_dense_host)
     cg.preload([kernel], device)
     rng = np.random.default_rng(1)
-    W1_h = (rng.standard_normal((4 * d, d)) / np.sqrt(d)).astype(np.float32)
-    W2_h = (rng.standard_normal((d, 4 * d)) / np.sqrt(4 * d)).astype(np.float32)
-    b1_h, b2_h = (rng.standard_normal(4 * d) * 0.1).astype(np.float32), (rng.standard_normal(d) * 0.1).astype(np.float32)
+    weights = [(rng.standard_normal((d, d)) / np.sqrt(d)).astype(np.float32) for _ in range(layers)]
+    biases = [(rng.standard_normal(d) * 0.1).astype(np.float32) for _ in range(layers)]
     x0 = rng.standard_normal(d).astype(np.float32)
-    W1, W2, b1, b2 = (cg.asarray(a) for a in (W1_h, W2_h, b1_h, b2_h))
-    x, h = cg.asarray(x0), cg.zeros(4 * d, "float32")
+    Ws, bs = [cg.asarray(w) for w in weights], [cg.asarray(b) for b in biases]
+    x, tmp = cg.asarray(x0), cg.zeros(d, "float32")
 
     def ours(y: cg.DeviceArray, W: cg.DeviceArray, v: cg.DeviceArray, bias: cg.DeviceArray, act: int) -> None:
         rows, cols = W.shape
         kernel.launch(-(-rows // 128), 128, y, W, v, bias, rows, cols, act)
 
-    engine, dense = "cudagraphs kernel", ours
+    engine, dense = "cudagraphs kernels", ours
     cupy_dense = _cupy_dense(device)
     if cupy_dense is not None:
         try:  # cuBLAS must be capturable here: check once, fall back otherwise
             with cg.capture() as probe:
-                cupy_dense(h, W1, x, b1, 1)
+                cupy_dense(tmp, Ws[0], x, bs[0], 1)
             probe.close()
             engine, dense = "CuPy cuBLAS", cupy_dense
         except Exception as exc:  # a failed probe leaves nothing behind
@@ -222,22 +222,23 @@ def build_mlp(d: int, device: cg.Device) -> tuple[cg.Graph, dict[str, Any]]:
                   file=sys.stderr)
 
     def step() -> None:
-        dense(h, W1, x, b1, 1)
-        dense(x, W2, h, b2, 2)
+        # ping-pong between x and tmp; an even number of layers ends in x
+        for i in range(layers):
+            src, dst = (x, tmp) if i % 2 == 0 else (tmp, x)
+            dense(dst, Ws[i], src, bs[i], 2 if i == layers - 1 else 1)
 
     step()  # warm up (CuPy plans, caches) outside the capture
     x.set(x0)
     with cg.capture() as decode:
         step()
-    return decode, {"W1": W1_h, "W2": W2_h, "b1": b1_h, "b2": b2_h, "x0": x0, "x": x,
-                    "step": step, "engine": engine}
+    return decode, {"weights": weights, "biases": biases, "x0": x0, "x": x, "step": step,
+                    "engine": engine}
 
 
 def mlp_demo(d: int, tokens: int, device: cg.Device) -> dict[str, Any]:
-    """A two-layer MLP applied token after token: eager launches vs one replay per token."""
+    """A deep, narrow MLP applied token after token: eager launches vs one replay per token."""
     decode, p = build_mlp(d, device)
     x, x0, step, engine = p["x"], p["x0"], p["step"], p["engine"]
-    W1_h, W2_h, b1_h, b2_h = p["W1"], p["W2"], p["b1"], p["b2"]
     decode.upload()
 
     def eager() -> None:
@@ -257,12 +258,14 @@ def mlp_demo(d: int, tokens: int, device: cg.Device) -> dict[str, Any]:
     x.set(x0)
     t_graph = _time(replayed, device)
     ref = x0.copy()
+    layers = len(p["weights"])
     for _ in range(tokens):
-        hidden = np.maximum(W1_h @ ref + b1_h, 0)
-        ref = np.tanh(W2_h @ hidden + b2_h).astype(np.float32)
+        for i, (W, b) in enumerate(zip(p["weights"], p["biases"])):
+            s = (W @ ref + b).astype(np.float32)
+            ref = np.tanh(s) if i == layers - 1 else np.maximum(s, 0)
     ok = np.allclose(x.get(), ref, atol=1e-3) and np.allclose(x_eager, ref, atol=1e-3)
     decode.close()
-    return {"name": f"MLP decode, d={d} ({engine})", "steps": f"{tokens} tokens",
+    return {"name": f"MLP decode, {layers}x{d} ({engine})", "steps": f"{tokens} tokens",
             "eager": t_eager, "graph": t_graph, "ok": ok}
 
 
@@ -274,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"cudagraphs demo — backend: {cg.backend()}, device: {dev.name}")
     if sim:
         print("(no GPU answered: running the CPU simulator; sizes are small and timings simulated)")
-    rows = [jacobi_demo(64 if sim else 256, dev), mlp_demo(64 if sim else 512, 20 if sim else 500, dev)]
+    rows = [jacobi_demo(64 if sim else 256, dev), mlp_demo(64, 20 if sim else 2000, dev)]
     header = f"{'workload':<34} {'steps':>16} {'eager ms':>10} {'graph ms':>10} {'speedup':>8}  check"
     print(header)
     print("-" * len(header))
