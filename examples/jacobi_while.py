@@ -12,50 +12,12 @@ import time
 import numpy as np
 
 import cudagraphs as cg
+from cudagraphs.demo import jacobi_kernels
 
-SOURCE = r"""
-extern "C" __global__ void jacobi_step(double* x_new, const double* x, const double* A,
-                                       const double* b, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    double s = b[i];
-    for (int j = 0; j < n; ++j)
-        if (j != i) s -= A[(long long)i * n + j] * x[j];
-    x_new[i] = s / A[(long long)i * n + i];
-}
-
-// one block: max |x_new - x|, the iteration count, and whether to go on
-extern "C" __global__ void converged(const double* x_new, const double* x, int* go,
-                                     int* iterations, double tol, int max_iterations, int n) {
-    __shared__ double worst[256];
-    double m = 0.0;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) m = fmax(m, fabs(x_new[i] - x[i]));
-    worst[threadIdx.x] = m;
-    __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s /= 2) {
-        if (threadIdx.x < s) worst[threadIdx.x] = fmax(worst[threadIdx.x], worst[threadIdx.x + s]);
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) {
-        int it = iterations[0] + 1;
-        iterations[0] = it;
-        go[0] = (worst[0] > tol && it < max_iterations) ? 1 : 0;
-    }
-}
-"""
-
-
-def step_host(x_new, x, A, b, n):
-    x_new[:n] = (b[:n] - A.reshape(n, n) @ x[:n] + np.diag(A.reshape(n, n)) * x[:n]) / np.diag(A.reshape(n, n))
-
-
-def converged_host(x_new, x, go, iterations, tol, max_iterations, n):
-    iterations[0] += 1
-    go[0] = int(np.max(np.abs(x_new[:n] - x[:n])) > tol and iterations[0] < max_iterations)
-
-
-jacobi = cg.Kernel(SOURCE, "jacobi_step", host=step_host)
-check = cg.Kernel(SOURCE, "converged", host=converged_host)
+# the two kernels (CUDA C++ with numpy references for the simulator): a Jacobi
+# step, and a one-block check that counts iterations and writes go[0] = 1
+# while the update is above the tolerance; see cudagraphs/demo.py
+jacobi, check = jacobi_kernels()
 
 n, tol, max_iterations = 256, 1e-9, 5000
 rng = np.random.default_rng(0)

@@ -27,6 +27,23 @@ def _frameworks(benches: dict[str, dict[str, float]], key: str) -> list[str]:
     return names
 
 
+def _grouped_bars(plt: Any, groups: list[str], series: dict[str, list[float]], ylabel: str,
+                  title: str, path: Path) -> Path:
+    """One bar per series in each group; saved to ``path``."""
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    width = 0.8 / max(len(series), 1)
+    for i, (name, values) in enumerate(series.items()):
+        ax.bar([x + i * width for x in range(len(groups))], values, width, label=name)
+    ax.set_xticks([x + width * (len(series) - 1) / 2 for x in range(len(groups))], groups)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def plot_all(results: dict[str, Any], out: Path) -> list[Path]:
     """Write the plots for ``results`` into ``out``; return their paths.
 
@@ -45,40 +62,23 @@ def plot_all(results: dict[str, Any], out: Path) -> list[Path]:
 
     # 1. µs per kernel: eager launches against graph replay, per framework
     node_key = "replay per node, {n}-node graph (µs GPU)"
-    names = _frameworks(benches, node_key)
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    width = 0.8 / max(len(names), 1)
-    labels = ["eager"] + [f"graph, {n} nodes" for n in SIZES]
-    for i, name in enumerate(names):
-        eager = benches.get("eager launch", {}).get(EAGER_NAME.get(name, ""), float("nan"))
-        values = [eager] + [benches.get(node_key.format(n=n), {}).get(name, float("nan")) for n in SIZES]
-        ax.bar([x + i * width for x in range(len(labels))], values, width, label=name)
-    ax.set_xticks([x + width * (len(names) - 1) / 2 for x in range(len(labels))], labels)
-    ax.set_ylabel("µs per kernel")
-    ax.set_title(f"Eager launch vs graph replay — {title}")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    written.append(out / "eager_vs_graph.png")
-    fig.savefig(written[-1], dpi=120)
-    plt.close(fig)
+    eager = benches.get("eager launch", {})
+    series = {
+        name: [eager.get(EAGER_NAME.get(name, ""), float("nan"))]
+        + [benches.get(node_key.format(n=n), {}).get(name, float("nan")) for n in SIZES]
+        for name in _frameworks(benches, node_key)
+    }
+    written.append(_grouped_bars(
+        plt, ["eager"] + [f"graph, {n} nodes" for n in SIZES], series, "µs per kernel",
+        f"Eager launch vs graph replay — {title}", out / "eager_vs_graph.png"))
 
     # 2. CPU cost of one replay call, per framework and graph size
     call_key = "replay call, {n}-node graph (µs CPU)"
-    names = _frameworks(benches, call_key)
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    width = 0.8 / max(len(names), 1)
-    for i, name in enumerate(names):
-        values = [benches.get(call_key.format(n=n), {}).get(name, float("nan")) for n in SIZES]
-        ax.bar([x + i * width for x in range(len(SIZES))], values, width, label=name)
-    ax.set_xticks([x + width * (len(names) - 1) / 2 for x in range(len(SIZES))],
-                  [f"{n} nodes" for n in SIZES])
-    ax.set_ylabel("µs of CPU per replay call")
-    ax.set_title(f"Replay call — {title}")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    written.append(out / "replay_call.png")
-    fig.savefig(written[-1], dpi=120)
-    plt.close(fig)
+    series = {name: [benches.get(call_key.format(n=n), {}).get(name, float("nan")) for n in SIZES]
+              for name in _frameworks(benches, call_key)}
+    written.append(_grouped_bars(
+        plt, [f"{n} nodes" for n in SIZES], series, "µs of CPU per replay call",
+        f"Replay call — {title}", out / "replay_call.png"))
 
     # 3. updating a graph against capturing and instantiating it again
     rows = [(k, v) for k, v in benches.items()
