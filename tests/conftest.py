@@ -61,7 +61,9 @@ def nvrtc_available(device: cg.Device) -> bool:
     if device.backend.name == "cuda":
         return True
     cg.preload([cg.ops.elementwise_kernel("cg_add", np.dtype("float32"))], device)
-    return bool(device.backend.compiler_available)
+    from cudagraphs import _nvrtc
+
+    return bool(_nvrtc.available())
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -20,7 +20,7 @@ PUBLIC = {
     "is_cuda_available", "ones", "ops", "override", "preload", "settings", "zeros",
     "zeros_like", "DeviceScalar", "Graph", "GraphPool", "HostSlot", "Node", "capture", "Body",
     "Condition", "BuilderNode", "GraphBuilder",
-    "capture_status", "is_capturing",
+    "capture_status", "is_capturing", "GraphState", "current_stream",
 }
 
 

@@ -84,7 +84,7 @@ def test_replay_on_another_stream(dev: cg.Device, rng: np.random.Generator) -> N
     g.replay(stream=s)
     s.synchronize()
     np.testing.assert_allclose(y.get(), 2 * x.get(), rtol=1e-6)
-    with pytest.raises(ValueError, match="cudagraphs Stream"):
+    with pytest.raises(TypeError, match="cudagraphs Stream"):
         g.replay(stream=object())  # type: ignore[arg-type]
     g.close()
     s.close()
@@ -328,8 +328,6 @@ ILLEGAL = {
     "stream query": (lambda d, x: d.stream.query(), "Stream.query()"),
     "event sync": (lambda d, x: d.stream.record().synchronize(), "Event.synchronize()"),
     "empty_cache": (lambda d, x: d.allocator.empty_cache(), "empty_cache()"),
-    "compile": (lambda d, x: cg.Kernel('extern "C" __global__ void k(float* p) {}', "k",
-                                       host=lambda p: None).launch(1, 1, x), "compiling kernel 'k'"),
 }
 
 
@@ -400,13 +398,13 @@ def test_user_exceptions_undo_everything(dev: cg.Device, stage: str) -> None:
     assert_clean(dev, before)
 
 
-@pytest.mark.parametrize("stage", ["instantiate", "nodes"])
+@pytest.mark.parametrize("stage", ["instantiate", "node read-back"])
 def test_driver_failure_after_capture_undoes_everything(
     dev: cg.Device, stage: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     before = baseline(dev)
     x = cg.ones(64, "float32")
-    name = {"instantiate": "graph_instantiate", "nodes": "graph_node_count"}[stage]
+    name = {"instantiate": "graph_instantiate", "node read-back": "capture_info"}[stage]
 
     def broken(*args: object, **kwargs: object) -> None:
         raise cg.CudaError(2, "CUDA_ERROR_OUT_OF_MEMORY", "cuGraphInstantiate", "injected")

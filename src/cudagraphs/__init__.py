@@ -9,18 +9,19 @@ from __future__ import annotations
 
 from . import ops
 from ._allocator import AllocatorStats, Block, CachingAllocator
-from ._capture import capture, capture_status, is_capturing
-from ._builder import BuilderNode, GraphBuilder
-from ._graph import Body, Condition, Graph, Node
-from ._pool import GraphPool
-from ._scalar import DeviceScalar, HostSlot
 from ._array import (
     DeviceArray, as_strided, asarray, empty, empty_like, full, full_like, ones, zeros,
     zeros_like,
 )
+from ._builder import BuilderNode, GraphBuilder
+from ._capture import capture, capture_status, is_capturing
 from ._config import Settings, configure, override, settings
-from ._copy import PendingCopy
-from ._device import Device, Event, Stream, current_device
+from ._control import Body, Condition
+from ._device import Device, Event, Stream, current_device, current_stream
+from ._graph import Graph, GraphState, Node
+from ._pool import GraphPool
+from ._scalar import DeviceScalar, HostSlot
+from ._transfer import PendingCopy
 from ._dtypes import SUPPORTED as SUPPORTED_DTYPES
 from ._errors import (
     BackendUnavailableError, CaptureError, CaptureInvalidatedError, CudaError,
@@ -36,7 +37,7 @@ __all__ = [
     "CaptureError", "CaptureInvalidatedError", "CudaError", "CudaGraphsError", "Device",
     "DeviceArray", "Event", "Kernel", "KernelCompileError", "OutOfMemoryError",
     "PendingCopy", "SUPPORTED_DTYPES", "DeviceScalar", "Graph", "GraphPool", "HostSlot", "Node",
-    "Body", "BuilderNode", "Condition", "GraphBuilder",
+    "Body", "BuilderNode", "Condition", "GraphBuilder", "GraphState", "current_stream",
     "capture", "capture_status", "is_capturing", "Settings", "Stream", "UpdateError", "__version__",
     "as_strided", "asarray", "backend", "configure", "current_device", "empty",
     "empty_like", "full", "full_like", "is_cuda_available", "ones", "ops", "override",

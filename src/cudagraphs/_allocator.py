@@ -20,28 +20,39 @@ Rules (the same on every backend):
 
 Notes
 -----
-A :class:`Block` owns its memory: the block returns to the cache when the
+A :class:`Block` owns its memory: the block returns to its owner when the
 last array referencing it is garbage collected (a weak-reference callback,
-so no ``__del__``). :meth:`CachingAllocator.is_capturing` tells whether
-cudagraphs is capturing a stream (``device.captures``), for the capture layer
-to route allocations made during a capture to the graph's pool.
+so no ``__del__``). That callback may run in the middle of any allocation,
+even one holding this allocator's lock, so it only queues the block; the
+queue is emptied at the start of the next allocator call (a garbage
+collection never deadlocks the allocator).
+
+While a stream is being captured, allocations on it go to the capture's
+memory policy (``stream._recording.memory``: the graph's pool, driver graph
+memory, or a refusal); this module knows captures only through
+:mod:`cudagraphs._recording`, below it.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import sys
 import threading
 import weakref
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ._errors import CudaError, OutOfMemoryError
+from . import _recording
+from ._errors import CaptureError, CudaError, OutOfMemoryError
 from .backends.base import CUDA_ERROR_OUT_OF_MEMORY
 
 if TYPE_CHECKING:
-    from ._device import Device, Event, Stream
+    from ._device import Device, Stream
 
-__all__ = ["AllocatorStats", "Block", "BlockOwner", "CachingAllocator", "new_block", "round_size"]
+__all__ = [
+    "AllocatorStats", "Block", "BlockOwner", "CachingAllocator", "new_block", "release_dead_blocks",
+    "round_size", "safe_point",
+]
 
 _SMALL = 1 << 20  # blocks up to 1 MiB are rounded to 512 B
 _SMALL_STEP = 512
@@ -141,12 +152,34 @@ class BlockOwner(Protocol):
 
 
 _refs: set[_BlockRef] = set()  # keeps each release record alive until it fires
+_dead: collections.deque[_BlockRef] = collections.deque()  # blocks to give back
 
 
 def _on_block_dead(ref: _BlockRef) -> None:
+    # may run inside any allocation, locks held: only queue (deque.append is atomic)
     _refs.discard(ref)
-    if not sys.is_finalizing():  # the driver may already be gone
+    _dead.append(ref)
+
+
+def release_dead_blocks() -> None:
+    """Give the blocks that died since the last call back to their owners."""
+    if sys.is_finalizing():  # the driver may already be gone
+        return
+    while _dead:
+        try:
+            ref = _dead.popleft()
+        except IndexError:  # another thread took the last one
+            return
         ref.owner.release(ref.ptr, ref.extra)
+
+
+def safe_point() -> None:
+    """Run what finalizers queued: dead blocks, deferred releases, and what they freed."""
+    if _dead:
+        release_dead_blocks()
+    _recording.drain()
+    if _dead:
+        release_dead_blocks()
 
 
 def new_block(device: Device, ptr: int, nbytes: int, owner: BlockOwner) -> Block:
@@ -173,7 +206,7 @@ class CachingAllocator:
         self._ordinal = device.index
         self._lock = threading.Lock()
         self._free: dict[tuple[int, int], list[int]] = {}
-        self._waits: dict[int, list[Event]] = {}  # ptr -> events to wait for
+        self._waits: dict[int, list[Any]] = {}  # ptr -> raw events to wait for
         self._live: dict[int, tuple[int, int]] = {}  # ptr -> (size, stream key)
         self._streams: dict[int, Stream] = {}  # stream key -> Stream
         self._in_use = 0
@@ -192,9 +225,9 @@ class CachingAllocator:
         nbytes : int
             Bytes wanted (0 gives a minimal block).
         stream : Stream, optional
-            Default: the device's compute stream.
+            Default: the device's default stream.
 
-        While cudagraphs captures ``stream``, the block comes from the
+        While ``stream`` is being captured, the block comes from the
         capture's memory policy instead (its graph pool, a graph-owned
         allocation, or a :class:`CaptureError` under ``alloc="forbid"``).
 
@@ -202,19 +235,31 @@ class CachingAllocator:
         ------
         OutOfMemoryError
             If the device cannot hold the block even after emptying the cache.
+        CaptureError
+            If the capture forbids allocations, or another thread captures ``stream``.
         """
+        safe_point()
         if stream is None:
             stream = self._device.stream
-        captures = self._device.captures
-        capture = captures.get(stream.handle) if captures else None
-        if capture is None:
+        rec = stream._recording
+        if rec is None:
             return new_block(self._device, self.raw_malloc(nbytes, stream), nbytes, self)
-        ptr, owner = capture.allocate(nbytes)  # type: ignore[attr-defined]
+        if rec.thread != threading.get_ident():
+            raise CaptureError(
+                f"allocation of {nbytes} B at {_recording.user_line()} on stream "
+                f"0x{stream.handle:x}, which thread {rec.thread} is capturing: allocate on a "
+                "stream of this thread"
+            )
+        ptr, owner = rec.memory.allocate(rec, nbytes)
         return new_block(self._device, ptr, nbytes, owner)
 
     def release(self, ptr: int, streams: list[Stream] | None) -> None:
         """Take back a block's memory (the :class:`BlockOwner` protocol)."""
-        self.raw_free(ptr, streams)
+        if streams and _recording.active(self._device):
+            # events must be recorded on those streams, which may be capturing
+            _recording.release(self._device, self.raw_free, ptr, streams)
+        else:
+            self.raw_free(ptr, streams)
 
     # raw addresses --------------------------------------------------------
     def raw_malloc(self, nbytes: int, stream: Stream | None = None) -> int:
@@ -242,13 +287,15 @@ class CachingAllocator:
         """Return ``ptr`` (from :meth:`raw_malloc`) to the cache.
 
         ``streams`` are other streams that used the memory: the next user
-        will wait for the work queued on them so far.
+        will wait for the work queued on them so far. No capture may be
+        active on the device when ``streams`` are given (see :meth:`release`).
         """
+        events = [self._record(s) for s in streams if not s.closed] if streams else None
         with self._lock:
             size, stream_key = self._live.pop(ptr)
             self._in_use -= size
-            if streams:
-                self._waits[ptr] = [s.record() for s in streams if not s.closed]
+            if events:
+                self._waits[ptr] = events
             key = (stream_key, size)
             cached = self._free.get(key)
             if cached is None:
@@ -256,13 +303,26 @@ class CachingAllocator:
             else:
                 cached.append(ptr)
 
+    def _record(self, stream: Stream) -> Any:
+        """A new event recorded on ``stream`` now (destroyed once waited for)."""
+        backend = self._backend
+        event = backend.event_create(self._ordinal, False)
+        backend.event_record(event, stream._raw)
+        return event
+
     def segment(self, nbytes: int) -> int:
         """Fresh device memory for a graph pool, taken outside any capture.
 
         The thread's capture mode is exchanged to relaxed for the call and the
         memory is allocated and completed on the copy stream, so the capture
         in progress records nothing. The memory counts as in use until the
-        pool gives it back with :meth:`raw_free`.
+        pool gives it back with :meth:`free_segment`.
+
+        Raises
+        ------
+        OutOfMemoryError
+            If the driver has no memory left; the cache cannot be emptied
+            during a capture, so the message says how much it holds.
         """
         size = round_size(nbytes)
         side = self._device.copy_stream
@@ -274,10 +334,15 @@ class CachingAllocator:
             except CudaError as exc:
                 if exc.code != CUDA_ERROR_OUT_OF_MEMORY:
                     raise
+                cached = self._reserved - self._in_use
                 raise OutOfMemoryError(
-                    self._ordinal, size, self._in_use, self._reserved, self._device.total_memory
+                    self._ordinal, size, self._in_use, self._reserved, self._device.total_memory,
+                    note=f"This was a graph pool's allocation during a capture, when cached "
+                         f"blocks cannot be given back to the driver; the cache holds "
+                         f"{cached} B: call device.allocator.empty_cache() before capturing, "
+                         "or free arrays you no longer need.",
                 ) from None
-            backend.stream_synchronize(side._raw)
+            backend.synchronize(side._raw)
         finally:
             backend.capture_exchange_mode(old)
         with self._lock:
@@ -289,33 +354,66 @@ class CachingAllocator:
                 self._peak = self._in_use
         return ptr
 
+    def free_segment(self, ptr: int, streams: list[Stream]) -> None:
+        """Give a pool's segment back to the driver after the work of ``streams``.
+
+        No capture may be active on the device (pools release through
+        :func:`cudagraphs._recording.release`).
+        """
+        backend = self._backend
+        live = [s for s in streams if not s.closed] or [self._device.stream]
+        first = live[0]
+        for other in live[1:]:
+            event = self._record(other)
+            backend.stream_wait_event(first._raw, event)
+            backend.destroy(event)
+        backend.mem_free(ptr, first._raw)
+        with self._lock:
+            size, _ = self._live.pop(ptr)
+            self._in_use -= size
+            self._reserved -= size
+
     def _wait_for(self, ptr: int, stream: Stream) -> None:
+        backend = self._backend
         for event in self._waits.pop(ptr, ()):
-            self._backend.stream_wait_event(stream._raw, event._raw)
+            backend.stream_wait_event(stream._raw, event)
+            _recording.release(self._device, backend.destroy, event)
 
     def _miss(self, size: int, stream: Stream) -> int:
         self._misses += 1
         self._streams[stream.handle] = stream
-        for (owner, other_size), cached in self._free.items():
+        # stealing needs an event on the owner stream: not while capturing
+        stealable = () if _recording.active(self._device) else self._free.items()
+        for (owner, other_size), cached in stealable:
             if other_size == size and cached and owner != stream.handle:
+                owner_stream = self._streams.get(owner)
+                if owner_stream is not None and owner_stream._recording is not None:
+                    continue  # an event on a capturing stream would land in its graph
                 # another stream's block: order our stream after its last use
                 # (a closed stream finished its work when it was closed)
                 ptr = cached.pop()
-                owner_stream = self._streams.get(owner)
                 if owner_stream is not None and not owner_stream.closed:
-                    event = owner_stream.record()
-                    self._backend.stream_wait_event(stream._raw, event._raw)
+                    event = self._record(owner_stream)
+                    self._backend.stream_wait_event(stream._raw, event)
+                    self._backend.destroy(event)
                 self._wait_for(ptr, stream)
                 return ptr
         try:
-            ptr = self._backend.mem_alloc(self._ordinal, size, stream._raw)
+            ptr = self._driver_alloc(size, stream)
         except CudaError as exc:
             if exc.code != CUDA_ERROR_OUT_OF_MEMORY:
                 raise
             self._oom_retries += 1
+            if _recording.active(self._device):
+                raise OutOfMemoryError(
+                    self._ordinal, size, self._in_use, self._reserved, self._device.total_memory,
+                    note="A capture is active on the device, so the cache could not be "
+                         "emptied: free arrays you no longer need, or empty the cache "
+                         "before capturing.",
+                ) from None
             self._empty_cache_locked()
             try:
-                ptr = self._backend.mem_alloc(self._ordinal, size, stream._raw)
+                ptr = self._driver_alloc(size, stream)
             except CudaError as again:
                 if again.code != CUDA_ERROR_OUT_OF_MEMORY:
                     raise
@@ -326,34 +424,57 @@ class CachingAllocator:
         self._reserved += size
         return ptr
 
+    def _driver_alloc(self, size: int, stream: Stream) -> int:
+        """``cuMemAllocFromPoolAsync`` on a stream that is not captured.
+
+        While another stream of the device is being captured this is an unsafe
+        call for the driver, so the thread's capture mode is relaxed around it.
+        """
+        backend = self._backend
+        if not _recording.active(self._device):
+            return backend.mem_alloc(self._ordinal, size, stream._raw)
+        old = backend.capture_exchange_mode("relaxed")
+        try:
+            return backend.mem_alloc(self._ordinal, size, stream._raw)
+        finally:
+            backend.capture_exchange_mode(old)
+
     # maintenance ----------------------------------------------------------
     def empty_cache(self) -> None:
         """Give every cached block back to the driver and trim the pool.
 
         Synchronizes the device first, so no queued work still uses them.
-        """
-        if self._device.captures:
-            from ._capture import forbid
 
-            forbid(self._device, None, "empty_cache()")
+        Raises
+        ------
+        CaptureError
+            While a capture is active on the device.
+        """
+        safe_point()
+        _recording.forbid(self._device, None, "empty_cache()", device_wide=True)
         with self._lock:
             self._empty_cache_locked()
 
     def _empty_cache_locked(self) -> None:
-        self._backend.device_synchronize(self._ordinal)
+        backend = self._backend
+        backend.synchronize(self._ordinal)
         raw = self._device.stream._raw
         for (_, size), cached in self._free.items():
             for ptr in cached:
-                self._backend.mem_free(ptr, raw)
+                backend.mem_free(ptr, raw)
                 self._reserved -= size
             cached.clear()
         self._free.clear()
+        for events in self._waits.values():
+            for event in events:
+                backend.destroy(event)
         self._waits.clear()
-        self._backend.device_synchronize(self._ordinal)
-        self._backend.mem_trim(self._ordinal)
+        backend.synchronize(self._ordinal)
+        backend.mem_pool(self._ordinal, trim=True)
 
     def stats(self) -> AllocatorStats:
         """A snapshot of the allocator's counters."""
+        safe_point()
         with self._lock:
             return AllocatorStats(
                 in_use=self._in_use,
@@ -366,8 +487,8 @@ class CachingAllocator:
             )
 
     def is_capturing(self, stream: Stream | None = None) -> bool:
-        """Whether cudagraphs is capturing ``stream`` (default: compute stream)."""
-        return self._device.is_capturing(stream)
+        """Whether ``stream`` (default: the device's default stream) is being captured."""
+        return (stream if stream is not None else self._device.stream)._recording is not None
 
     def reset_peak(self) -> None:
         """Restart peak tracking from the bytes in use now."""

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from . import _dlpack
 from ._allocator import Block
-from ._device import Device, Stream, current_device
+from ._builtin import c_strides, check_same, copy_view, fill_view
+from ._builtin import fill_value as _fill_value
+from ._device import Device, Stream, current_device, resolve_stream
 from ._dtypes import normalize_dtype
-
-if TYPE_CHECKING:
-    from ._copy import PendingCopy
+from ._recording import Work, submit
+from ._transfer import PendingCopy, to_device, to_host
 
 __all__ = [
     "DeviceArray", "as_strided", "asarray", "empty", "empty_like", "full",
@@ -46,12 +48,7 @@ def _shape(shape: Any) -> tuple[int, ...]:
     return dims
 
 
-def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    strides, step = [], itemsize
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
+_c_strides = c_strides
 
 
 def _is_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
@@ -300,17 +297,22 @@ class DeviceArray:
         broadcastable to the shape and castable to the dtype within its kind.
         Inside a capture, host data is snapshotted into pinned memory the
         graph owns: every replay copies the data as it was at capture.
-        """
-        from . import ops
-        from ._copy import to_device
-        from ._scalar import HostSlot
 
+        Raises
+        ------
+        TypeError
+            For data of another kind (floats into an integer array).
+        ValueError
+            For a shape that does not broadcast, or an integer out of range.
+        """
+        stream = resolve_stream(stream, self.device)
         if isinstance(value, DeviceArray):
-            ops.copy(self, value, stream=stream)
-        elif isinstance(value, HostSlot):
+            check_same("set", dst=self, src=value)
+            copy_view(self, value, stream)
+        elif getattr(value, "_host_slot", False):
             value.copy_to(self, stream=stream)
         elif np.ndim(value) == 0 and not isinstance(value, np.ndarray):
-            ops.fill(self, value, stream=stream)
+            fill_view(self, _fill_value("set", self.dtype, value), stream)
         else:
             to_device(self, value, stream)
         return self
@@ -324,26 +326,22 @@ class DeviceArray:
             While the stream is being captured (a copy to the host cannot be
             replayed).
         """
-        from ._copy import to_host
+        return to_host(self, resolve_stream(stream, self.device))
 
-        return to_host(self, stream)
-
-    def get_async(self) -> PendingCopy:
+    def get_async(self, *, stream: Stream | None = None) -> PendingCopy:
         """Start a copy to pinned host memory on the copy stream.
 
         Returns at once; ``.result()`` on the returned handle waits for that
-        copy only (not for later work on the compute stream).
+        copy only (not for later work on ``stream``).
         """
-        from ._copy import PendingCopy
-
-        return PendingCopy(self)
+        return PendingCopy(self, resolve_stream(stream, self.device))
 
     def copy(self, *, stream: Stream | None = None) -> DeviceArray:
-        """A new contiguous array with the same elements."""
-        from . import ops
-
-        out = empty(self.shape, self.dtype, device=self.device)
-        return ops.copy(out, self, stream=stream)
+        """A new contiguous array with the same elements (allocated on ``stream``)."""
+        stream = resolve_stream(stream, self.device)
+        out = empty(self.shape, self.dtype, device=self.device, stream=stream)
+        copy_view(out, self, stream)
+        return out
 
     def record_stream(self, stream: Stream) -> None:
         """Declare that ``stream`` uses this array's memory (see :meth:`Block.use_on`)."""
@@ -354,7 +352,7 @@ class DeviceArray:
     # interoperability -------------------------------------------------------
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
-        if self.device.backend.name != "cuda":
+        if not self.device.backend.capabilities.shares_memory:
             raise AttributeError(
                 "__cuda_array_interface__ is only available on the cuda backend "
                 "(sim arrays live in simulated memory)"
@@ -365,7 +363,7 @@ class DeviceArray:
             "data": (self.ptr, False),
             "version": 3,
             "strides": None if self.is_contiguous else self.strides,
-            "stream": self.device.stream.handle,
+            "stream": self.device.current_stream().handle,
         }
 
     def __dlpack__(
@@ -373,14 +371,10 @@ class DeviceArray:
         dl_device: tuple[int, int] | None = None, copy: bool | None = None,
     ) -> object:
         """Export as a DLPack capsule (cuda backend only); see :mod:`._dlpack`."""
-        from ._dlpack import export
-
-        return export(self, stream=stream, dl_device=dl_device, copy=copy)
+        return _dlpack.export(self, stream=stream, dl_device=dl_device, copy=copy)
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        from ._dlpack import device_of
-
-        return device_of(self)
+        return _dlpack.device_of(self)
 
     def __array__(self, *args: object, **kwargs: object) -> np.ndarray:
         raise TypeError(
@@ -415,22 +409,28 @@ def empty(
     dtype : dtype-like
         One of :data:`cudagraphs.SUPPORTED_DTYPES` (default float64, as numpy).
     device : Device or int, optional
-        Default: the current device.
+        Default: the stream's device, else the current device.
     stream : Stream, optional
-        The stream that will first use the memory (default: compute stream).
+        The stream that will first use the memory (default: this thread's
+        current stream). While it is captured, the memory comes from the
+        capture (its graph pool).
 
     Raises
     ------
     ValueError
         For a negative dimension.
     TypeError
-        For an unsupported dtype.
+        For an unsupported dtype, or a ``stream`` that is not a Stream.
     OutOfMemoryError
         If the device cannot hold it.
     """
     dims = _shape(shape)
     dt = normalize_dtype(dtype)
-    dev = _device(device)
+    if device is None and isinstance(stream, Stream):
+        dev = stream.device
+    else:
+        dev = _device(device)
+    stream = resolve_stream(stream, dev)
     size = _prod(dims)
     block = dev.allocator.malloc(size * dt.itemsize, stream)
     strides = (dt.itemsize,) if len(dims) == 1 else _c_strides(dims, dt.itemsize)
@@ -444,12 +444,9 @@ def zeros(
     """A new array of zeros (a device memset)."""
     a = empty(shape, dtype, device=device, stream=stream)
     if a.nbytes:
-        s = stream if stream is not None else a.device.stream
-        a.device.backend.memset_d8(a.ptr, 0, a.nbytes, s._live())
-        if a.device.captures:
-            from ._capture import keep
-
-            keep(a.device, s, (a,), "memset")
+        s = resolve_stream(stream, a.device)
+        backend, ptr, nbytes = a.device.backend, a.ptr, a.nbytes
+        submit(s, Work("memset", lambda raw: backend.memset(ptr, 0, nbytes, raw), (), (a,)))
     return a
 
 
@@ -458,10 +455,10 @@ def full(
     stream: Stream | None = None,
 ) -> DeviceArray:
     """A new array with every element ``fill_value`` (dtype inferred as numpy does)."""
-    from . import ops
-
     dt = np.asarray(fill_value).dtype if dtype is None else dtype
-    return ops.fill(empty(shape, dt, device=device, stream=stream), fill_value, stream=stream)
+    a = empty(shape, dt, device=device, stream=stream)
+    fill_view(a, _fill_value("full", a.dtype, fill_value), resolve_stream(stream, a.device))
+    return a
 
 
 def ones(
@@ -506,26 +503,25 @@ def _like(a: Any, dtype: Any, device: Device | int | None) -> tuple[tuple[int, .
     return host.shape, host.dtype if dtype is None else dtype, device
 
 
-def empty_like(
-    a: Any, dtype: Any = None, *, device: Device | int | None = None
-) -> DeviceArray:
+def empty_like(a: Any, dtype: Any = None, *, device: Device | int | None = None,
+               stream: Stream | None = None) -> DeviceArray:
     """A new uninitialized array with the shape (and dtype) of ``a``."""
     shape, dt, dev = _like(a, dtype, device)
-    return empty(shape, dt, device=dev)
+    return empty(shape, dt, device=dev, stream=stream)
 
 
-def zeros_like(a: Any, dtype: Any = None, *, device: Device | int | None = None) -> DeviceArray:
+def zeros_like(a: Any, dtype: Any = None, *, device: Device | int | None = None,
+               stream: Stream | None = None) -> DeviceArray:
     """A new array of zeros with the shape (and dtype) of ``a``."""
     shape, dt, dev = _like(a, dtype, device)
-    return zeros(shape, dt, device=dev)
+    return zeros(shape, dt, device=dev, stream=stream)
 
 
-def full_like(
-    a: Any, fill_value: Any, dtype: Any = None, *, device: Device | int | None = None
-) -> DeviceArray:
+def full_like(a: Any, fill_value: Any, dtype: Any = None, *, device: Device | int | None = None,
+              stream: Stream | None = None) -> DeviceArray:
     """A new array filled with ``fill_value``, with the shape (and dtype) of ``a``."""
     shape, dt, dev = _like(a, dtype, device)
-    return full(shape, fill_value, dt, device=dev)
+    return full(shape, fill_value, dt, device=dev, stream=stream)
 
 
 def as_strided(
@@ -536,16 +532,25 @@ def as_strided(
     Raises
     ------
     ValueError
-        If the view would reach outside the memory block of ``x``.
+        If the view would reach outside the memory block of ``x``, or its
+        offset or a stride is not a multiple of the item size (the GPU
+        reads elements at aligned addresses only).
     """
     if not isinstance(x, DeviceArray):
         raise TypeError(f"as_strided takes a DeviceArray, got {type(x).__name__}")
     dims = _shape(shape)
-    st = tuple(int(s) for s in strides)
+    st = tuple(operator.index(s) for s in strides)
     if len(st) != len(dims):
         raise ValueError(f"shape {dims} and strides {st} have different lengths")
-    ptr = x.ptr + int(offset)
-    lo, hi = _extent(dims, st, x.itemsize)
+    itemsize = x.itemsize
+    offset = operator.index(offset)
+    if offset % itemsize or any(s % itemsize for s in st):
+        raise ValueError(
+            f"as_strided: offset {offset} and strides {st} must be multiples of the item "
+            f"size ({itemsize} B for {x.dtype}): a misaligned element cannot be read on the GPU"
+        )
+    ptr = x.ptr + offset
+    lo, hi = _extent(dims, st, itemsize)
     start, end = x._block.ptr, x._block.ptr + x._block.nbytes
     if hi > lo and (ptr + lo < start or ptr + hi > end):
         raise ValueError(
@@ -553,5 +558,3 @@ def as_strided(
             f"of a {x._block.nbytes}-byte allocation"
         )
     return x._view(ptr, dims, st)
-
-

@@ -17,16 +17,18 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-
 from . import ops
 from ._allocator import new_block
 from ._array import DeviceArray, Shape, _c_strides, _prod, _shape
-from ._capture import _CaptureContext, keep
+from ._capture import CaptureSession
+from ._control import Body, Condition
 from ._device import Device, Event, current_device
+from ._errors import CaptureError
 from ._dtypes import normalize_dtype
-from ._graph import Body, Condition, Graph
+from ._graph import Graph, GraphState
 from ._kernel import Kernel
-from ._pool import GraphPool
+from ._pool import GraphMemory, GraphPool
+from ._recording import Work, submit
 from ._scalar import HostSlot
 
 __all__ = ["BuilderNode", "GraphBuilder"]
@@ -44,10 +46,10 @@ class BuilderNode:
         return f"<cudagraphs.BuilderNode {self.type}>"
 
 
-def _abandon(ctx: _CaptureContext, device: Device, stream: Any) -> None:
+def _abandon(session: CaptureSession, device: Device, stream: Any) -> None:
     """End an unfinished builder's capture and release what it held."""
     try:
-        ctx.__exit__(RuntimeError, RuntimeError("builder abandoned"), None)
+        session.abort()
     finally:
         device.return_spare_stream(stream)
 
@@ -81,13 +83,19 @@ class GraphBuilder:
     def __init__(self, *, device: Device | None = None, pool: GraphPool | None = None) -> None:
         self.device = device if device is not None else current_device()
         self.stream = self.device.spare_stream()
-        self._ctx = _CaptureContext(self.device, self.stream, "relaxed", pool, "pool")
-        self._graph = self._ctx.__enter__()
+        self._session = CaptureSession(self.device, self.stream, "relaxed", pool, "pool")
+        try:
+            self._graph = self._session.begin()
+        except BaseException:
+            self.device.return_spare_stream(self.stream)
+            raise
+        self._rec = self._session.rec
+        self._graph_memory = GraphMemory(self._session.pool)
         self._backend = self.device.backend
         self.nodes: list[BuilderNode] = []
         self.state = "building"
         # a builder dropped unfinished must not leave its stream capturing
-        self._finalizer = weakref.finalize(self, _abandon, self._ctx, self.device, self.stream)
+        self._finalizer = weakref.finalize(self, _abandon, self._session, self.device, self.stream)
 
     # the mechanism -------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -105,7 +113,7 @@ class GraphBuilder:
         raw = self.stream._raw
         self._backend.capture_set_dependencies(raw, deps)
         issue()
-        current = self._backend.capture_dependencies(raw)
+        current = self._backend.capture_info(raw)[1]
         if [int(h) for h in current] == [int(h) for h in deps]:
             raise ValueError(f"{kind} recorded no node (nothing to do, e.g. an empty array)")
         node = BuilderNode(self, current[-1], kind)
@@ -137,11 +145,9 @@ class GraphBuilder:
         if not isinstance(value, int) or not 0 <= value <= 255:
             raise ValueError(f"memset sets bytes: value must be in 0..255, got {value!r}")
 
-        def issue() -> None:
-            self._backend.memset_d8(dst.ptr, value, dst.nbytes, self.stream._raw)
-            keep(self.device, self.stream, (dst,), "memset")
-
-        return self._node("memset", after, issue)
+        backend, ptr, nbytes = self._backend, dst.ptr, dst.nbytes
+        return self._node("memset", after, lambda: submit(self.stream, Work(
+            "memset", lambda raw: backend.memset(ptr, value, nbytes, raw), (), (dst,))))
 
     def fill(self, x: DeviceArray, value: Any, *, after: Sequence[BuilderNode] | None = None) -> BuilderNode:
         """A node setting every element of ``x`` (any layout) to ``value``."""
@@ -156,38 +162,39 @@ class GraphBuilder:
         if not callable(fn):
             raise TypeError(f"host needs a callable, got {type(fn).__name__}")
 
-        def issue() -> None:
-            callback = self._backend.launch_host(self.stream._raw, lambda: fn(*args))
-            keep(self.device, self.stream, (callback, fn, *args), "host")
+        backend = self._backend
+        callbacks: list[object] = []
 
-        return self._node("host", after, issue)
+        def issue(raw: Any) -> None:
+            callbacks.append(backend.launch_host(raw, lambda: fn(*args)))
+
+        return self._node("host", after, lambda: submit(self.stream, Work(
+            "host", issue, keep=(callbacks, fn, *args))))
 
     def child(self, graph: Graph, *, after: Sequence[BuilderNode] | None = None) -> BuilderNode:
         """A child-graph node running ``graph``'s nodes (which stays alive with this one)."""
-        if not isinstance(graph, Graph) or graph.state not in ("ready", "captured"):
+        if not isinstance(graph, Graph) or graph.state not in (GraphState.READY, GraphState.CAPTURED):
             raise TypeError(f"child takes a ready or captured Graph, got {graph!r}")
-
-        def issue() -> None:
-            self._backend.capture_child(self.stream._raw, graph._node_graph)
-            keep(self.device, self.stream, (graph,), "child")
-
-        return self._node("child", after, issue)
+        res = graph._res
+        assert res is not None
+        child = res.params_graph if res.params_graph is not None else res.graph
+        backend = self._backend
+        return self._node("child", after, lambda: submit(self.stream, Work(
+            "child", lambda raw: backend.capture_node(raw, "child", child), keep=(graph,))))
 
     def event_record(self, event: Event, *, after: Sequence[BuilderNode] | None = None) -> BuilderNode:
         """An event-record node: ``event`` completes when the node runs."""
-        def issue() -> None:
-            self._backend.capture_event_record(self.stream._raw, event._raw)
-            keep(self.device, self.stream, (event,), "event_record")
-
-        return self._node("event_record", after, issue)
+        backend = self._backend
+        return self._node("event_record", after, lambda: submit(self.stream, Work(
+            "event_record", lambda raw: backend.event_record(event._raw, raw, external=True),
+            keep=(event,))))
 
     def event_wait(self, event: Event, *, after: Sequence[BuilderNode] | None = None) -> BuilderNode:
         """An event-wait node: later nodes wait for ``event``'s recorded work."""
-        def issue() -> None:
-            self._backend.capture_event_wait(self.stream._raw, event._raw)
-            keep(self.device, self.stream, (event,), "event_wait")
-
-        return self._node("event_wait", after, issue)
+        backend = self._backend
+        return self._node("event_wait", after, lambda: submit(self.stream, Work(
+            "event_wait", lambda raw: backend.stream_wait_event(raw, event._raw, external=True),
+            keep=(event,))))
 
     def alloc(self, shape: Shape, dtype: Any = "float64", *,
               after: Sequence[BuilderNode] | None = None) -> tuple[DeviceArray, BuilderNode]:
@@ -197,7 +204,7 @@ class GraphBuilder:
         out: list[DeviceArray] = []
 
         def issue() -> None:
-            ptr, owner = self._ctx.capture.allocate_graph_memory(size * dt.itemsize)  # type: ignore[union-attr]
+            ptr, owner = self._graph_memory.allocate(self._rec, size * dt.itemsize)  # type: ignore[arg-type]
             block = new_block(self.device, ptr, size * dt.itemsize, owner)
             out.append(DeviceArray._wrap(block, ptr, dims, _c_strides(dims, dt.itemsize), dt, size))
 
@@ -206,21 +213,23 @@ class GraphBuilder:
 
     def free(self, array: DeviceArray, *, after: Sequence[BuilderNode] | None = None) -> BuilderNode:
         """A free node for an array from :meth:`alloc` (do not use it after this node)."""
-        cap = self._ctx.capture
-        assert cap is not None
-        if not isinstance(array, DeviceArray) or array._block._ref.owner is not cap.graph_memory:
+        memory = self._graph_memory
+        if not isinstance(array, DeviceArray) or array._block._ref.owner is not memory:
             raise ValueError("free takes an array made by this builder's alloc()")
+        backend, ptr = self._backend, array._block.ptr
 
-        def issue() -> None:
-            self._backend.mem_free(array._block.ptr, self.stream._raw)
-            cap.graph_memory.live.discard(array._block.ptr)
+        def issue(raw: Any) -> None:
+            backend.mem_free(ptr, raw)
+            memory.freed(ptr)
             array._block._ref.owner = _Released
 
-        return self._node("mem_free", after, issue)
+        return self._node("mem_free", after, lambda: submit(self.stream, Work("mem_free", issue)))
 
     def empty(self, *, after: Sequence[BuilderNode] | None = None) -> BuilderNode:
         """An empty node: a point in the graph to depend on."""
-        return self._node("empty", after, lambda: self._backend.capture_empty(self.stream._raw))
+        backend = self._backend
+        return self._node("empty", after, lambda: submit(self.stream, Work(
+            "empty", lambda raw: backend.capture_node(raw, "empty"))))
 
     def join(self, *nodes: BuilderNode) -> BuilderNode:
         """An empty node after all of ``nodes``."""
@@ -263,12 +272,19 @@ class GraphBuilder:
         self.state = "instantiated"
         self._finalizer.detach()
         try:
-            self._ctx.__exit__(None, None, None)
+            if self._graph_memory.live:
+                self._session.abort()
+                raise CaptureError(
+                    f"{len(self._graph_memory.live)} array(s) made by alloc() are still alive "
+                    "at the end of the capture and were never freed: add a free() node for each"
+                )
+            graph = self._session.end()
         finally:
             self.device.return_spare_stream(self.stream)
-        graph = self._graph
         graph.stream = self.device.stream
-        graph._streams[0] = self.device.stream
+        res = graph._res
+        assert res is not None
+        res.streams[0] = self.device.stream
         return graph
 
     def close(self) -> None:

@@ -1,26 +1,35 @@
-"""Devices, streams and events.
+"""Devices, streams, events, and the current stream of each thread.
 
 :class:`Device` is the one canonical client of a GPU (or simulated GPU):
 ``Device(0)`` returns the same object every time, from any thread. It owns a
-compute stream, a copy stream, the caching allocator, a pinned-host staging
-cache and the compiled-kernel cache.
+default compute stream, a copy stream, the caching allocator, a pinned-host
+staging cache and the compiled-kernel cache.
+
+The *current stream* is per thread (a context variable): ``with stream:``
+makes ``stream`` current for the code inside the block, in this thread only,
+as in PyTorch; work that names no stream goes to the current stream of its
+device, which is the device's default stream unless a ``with`` says
+otherwise. No code swaps a stream for the whole process.
 """
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from . import backends
+from . import _recording, backends
+from ._allocator import CachingAllocator
 from ._config import settings
+from ._errors import CaptureError
+from ._host import PinnedCache
 from .backends.base import Backend, DeviceProperties
 
-if TYPE_CHECKING:
-    from ._allocator import CachingAllocator
-    from ._host import PinnedCache
+__all__ = ["Device", "Event", "Stream", "current_device", "current_stream", "resolve_stream"]
 
-__all__ = ["Device", "Event", "Stream", "current_device"]
+_CURRENT: contextvars.ContextVar[tuple[Stream, ...]] = contextvars.ContextVar(
+    "cudagraphs_current_streams", default=())
 
 
 class Stream:
@@ -28,7 +37,8 @@ class Stream:
 
     Streams made by :meth:`Device.create_stream` are owned and destroyed by
     :meth:`close` (or when garbage collected); a device's built-in compute and
-    copy streams live as long as the process.
+    copy streams live as long as the process. ``with stream:`` makes the
+    stream the current one of this thread for the block (it does not close it).
 
     Attributes
     ----------
@@ -39,14 +49,18 @@ class Stream:
         third-party libraries; also exposed through ``__cuda_stream__``.
     """
 
-    __slots__ = ("device", "_raw", "handle", "_finalizer", "__weakref__")
+    __slots__ = ("device", "_raw", "handle", "_finalizer", "_recording", "_tokens",
+                 "__weakref__")
 
     def __init__(self, device: Device, raw: Any, owned: bool) -> None:
         self.device = device
         self._raw = raw
-        self.handle = device.backend.stream_address(raw)
+        self.handle = int(raw)
+        self._recording: _recording.Recording | None = None
+        self._tokens: list[contextvars.Token[tuple[Stream, ...]]] = []
         self._finalizer = (
-            weakref.finalize(self, _destroy_stream, device.backend, raw) if owned else None
+            weakref.finalize(self, _recording.later, device, _destroy_stream, device.backend, raw)
+            if owned else None
         )
 
     def __cuda_stream__(self) -> tuple[int, int]:
@@ -61,9 +75,9 @@ class Stream:
         CaptureError
             While this stream is captured, or a capture it would break is active.
         """
-        if self.device.captures:
-            _forbid(self.device, self, "Stream.synchronize()")
-        self.device.backend.stream_synchronize(self._live())
+        _recording.forbid(self.device, self, "Stream.synchronize()")
+        self.device.backend.synchronize(self._live())
+        _recording.drain()
 
     def query(self) -> bool:
         """Whether all work queued on the stream has finished (never blocks).
@@ -73,9 +87,9 @@ class Stream:
         CaptureError
             While this stream is being captured.
         """
-        if self.device.captures:
-            _forbid(self.device, self, "Stream.query()", synchronizes=False)
-        return self.device.backend.stream_query(self._live())
+        if self._recording is not None:
+            self._recording.fail("Stream.query() cannot be recorded in a graph")
+        return self.device.backend.synchronize(self._live(), block=False)
 
     def wait(self, other: Event | Stream) -> None:
         """Make later work on this stream wait for ``other``.
@@ -87,7 +101,9 @@ class Stream:
             other = other.record()
         if not isinstance(other, Event):
             raise TypeError(f"Stream.wait takes an Event or a Stream, got {type(other).__name__}")
-        self.device.backend.stream_wait_event(self._live(), other._raw)
+        backend, event = self.device.backend, other._raw
+        _recording.submit(self._check_open(), _recording.Work(
+            "", lambda raw: backend.stream_wait_event(raw, event), keep=(other,)))
 
     def record(self, event: Event | None = None) -> Event:
         """Record ``event`` (a new one by default) at this point of the stream."""
@@ -98,14 +114,27 @@ class Stream:
     def close(self) -> None:
         """Wait for an owned stream's work, then destroy it.
 
-        Idempotent; built-in streams ignore it.
+        Idempotent; built-in streams ignore it. While a capture is active on
+        the device the destruction is deferred until none is.
+
+        Raises
+        ------
+        CaptureError
+            If the stream itself is being captured: end the capture first.
         """
-        if self._finalizer is not None:
-            self._finalizer()
+        if self._recording is not None:
+            raise CaptureError(
+                f"Stream.close() called at {_recording.user_line()} on stream "
+                f"0x{self.handle:x} while it is being captured: end the capture first"
+            )
+        finalizer = self._finalizer
+        if finalizer is not None and finalizer.alive:
+            finalizer.detach()
+            _recording.release(self.device, _destroy_stream, self.device.backend, self._raw)
 
     @property
     def closed(self) -> bool:
-        """Whether :meth:`close` destroyed the stream."""
+        """Whether :meth:`close` destroyed (or is about to destroy) the stream."""
         return self._finalizer is not None and not self._finalizer.alive
 
     def _live(self) -> Any:
@@ -113,11 +142,16 @@ class Stream:
             raise ValueError("this stream was closed; create a new one with Device.create_stream()")
         return self._raw
 
+    def _check_open(self) -> Stream:
+        self._live()
+        return self
+
     def __enter__(self) -> Stream:
+        self._tokens.append(_CURRENT.set(_CURRENT.get() + (self,)))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        _CURRENT.reset(self._tokens.pop())
 
     def __repr__(self) -> str:
         state = " closed" if self.closed else ""
@@ -127,8 +161,8 @@ class Stream:
 def _destroy_stream(backend: Backend, raw: Any) -> None:
     # finish the stream's work first: the allocator keys cached blocks by
     # stream handle, and the driver may hand the same handle to a new stream
-    backend.stream_synchronize(raw)
-    backend.stream_destroy(raw)
+    backend.synchronize(raw)
+    backend.destroy(raw)
 
 
 class Event:
@@ -148,25 +182,25 @@ class Event:
         self.device = device if device is not None else current_device()
         self.timing = bool(timing)
         self._raw = self.device.backend.event_create(self.device.index, self.timing)
-        self._finalizer = weakref.finalize(self, self.device.backend.event_destroy, self._raw)
+        self._finalizer = weakref.finalize(self, _recording.later, self.device,
+                                           self.device.backend.destroy, self._raw)
 
     def record(self, stream: Stream | None = None) -> Event:
-        """Record the event on ``stream`` (default: the device's compute stream)."""
-        stream = stream if stream is not None else self.device.stream
-        self.device.backend.event_record(self._raw, stream._live())
+        """Record the event on ``stream`` (default: this thread's current stream)."""
+        stream = resolve_stream(stream, self.device)
+        backend, raw = self.device.backend, self._raw
+        _recording.submit(stream._check_open(), _recording.Work(
+            "", lambda s: backend.event_record(raw, s), keep=(self,)))
         return self
 
     def synchronize(self) -> None:
         """Block the host until the recorded work has finished."""
-        if self.device.captures:
-            _forbid(self.device, None, "Event.synchronize()")
-        self.device.backend.event_synchronize(self._raw)
+        _recording.forbid(self.device, None, "Event.synchronize()")
+        self.device.backend.synchronize(self._raw)
 
     def query(self) -> bool:
         """Whether the recorded work has finished (never blocks)."""
-        if self.device.captures:
-            _forbid(self.device, None, "Event.query()", synchronizes=False)
-        return self.device.backend.event_query(self._raw)
+        return self.device.backend.synchronize(self._raw, block=False)
 
     def elapsed_ms(self, end: Event) -> float:
         """Milliseconds between this event and ``end`` (both timing events)."""
@@ -175,8 +209,10 @@ class Event:
         return self.device.backend.event_elapsed_ms(self._raw, end._raw)
 
     def close(self) -> None:
-        """Destroy the event. Idempotent."""
-        self._finalizer()
+        """Destroy the event (deferred while a capture is active). Idempotent."""
+        if self._finalizer.alive:
+            self._finalizer.detach()
+            _recording.release(self.device, self.device.backend.destroy, self._raw)
 
 
 class Device:
@@ -197,9 +233,11 @@ class Device:
     index : int
     backend : Backend
         The backend's primitives (internal; use the methods of this class).
-    stream, copy_stream : Stream
-        The compute stream (default for all work) and the stream used for
-        pipelined device-to-host copies.
+    stream : Stream
+        The default compute stream (see :func:`current_stream` for the one
+        work goes to).
+    copy_stream : Stream
+        The stream used for pipelined device-to-host copies.
     allocator : CachingAllocator
     """
 
@@ -232,20 +270,16 @@ class Device:
         return dev
 
     def _setup(self, backend: Backend, index: int) -> None:
-        from ._allocator import CachingAllocator
-        from ._host import PinnedCache
-
         backend.activate(index)
         self.index = index
         self.backend = backend
         self.properties = backend.device_properties(index)
         self.stream = Stream(self, backend.stream_create(index), owned=False)
         self.copy_stream = Stream(self, backend.stream_create(index), owned=False)
-        backend.mem_set_release_threshold(index, settings().pool_release_threshold_mb << 20)
+        backend.mem_pool(index, release_threshold=settings().pool_release_threshold_mb << 20)
         self.allocator = CachingAllocator(self)
-        self.pinned = PinnedCache(backend)
+        self.pinned = PinnedCache(self)
         self.kernels = {}
-        self.captures: dict[int, Any] = {}  # stream handle -> Capture in progress
         self._spares: list[Stream] = []
 
     @property
@@ -268,11 +302,22 @@ class Device:
         """``"cuda"`` or ``"sim"``."""
         return self.backend.name
 
+    @property
+    def captures(self) -> list[Any]:
+        """The captures in progress on this device."""
+        return _recording.active(self)
+
     def synchronize(self) -> None:
-        """Block the host until all work on the device has finished."""
-        if self.captures:
-            _forbid(self, None, "Device.synchronize()")
-        self.backend.device_synchronize(self.index)
+        """Block the host until all work on the device has finished.
+
+        Raises
+        ------
+        CaptureError
+            While any capture is active on the device (the driver refuses).
+        """
+        _recording.forbid(self, None, "Device.synchronize()", device_wide=True)
+        self.backend.synchronize(self.index)
+        _recording.drain()
 
     def create_stream(self) -> Stream:
         """A new owned stream (non-blocking with respect to the legacy stream)."""
@@ -296,12 +341,19 @@ class Device:
 
     def mem_info(self) -> tuple[int, int]:
         """(free, total) device memory in bytes, as the driver reports it."""
-        return self.backend.mem_info(self.index)
+        return self.backend.mem_pool(self.index)
+
+    def current_stream(self) -> Stream:
+        """This thread's current stream of this device (see :func:`current_stream`)."""
+        for stream in reversed(_CURRENT.get()):
+            if stream.device is self:
+                return stream
+        return self.stream
 
     def is_capturing(self, stream: Stream | None = None) -> bool:
-        """Whether cudagraphs is capturing ``stream`` (default: compute stream)."""
-        stream = stream if stream is not None else self.stream
-        return stream.handle in self.captures
+        """Whether ``stream`` (default: the current stream) is being captured."""
+        stream = resolve_stream(stream, self)
+        return stream._recording is not None
 
     def __reduce__(self) -> tuple[type, tuple[int, str]]:
         return (Device, (self.index, self.backend.name))
@@ -310,13 +362,38 @@ class Device:
         return f"<cudagraphs.Device {self.index} ({self.backend.name}: {self.name})>"
 
 
-def _forbid(device: Device, stream: Stream | None, what: str, synchronizes: bool = True) -> None:
-    from ._capture import forbid
-
-    forbid(device, stream, what, synchronizes)
-
-
 def current_device() -> Device:
     """The device new arrays go to by default: device 0 of the current backend."""
     dev = Device._instances.get((backends.resolve_name(None), 0))
     return dev if dev is not None else Device(0)
+
+
+def current_stream(device: Device | None = None) -> Stream:
+    """This thread's current stream of ``device`` (default: the current device).
+
+    ``with stream:`` makes a stream current for the block; otherwise it is the
+    device's default stream.
+    """
+    return (device if device is not None else current_device()).current_stream()
+
+
+def resolve_stream(stream: Any, device: Device) -> Stream:
+    """``stream`` checked to be a Stream of ``device``, or the current one if None.
+
+    Raises
+    ------
+    TypeError
+        If ``stream`` is not a cudagraphs Stream.
+    ValueError
+        If it belongs to another device.
+    """
+    if stream is None:
+        return device.current_stream()
+    if type(stream) is not Stream:
+        raise TypeError(
+            f"stream must be a cudagraphs Stream (device.create_stream()), got "
+            f"{type(stream).__name__}: {stream!r}"
+        )
+    if stream.device is not device:
+        raise ValueError(f"stream {stream} is on {stream.device}, the work on {device}")
+    return stream

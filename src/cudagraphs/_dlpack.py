@@ -87,7 +87,7 @@ def _capsule_destructor(capsule: int) -> None:
 
 def device_of(x: DeviceArray) -> tuple[int, int]:
     """``__dlpack_device__`` of ``x``: (kDLCUDA, index) on the cuda backend."""
-    kind = _KDL_CUDA if x.device.backend.name == "cuda" else _KDL_CPU
+    kind = _KDL_CUDA if x.device.backend.capabilities.shares_memory else _KDL_CPU
     return kind, x.device.index
 
 
@@ -99,7 +99,7 @@ def export(x: DeviceArray, *, stream: int | None, dl_device: Any, copy: bool | N
     BufferError
         On the sim backend, for another ``dl_device``, or for ``copy=True``.
     """
-    if x.device.backend.name != "cuda":
+    if not x.device.backend.capabilities.shares_memory:
         raise BufferError(
             "DLPack export needs the cuda backend: sim arrays live in simulated "
             "memory; copy to the host with .get()"
@@ -111,8 +111,9 @@ def export(x: DeviceArray, *, stream: int | None, dl_device: Any, copy: bool | N
     if stream is not None and stream != -1:
         # the consumer's stream must see the work queued on ours so far
         device = x.device
-        event = device.stream.record()
-        device.backend.stream_wait_event(device.backend.stream_from_address(stream), event._raw)
+        event = device.current_stream().record()
+        consumer = device.backend.stream_create(device.index, address=stream)
+        device.backend.stream_wait_event(consumer, event._raw)
     itemsize = x.itemsize
     if any(s % itemsize for s in x.strides):
         raise BufferError("strides are not multiples of the item size; DLPack cannot express them")

@@ -111,10 +111,14 @@ class OutOfMemoryError(CudaGraphsError, MemoryError):
     requested, in_use, reserved, limit : int
         Bytes asked for, bytes held by live arrays, bytes held by the
         allocator (live + cached), and the device's total memory.
+
+    The message says what was tried before giving up and what to do.
     """
 
     def __init__(
-        self, device: int, requested: int, in_use: int, reserved: int, limit: int
+        self, device: int, requested: int, in_use: int, reserved: int, limit: int,
+        note: str = "The cache was emptied and the pool trimmed before giving up: free "
+                    "arrays you no longer need or allocate less.",
     ) -> None:
         self.device = device
         self.requested = requested
@@ -124,9 +128,7 @@ class OutOfMemoryError(CudaGraphsError, MemoryError):
         super().__init__(
             f"out of memory on device {device}: tried to allocate "
             f"{_fmt(requested)}; {_fmt(in_use)} in use by live arrays, "
-            f"{_fmt(reserved)} reserved by cudagraphs, device total {_fmt(limit)}. "
-            "The cache was emptied and the pool trimmed before giving up: free "
-            "arrays you no longer need or allocate less."
+            f"{_fmt(reserved)} reserved by cudagraphs, device total {_fmt(limit)}. {note}"
         )
 
 

@@ -7,8 +7,17 @@ device's architecture the first time it runs on a device, or ahead of time by
 
 The parameter list is read from the ``extern "C" __global__`` declaration, or
 given explicitly with ``signature=``; it decides how each argument is passed
-(device arrays as pointers, numbers converted to the declared C type) and is
-checked on every launch.
+(device arrays as pointers to their first element, numbers converted to the
+declared C type) and is checked on every launch. A pointer parameter takes a
+C-contiguous array only: the kernel gets a bare address and indexes it as
+dense memory, so a strided or reversed view is refused (copy it first, or
+pass ``x.ptr`` with the strides as arguments of your own).
+
+Compiling is legal inside a capture (measured on an H200: NVRTC, module
+loading and a launch inside a capture, in all three modes, replay fine), so a
+kernel compiles on first use wherever that is; :func:`preload` pays the cost
+early. A launch is one :class:`~cudagraphs._recording.Work` handed to
+:func:`~cudagraphs._recording.submit`, which applies the capture rules.
 """
 
 from __future__ import annotations
@@ -20,10 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from ._device import Device, Stream, current_device
+from . import _nvrtc
+from ._device import Device, Stream, current_device, resolve_stream
 from ._dtypes import SUPPORTED
-from ._capture import keep
-from .backends.base import Launcher, Param
+from ._errors import BackendUnavailableError
+from ._recording import Work, submit
+from .backends.base import ArrayArg, KernelLaunch, Param
 
 __all__ = ["Kernel", "normalize_dims", "preload"]
 
@@ -41,7 +52,7 @@ _C_TYPES: dict[str, str] = {
 }
 _QUALIFIERS = {"const", "volatile", "__restrict__", "__restrict", "restrict", "struct"}
 _POINTER = np.dtype(np.uint64)
-_IMAGES: dict[tuple[str, tuple[str, ...], str, str], bytes] = {}
+_IMAGES: dict[tuple[str, tuple[str, ...], str], bytes | None] = {}
 _BYTE_POINTEES = {"int8", "uint8", "void"}
 
 
@@ -119,6 +130,7 @@ def _param_from_spec(i: int, spec: Any, kernel: str) -> Param:
 
 
 _DIMS: dict[tuple[Any, str], tuple[int, int, int]] = {}
+_LIMITS = {"grid": ((1 << 31) - 1, 65535, 65535), "block": (1024, 1024, 64)}
 
 
 def normalize_dims(dims: Any, what: str) -> tuple[int, int, int]:
@@ -126,38 +138,43 @@ def normalize_dims(dims: Any, what: str) -> tuple[int, int, int]:
 
     Raises
     ------
+    TypeError
+        If ``dims`` is not an int or a tuple/list of 1-3 ints (floats,
+        strings and bools are refused, not truncated).
     ValueError
         If a dimension is not positive or exceeds CUDA's limits.
     """
-    try:
-        return _DIMS[dims, what]
-    except (KeyError, TypeError):
-        pass
-    t = _check_dims(dims, what)
-    if len(_DIMS) < 4096 and isinstance(dims, (int, tuple)):
-        _DIMS[dims, what] = t
-    return t
+    # only exact ints are cached: 1.0 == 1 and (1.0,) == (1,) as dict keys
+    if type(dims) is int or (type(dims) is tuple and all(type(d) is int for d in dims)):
+        key = (dims, what)
+        t = _DIMS.get(key)
+        if t is None:
+            t = _check_dims(dims, what)
+            if len(_DIMS) < 4096:
+                _DIMS[key] = t
+        return t
+    return _check_dims(dims, what)
+
+
+def _is_int(d: Any) -> bool:
+    return isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_))
 
 
 def _check_dims(dims: Any, what: str) -> tuple[int, int, int]:
-    if isinstance(dims, (int, np.integer)) and not isinstance(dims, bool):
+    if _is_int(dims):
         t = (int(dims), 1, 1)
-    else:
-        try:
-            t = tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
-        except TypeError:
-            raise TypeError(f"{what} must be an int or a tuple of 1-3 ints, got {dims!r}") from None
-        if len(t) != 3:
+    elif isinstance(dims, (tuple, list)) and all(_is_int(d) for d in dims):
+        if not 1 <= len(dims) <= 3:
             raise ValueError(f"{what} must have 1 to 3 dimensions, got {dims!r}")
-    limits = (
-        ((1 << 31) - 1, 65535, 65535) if what == "grid" else (1024, 1024, 64)
-    )
-    for d, lim in zip(t, limits):
+        t = tuple(int(d) for d in dims) + (1,) * (3 - len(dims))  # type: ignore[assignment]
+    else:
+        raise TypeError(f"{what} must be an int or a tuple of 1-3 ints, got {dims!r}")
+    for d, lim in zip(t, _LIMITS[what]):
         if not 1 <= d <= lim:
             raise ValueError(f"{what} {dims!r}: each dimension must be in 1..{lim} (got {d})")
     if what == "block" and t[0] * t[1] * t[2] > 1024:
         raise ValueError(f"block {dims!r} has {t[0] * t[1] * t[2]} threads; CUDA allows 1024")
-    return t
+    return t  # type: ignore[return-value]
 
 
 class Kernel:
@@ -182,7 +199,8 @@ class Kernel:
 
     Notes
     -----
-    Compiling inside a capture is illegal: call :func:`preload` first.
+    The kernel compiles on its first launch on a device, also inside a
+    capture; :func:`preload` compiles ahead of time.
     """
 
     def __init__(
@@ -210,46 +228,50 @@ class Kernel:
             self.params = [_param_from_spec(i, s, name) for i, s in enumerate(signature)]
         self._convert = [_converter(p, name) for p in self.params]
         self._lock = threading.Lock()
+        self.fixed: frozenset[str] = frozenset()  # parameters set_arg may not change
 
     def __repr__(self) -> str:
         args = ", ".join(p.name for p in self.params)
         return f"<cudagraphs.Kernel {self.name}({args})>"
 
     # compilation ----------------------------------------------------------
-    def launcher(self, device: Device, stream: Stream | None = None) -> Launcher:
+    def function(self, device: Device) -> Any:
         """The loaded kernel for ``device``, compiling it first if needed.
+
+        Legal inside a capture (compiling and loading a module are).
 
         Raises
         ------
         KernelCompileError
             If NVRTC rejects the source.
-        CaptureError
-            If it needs compiling while ``stream`` is being captured.
+        BackendUnavailableError
+            If the backend needs compiled code and NVRTC is missing.
         """
-        launcher = device.kernels.get(self)
-        if launcher is not None:
-            return launcher  # type: ignore[return-value]
-        if device.captures:
-            from ._capture import forbid
-
-            forbid(device, stream, f"compiling kernel {self.name!r} (NVRTC, module loading)",
-                   hint="call cg.preload([kernel]) before capturing")
+        fn = device.kernels.get(self)
+        if fn is not None:
+            return fn
         with self._lock:
-            launcher = device.kernels.get(self)
-            if launcher is None:
+            fn = device.kernels.get(self)
+            if fn is None:
                 backend = device.backend
-                arch = backend.arch(device.index)
-                # kernels built from one source share one compiled image
-                key = (self.source, self.options, backend.name, arch)
-                image = _IMAGES.get(key)
-                if image is None:
-                    image = backend.compile(self.source, self.name, arch, self.options)
+                arch = device.properties.arch
+                key = (self.source, self.options, arch)  # one image per source
+                if key in _IMAGES:
+                    image = _IMAGES[key]
+                else:
+                    try:
+                        image = _nvrtc.compile_cubin(self.source, self.name, arch, self.options)
+                    except _nvrtc.NvrtcUnavailable as exc:
+                        if backend.capabilities.needs_compiled_code:
+                            raise BackendUnavailableError(
+                                f"cannot compile kernel {self.name!r}: {exc}. Install NVRTC "
+                                "(`pip install nvidia-cuda-nvrtc`) or the CUDA toolkit"
+                            ) from exc
+                        image = None  # the simulator runs the host implementation
                     _IMAGES[key] = image
-                launcher = backend.load_kernel(
-                    device.index, image, self.name, self.params, self.host
-                )
-                device.kernels[self] = launcher
-        return launcher  # type: ignore[return-value]
+                fn = backend.load_kernel(device.index, image, self.name, self.params, self.host)
+                device.kernels[self] = fn
+        return fn
 
     # launching ------------------------------------------------------------
     def launch(
@@ -263,46 +285,54 @@ class Kernel:
     ) -> None:
         """Launch the kernel on ``grid`` blocks of ``block`` threads.
 
-        Work is queued on ``stream`` (default: the compute stream of the
-        arrays' device) and the call returns without waiting.
+        Work is queued on ``stream`` (default: this thread's current stream
+        of the arrays' device) and the call returns without waiting.
 
         Raises
         ------
         TypeError, ValueError
             If an argument does not fit its parameter (count, type, range,
-            array dtype or device).
+            array dtype, layout or device), or ``stream`` is not a Stream.
         """
-        if len(args) != len(self.params):
-            names = ", ".join(p.name for p in self.params)
+        params = self.params
+        if len(args) != len(params):
+            names = ", ".join(p.name for p in params)
             raise TypeError(
-                f"kernel {self.name!r} takes {len(self.params)} arguments ({names}), "
-                f"got {len(args)}"
+                f"kernel {self.name!r} takes {len(params)} arguments ({names}), got {len(args)}"
             )
         if device is None:
-            device = stream.device if stream is not None else _device_of(args)
-        if stream is None:
-            stream = device.stream
-        elif stream.device is not device:
-            raise ValueError(f"stream {stream} is not on {device}")
-        raw = [conv(a, device) for conv, a in zip(self._convert, args)]
-        if not isinstance(shared_mem, int) or shared_mem < 0:
+            device = stream.device if isinstance(stream, Stream) else _device_of(args)
+        stream = resolve_stream(stream, device)
+        values, views, objs = [], [], []
+        for conv, a in zip(self._convert, args):
+            value, view = conv(a, device)
+            values.append(value)
+            views.append(view)
+            if view is not None or (value and not isinstance(a, _BY_VALUE)):
+                objs.append(a)
+        if type(shared_mem) is not int or shared_mem < 0:
             raise ValueError(f"shared_mem must be a non-negative int, got {shared_mem!r}")
         self.enqueue(device, stream, normalize_dims(grid, "grid"), normalize_dims(block, "block"),
-                     shared_mem, raw, args)
+                     shared_mem, tuple(values), tuple(views), tuple(objs), tuple(objs))
 
     def enqueue(
         self, device: Device, stream: Stream, grid: tuple[int, int, int],
-        block: tuple[int, int, int], shared_mem: int, raw: Sequence[object],
-        objs: Sequence[object],
+        block: tuple[int, int, int], shared_mem: int, values: tuple[Any, ...],
+        views: tuple[ArrayArg | None, ...], reads: tuple[Any, ...], writes: tuple[Any, ...],
     ) -> None:
         """Queue a launch whose arguments are already checked and converted.
 
-        While ``stream`` is captured, ``objs`` are handed to the graph to keep alive.
+        ``reads`` and ``writes`` are the objects the kernel reads and writes
+        (kept alive by a capture).
         """
-        self.launcher(device, stream)(stream._live(), grid, block, shared_mem, raw, objs)
-        if device.captures:
-            keep(device, stream, objs, "kernel", self.name,
-                 (self, grid, block, shared_mem, list(raw)))
+        launch = KernelLaunch(self.function(device), grid, block, shared_mem, values, views)
+        backend = device.backend
+        stream._live()
+        submit(stream, Work("kernel", lambda raw: backend.launch(raw, launch), reads, writes,
+                            (), self.name, (self, launch)))
+
+
+_BY_VALUE = (int, float, complex, bytes, bool, np.generic, type(None))
 
 
 def _device_of(args: Iterable[Any]) -> Device:
@@ -313,29 +343,39 @@ def _device_of(args: Iterable[Any]) -> Device:
     return current_device()
 
 
-def _converter(p: Param, kernel: str) -> Callable[[Any, Device], object]:
-    """The function that checks one argument and returns its raw value."""
+def _converter(p: Param, kernel: str) -> Callable[[Any, Device], tuple[Any, ArrayArg | None]]:
+    """The function that checks one argument and returns (value, view)."""
     where = f"kernel {kernel!r} parameter {p.name!r}"
     if p.pointer:
         pointee = p.pointee
 
-        def pointer(a: Any, device: Device) -> object:
+        def pointer(a: Any, device: Device) -> tuple[Any, ArrayArg | None]:
             spec = getattr(a, "_view_spec", None)
             if spec is not None:
                 if a.device is not device:
                     raise ValueError(f"{where}: array is on {a.device}, the launch on {device}")
                 if pointee is not None and a.dtype != pointee and pointee.name not in _BYTE_POINTEES:
                     raise TypeError(f"{where} expects {pointee} data, got a {a.dtype} array")
-                return a.ptr
+                if not a.is_contiguous:
+                    raise ValueError(
+                        f"{where} is a pointer, and the kernel indexes it as dense memory, but "
+                        f"the array is a strided view (shape {a.shape}, strides {a.strides}): "
+                        "pass a contiguous array (.copy() makes one), or pass x.ptr and the "
+                        "strides as arguments of your own"
+                    )
+                return a.ptr, ArrayArg(*spec())
             if a is None:
-                return 0
-            if isinstance(a, (int, np.integer)) and not isinstance(a, bool):
+                return 0, None
+            if _is_int(a):
                 if not 0 <= int(a) < 1 << 64:
                     raise ValueError(f"{where}: address {a} is out of range")
-                return int(a)
-            cai = getattr(a, "__cuda_array_interface__", None)
-            if cai is not None and device.backend.name == "cuda":
-                return int(cai["data"][0])
+                return int(a), None
+            cai = getattr(a, "__cuda_array_interface__", None) if device.backend.capabilities.shares_memory else None
+            if cai is not None:
+                if cai.get("strides") is not None:
+                    raise ValueError(f"{where}: a strided {type(a).__name__} cannot be passed as a "
+                                     "pointer; make it contiguous first")
+                return int(cai["data"][0]), None
             raise TypeError(
                 f"{where} is a pointer: pass a cudagraphs array, an object with "
                 f"__cuda_array_interface__, an int address or None; got {type(a).__name__}"
@@ -346,7 +386,7 @@ def _converter(p: Param, kernel: str) -> Callable[[Any, Device], object]:
     if dt.kind == "V" or dt.name == "bfloat16":
         size = dt.itemsize
 
-        def by_bytes(a: Any, device: Device) -> object:
+        def by_bytes(a: Any, device: Device) -> tuple[Any, None]:
             if isinstance(a, (bytes, bytearray, memoryview)):
                 data = bytes(a)
             else:
@@ -356,33 +396,35 @@ def _converter(p: Param, kernel: str) -> Callable[[Any, Device], object]:
                     raise TypeError(f"{where} expects {dt}, got {a!r}: {exc}") from None
             if len(data) != size:
                 raise ValueError(f"{where} expects {size} bytes, got {len(data)}")
-            return data
+            return data, None
 
         return by_bytes
     kind = dt.kind
     info = np.iinfo(dt) if kind in "iu" else None
 
-    def number(a: Any, device: Device) -> object:
+    def number(a: Any, device: Device) -> tuple[Any, None]:
         if kind in "iu":
-            if isinstance(a, (float, np.floating)) or not isinstance(a, (int, np.integer)):
+            if not _is_int(a):
                 raise TypeError(f"{where} is {dt}: expected an integer, got {a!r}")
             if not info.min <= a <= info.max:  # type: ignore[union-attr]
                 raise ValueError(f"{where}: {a} does not fit in {dt}")
-            return int(a)
+            return int(a), None
         if kind == "b":
-            return bool(a)
+            return bool(a), None
         if not isinstance(a, (int, float, np.integer, np.floating)) or isinstance(a, bool):
             raise TypeError(f"{where} is {dt}: expected a real number, got {a!r}")
-        return float(a)
+        return float(a), None
 
     return number
 
 
 def preload(kernels: Iterable[Kernel], device: Device | None = None) -> None:
-    """Compile and load ``kernels`` for ``device`` now, outside any capture.
+    """Compile and load ``kernels`` for ``device`` now (a cost paid early).
 
     Raises
     ------
+    TypeError
+        If an item is not a :class:`Kernel`.
     KernelCompileError
         If one of them does not compile.
     """
@@ -390,6 +432,4 @@ def preload(kernels: Iterable[Kernel], device: Device | None = None) -> None:
     for k in kernels:
         if not isinstance(k, Kernel):
             raise TypeError(f"preload takes cudagraphs.Kernel objects, got {type(k).__name__}")
-        k.launcher(device)
-
-
+        k.function(device)

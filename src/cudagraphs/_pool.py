@@ -1,4 +1,4 @@
-"""GraphPool: the device memory that captured graphs allocate from.
+"""Graph pools and the memory policies of a capture.
 
 During a capture, arrays come from the capture's pool, never from the
 device's cache, because the graph bakes their addresses in: the memory must
@@ -8,22 +8,29 @@ same pool, which is what makes the pool cheap: only graphs that replay in
 the order they were captured may share one (like PyTorch's
 ``graph_pool_handle``); by default each graph has a private pool.
 
-When no graph and no array uses the pool any more, its memory returns to the
-device's cache, after the streams the graphs replayed on are done with it.
+When no graph and no array uses the pool any more, its memory goes back to
+the driver (after the streams the graphs replayed on are done with it), so
+later captures and allocations can use it again.
+
+A capture's memory policy is one of :class:`PoolMemory` (``alloc="pool"``),
+:class:`ForbidMemory` (``alloc="forbid"``) and :class:`GraphMemory`
+(``alloc="graph"``, driver-managed allocation and free nodes).
 """
 
 from __future__ import annotations
 
+import collections
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ._allocator import round_size
-from ._device import Device, current_device
+from . import _recording
+from ._allocator import Block, round_size
+from ._device import Device, Stream, current_device
 
 if TYPE_CHECKING:
-    from ._device import Stream
+    from ._recording import Recording
 
-__all__ = ["GraphPool"]
+__all__ = ["ForbidMemory", "GraphMemory", "GraphPool", "PoolMemory"]
 
 
 class GraphPool:
@@ -43,6 +50,8 @@ class GraphPool:
     """
 
     def __init__(self, device: Device | None = None) -> None:
+        if device is not None and not isinstance(device, Device):
+            raise TypeError(f"device must be a cudagraphs Device, got {type(device).__name__}")
         self.device = device if device is not None else current_device()
         self._lock = threading.Lock()
         self._segments: dict[int, int] = {}  # ptr -> size class
@@ -51,7 +60,7 @@ class GraphPool:
         self._users = 0  # captures in progress and open graphs
         self._streams: list[Stream] = []  # where graphs replayed
 
-    # used by the capture ------------------------------------------------------
+    # used by captures -----------------------------------------------------------
     def allocate(self, nbytes: int) -> int:
         """A block of the pool (a fresh segment when none of its size is free)."""
         size = round_size(nbytes)
@@ -72,7 +81,7 @@ class GraphPool:
             self._free.setdefault(self._segments[ptr], []).append(ptr)
             self._live -= 1
             if streams:
-                self._streams.extend(streams)
+                self._streams.extend(s for s in streams if s not in self._streams)
         self._give_back_if_unused()
 
     def acquire(self) -> None:
@@ -95,17 +104,80 @@ class GraphPool:
             self._segments.clear()
             self._free.clear()
             self._streams.clear()
-        allocator = self.device.allocator
-        for ptr in segments:
-            allocator.raw_free(ptr, streams)
+        _recording.release(self.device, _give_back, self.device.allocator, segments, streams)
 
-    # inspection -----------------------------------------------------------------
+    # inspection ---------------------------------------------------------------
     @property
     def reserved(self) -> int:
         """Bytes the pool holds (in use by arrays or free for its graphs)."""
+        self.device.allocator.stats()  # a safe point: blocks that died come back first
         with self._lock:
             return sum(self._segments.values())
 
     def __repr__(self) -> str:
         return (f"<cudagraphs.GraphPool {self.reserved} B on {self.device}, "
                 f"{self._users} users, {self._live} live blocks>")
+
+
+def _give_back(allocator: Any, segments: list[int], streams: list[Stream]) -> None:
+    for ptr in segments:
+        allocator.free_segment(ptr, streams)
+
+
+class PoolMemory:
+    """``alloc="pool"``: allocations come from a :class:`GraphPool`."""
+
+    def __init__(self, pool: GraphPool) -> None:
+        self.pool = pool
+
+    def allocate(self, rec: Recording, nbytes: int) -> tuple[int, Any]:
+        return self.pool.allocate(nbytes), self.pool
+
+    def owns(self, block: Block) -> bool:
+        return block._ref.owner is self.pool
+
+    def freed(self, ptr: int) -> None:  # pool blocks are reused, never freed in the graph
+        return None
+
+
+class ForbidMemory(PoolMemory):
+    """``alloc="forbid"``: any allocation during the capture is a CaptureError."""
+
+    def allocate(self, rec: Recording, nbytes: int) -> tuple[int, Any]:
+        rec.fail(f"allocation of {nbytes} B during a capture with alloc='forbid'; "
+                 "allocate before capturing, or use alloc='pool'")
+        raise AssertionError("unreachable")
+
+
+class GraphMemory(PoolMemory):
+    """``alloc="graph"``: driver-managed graph memory, an allocation node per block.
+
+    A block that dies during the capture records a free node (in the
+    capturing thread, at the next piece of work or at the end). A block still
+    alive when the capture ends would point at memory the driver frees at
+    the next launch, so the capture refuses to end that way.
+    """
+
+    def __init__(self, pool: GraphPool, rec: Recording | None = None) -> None:
+        super().__init__(pool)
+        self.rec = rec
+        self.live: set[int] = set()
+        self.pending: collections.deque[int] = collections.deque()
+
+    def allocate(self, rec: Recording, nbytes: int) -> tuple[int, Any]:
+        self.rec = rec
+        ptr = rec.device.backend.mem_alloc(rec.device.index, nbytes, rec.streams[-1]._raw)
+        self.live.add(ptr)
+        return ptr, self
+
+    def release(self, ptr: int, streams: object) -> None:
+        """A graph-memory block died (the BlockOwner protocol)."""
+        rec = self.rec
+        if rec is not None and rec.active and ptr in self.live:
+            rec.free_later(ptr)
+
+    def owns(self, block: Block) -> bool:
+        return block._ref.owner is self
+
+    def freed(self, ptr: int) -> None:
+        self.live.discard(ptr)

@@ -11,17 +11,22 @@ between replays without re-capturing, keep it in memory the graph reads:
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import numpy as np
 
 from ._array import DeviceArray, Shape, _shape, empty
-from ._capture import capture_for, keep
-from ._device import Device, Stream, current_device
+from ._device import Device, Stream, current_device, resolve_stream
 from ._dtypes import normalize_dtype
+from ._host import pinned_array
+from ._recording import Work, submit
+from ._transfer import to_device
+from .backends.base import Copy
 
 __all__ = ["DeviceScalar", "HostSlot"]
+
+_FROZEN = ("DeviceScalar.set() inside a capture would freeze the value into the graph: "
+           "set it outside the capture, before g.replay()")
 
 
 def _check_value(value: Any, dtype: np.dtype, what: str) -> np.ndarray:
@@ -31,8 +36,10 @@ def _check_value(value: Any, dtype: np.dtype, what: str) -> np.ndarray:
         raise TypeError(f"{what} takes a number, got {type(value).__name__}")
     if dtype.kind in "iu" and isinstance(value, (float, np.floating)) and not float(value).is_integer():
         raise TypeError(f"{what}: {value!r} is not an integer but the scalar is {dtype}")
+    if dtype.kind in "iu" and not np.iinfo(dtype).min <= int(value) <= np.iinfo(dtype).max:
+        raise ValueError(f"{what}: {value!r} does not fit in {dtype}")
     try:
-        return np.array([value], dtype=dtype)
+        return np.array(value, dtype=dtype)
     except (OverflowError, ValueError, TypeError) as exc:
         raise ValueError(f"{what}: {value!r} does not fit in {dtype}: {exc}") from None
 
@@ -64,22 +71,18 @@ class DeviceScalar(DeviceArray):
         self.set(value)
 
     def set(self, value: Any, *, stream: Stream | None = None) -> DeviceScalar:  # type: ignore[override]
-        """Queue an update of the value on ``stream`` (default: compute stream).
+        """Queue an update of the value on ``stream`` (default: the current stream).
 
         Raises
         ------
         CaptureError
             Inside a capture of that stream: the value would be frozen into
             the graph. Set it before replaying instead.
+        TypeError, ValueError
+            For a value that is not a number of the scalar's kind and range.
         """
         host = _check_value(value, self.dtype, "DeviceScalar.set")
-        stream = stream if stream is not None else self.device.stream
-        capture = capture_for(self.device, stream)
-        if capture is not None:
-            capture.fail("DeviceScalar.set() inside a capture would freeze the value into "
-                         "the graph: set it outside the capture, before g.replay()")
-        # from pageable memory the driver stages the bytes before returning
-        self.device.backend.memcpy_htod(self.ptr, host, stream._live())
+        to_device(self, host, resolve_stream(stream, self.device), refuse=_FROZEN)
         return self
 
     def get(self, *, stream: Stream | None = None) -> Any:  # type: ignore[override]
@@ -88,10 +91,6 @@ class DeviceScalar(DeviceArray):
 
     def __repr__(self) -> str:
         return f"<cudagraphs.DeviceScalar {self.dtype} on {self.device.backend.name}:{self.device.index}>"
-
-
-def _free_host(backend: Any, ptr: int) -> None:
-    backend.host_free(ptr)
 
 
 class HostSlot:
@@ -108,8 +107,11 @@ class HostSlot:
     ----------
     array : numpy.ndarray
         The slot's memory: write inputs here before a replay, read outputs
-        after synchronizing.
+        after synchronizing. The memory lives as long as this array (or a
+        view of it) or a graph that copies from or into the slot does.
     """
+
+    _host_slot = True  # recognised by DeviceArray.set (below this layer)
 
     def __init__(self, shape: Shape, dtype: Any = "float64", *, device: Device | int | None = None) -> None:
         dims = _shape(shape)
@@ -117,18 +119,29 @@ class HostSlot:
         dev = device if isinstance(device, Device) else Device(device) if device is not None else current_device()
         self.device = dev
         nbytes = int(np.prod(dims, dtype=np.int64)) * dt.itemsize
-        self._ptr, raw = dev.backend.host_alloc(nbytes)
-        self._bytes = raw
-        self.array = raw.view(dt).reshape(dims)
-        self._finalizer = weakref.finalize(self, _free_host, dev.backend, self._ptr)
+        self._bytes: np.ndarray | None = pinned_array(dev, nbytes)
+        self._array: np.ndarray | None = self._bytes.view(dt).reshape(dims)
+        self._shape, self._dtype = dims, dt
+
+    @property
+    def array(self) -> np.ndarray:
+        """The slot's memory as a numpy array of its shape and dtype."""
+        if self._array is None:
+            raise ValueError("this HostSlot was closed")
+        return self._array
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return self.array.shape
+        return self._shape
 
     @property
     def dtype(self) -> np.dtype:
-        return self.array.dtype
+        return self._dtype
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._bytes is None
 
     def _check(self, x: DeviceArray, stream: Stream | None, what: str) -> Stream:
         if not isinstance(x, DeviceArray):
@@ -141,28 +154,38 @@ class HostSlot:
             )
         if not x.is_contiguous:
             raise ValueError(f"HostSlot.{what} needs a contiguous array; copy the view first")
-        if not self._finalizer.alive:
+        if self._bytes is None:
             raise ValueError("this HostSlot was closed")
-        return stream if stream is not None else x.device.stream
+        return resolve_stream(stream, x.device)
 
     def copy_to(self, x: DeviceArray, *, stream: Stream | None = None) -> DeviceArray:
         """Queue a copy of the slot's contents (as they are when it runs) into ``x``."""
         stream = self._check(x, stream, "copy_to")
         if x.nbytes:
-            self.device.backend.memcpy_htod(x.ptr, self._bytes, stream._live())
-            keep(self.device, stream, (self, x), "memcpy")
+            buf = self._bytes
+            copy = Copy(x.ptr, buf.ctypes.data, x.nbytes, "htod")  # type: ignore[union-attr]
+            backend = self.device.backend
+            submit(stream, Work("memcpy", lambda raw: backend.memcpy(raw, copy), (), (x,), (buf,)))
         return x
 
     def copy_from(self, x: DeviceArray, *, stream: Stream | None = None) -> None:
         """Queue a copy of ``x`` into the slot; read ``array`` after synchronizing."""
         stream = self._check(x, stream, "copy_from")
         if x.nbytes:
-            self.device.backend.memcpy_dtoh(self._bytes, x.ptr, stream._live())
-            keep(self.device, stream, (self, x), "memcpy")
+            buf = self._bytes
+            copy = Copy(buf.ctypes.data, x.ptr, x.nbytes, "dtoh")  # type: ignore[union-attr]
+            backend = self.device.backend
+            submit(stream, Work("memcpy", lambda raw: backend.memcpy(raw, copy), (x,), (), (buf,)))
 
     def close(self) -> None:
-        """Free the pinned memory. Idempotent; graphs that use the slot keep it alive."""
-        self._finalizer()
+        """Give up this slot's hold on its pinned memory. Idempotent.
+
+        The memory is freed once nothing uses it: graphs that copy from or
+        into the slot, and views of ``array`` you kept, keep it alive.
+        """
+        self._bytes = None
+        self._array = None
 
     def __repr__(self) -> str:
-        return f"<cudagraphs.HostSlot shape={self.shape} dtype={self.dtype}>"
+        state = " closed" if self.closed else ""
+        return f"<cudagraphs.HostSlot shape={self.shape} dtype={self.dtype}{state}>"

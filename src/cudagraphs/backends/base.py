@@ -1,32 +1,53 @@
 """The backend interface: the primitives every backend implements.
 
-A backend only does primitives on opaque handles; the public wrappers in
-``cudagraphs`` validate arguments, keep ownership and translate errors.
-Adding a backend is adding one module that implements :class:`Backend`.
+A backend only does primitives on opaque handles; everything above it (the
+one submission path in :mod:`cudagraphs._recording`, the public wrappers)
+validates arguments, keeps ownership and applies the capture rules. Adding a
+backend is adding one module that implements :class:`Backend`.
+
+Kernel arguments reach a backend as a :class:`KernelLaunch`: typed values,
+one per parameter, and for pointer parameters the view of device memory the
+argument described (:class:`ArrayArg`), never the user's objects.
 
 Failures are raised as :class:`cudagraphs.CudaError` with the driver's code
-and name (the ``sim`` backend raises the same codes as CUDA would).
+and name; the ``sim`` backend raises the same codes as CUDA would.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Backend", "DeviceProperties", "Launcher", "Param"]
+__all__ = [
+    "ArrayArg", "Backend", "Capabilities", "Copy", "DeviceProperties", "KernelLaunch",
+    "NodeInfo", "Param",
+]
 
 Handle = Any
-"""An opaque stream, event or function handle owned by a backend."""
+"""An opaque stream, event, graph, executable graph, node or function handle."""
 
 # Driver result codes both backends raise (values of CUresult).
 CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_OUT_OF_MEMORY = 2
+CUDA_ERROR_INVALID_HANDLE = 400
+CUDA_ERROR_ILLEGAL_STATE = 401
 CUDA_ERROR_NOT_READY = 600
+CUDA_ERROR_ILLEGAL_ADDRESS = 700
 CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900
 CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901
+ERROR_NAMES = {
+    CUDA_ERROR_INVALID_VALUE: "CUDA_ERROR_INVALID_VALUE",
+    CUDA_ERROR_OUT_OF_MEMORY: "CUDA_ERROR_OUT_OF_MEMORY",
+    CUDA_ERROR_INVALID_HANDLE: "CUDA_ERROR_INVALID_HANDLE",
+    CUDA_ERROR_ILLEGAL_STATE: "CUDA_ERROR_ILLEGAL_STATE",
+    CUDA_ERROR_NOT_READY: "CUDA_ERROR_NOT_READY",
+    CUDA_ERROR_ILLEGAL_ADDRESS: "CUDA_ERROR_ILLEGAL_ADDRESS",
+    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
+    CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
+}
 
 CAPTURE_MODES = ("global", "thread_local", "relaxed")
 NODE_TYPES = (
@@ -62,6 +83,32 @@ class DeviceProperties:
     total_memory: int
     multiprocessors: int
 
+    @property
+    def arch(self) -> str:
+        """The NVRTC target, e.g. ``"sm_90"``."""
+        major, minor = self.compute_capability
+        return f"sm_{major}{minor}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do, for the layers above (no backend-name checks).
+
+    Attributes
+    ----------
+    shares_memory : bool
+        Device memory is real GPU memory other libraries can use
+        (``__cuda_array_interface__``, DLPack).
+    runs_host_code : bool
+        Kernels run their numpy host implementation (the simulator).
+    needs_compiled_code : bool
+        Kernels cannot run without a compiled image (NVRTC is required).
+    """
+
+    shares_memory: bool
+    runs_host_code: bool
+    needs_compiled_code: bool
+
 
 @dataclasses.dataclass(frozen=True)
 class Param:
@@ -77,7 +124,7 @@ class Param:
     pointer : bool
         Whether the parameter is a device pointer.
     pointee : numpy.dtype or None
-        For pointers, the element type (``None`` for ``void*``/``char*``).
+        For pointers, the element type (``None`` for ``void*``).
     """
 
     name: str
@@ -86,24 +133,54 @@ class Param:
     pointee: np.dtype | None = None
 
 
-class Launcher(Protocol):
-    """A loaded kernel, ready to launch.
+class ArrayArg(NamedTuple):
+    """The device memory a pointer argument describes: what the kernel sees.
 
-    ``raw`` holds one value per kernel parameter: device addresses as ints,
-    scalars as Python/numpy numbers, by-value structs as ``bytes``.
-    ``objs`` holds the arguments as the user passed them after validation
-    (arrays, scalars); backends that run kernels on the host use these.
+    The device gets ``ptr``; a backend that runs kernels on the host builds a
+    view of ``shape``/``strides``/``dtype`` at ``ptr`` when the kernel runs.
     """
 
-    def __call__(
-        self,
-        stream: Handle,
-        grid: tuple[int, int, int],
-        block: tuple[int, int, int],
-        shared_mem: int,
-        raw: Sequence[object],
-        objs: Sequence[object],
-    ) -> None: ...
+    ptr: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    dtype: np.dtype
+
+
+class KernelLaunch(NamedTuple):
+    """One kernel launch: the loaded function, its configuration and arguments.
+
+    ``values`` has one entry per parameter: addresses (int) for pointers,
+    Python numbers for scalars, ``bytes`` for structs. ``views`` has, per
+    parameter, the :class:`ArrayArg` a pointer argument came from (or None).
+    """
+
+    function: Handle
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_mem: int
+    values: tuple[Any, ...]
+    views: tuple[ArrayArg | None, ...]
+
+
+class Copy(NamedTuple):
+    """One copy of ``nbytes`` bytes; ``kind`` is ``"htod"``, ``"dtoh"`` or ``"dtod"``.
+
+    Addresses are device addresses, or host addresses on the host side.
+    """
+
+    dst: int
+    src: int
+    nbytes: int
+    kind: str
+
+
+class NodeInfo(NamedTuple):
+    """One node of a graph: its handle, type name, kernel name, body graphs."""
+
+    handle: Handle
+    type: str
+    name: str
+    bodies: tuple[Handle, ...]
 
 
 @runtime_checkable
@@ -111,86 +188,50 @@ class Backend(Protocol):
     """The primitives a backend provides (all on opaque handles)."""
 
     name: str
+    capabilities: Capabilities
 
     # devices
     def device_count(self) -> int: ...
     def device_properties(self, ordinal: int) -> DeviceProperties: ...
     def activate(self, ordinal: int) -> None: ...
-    def device_synchronize(self, ordinal: int) -> None: ...
 
-    # streams and events
-    def stream_create(self, ordinal: int) -> Handle: ...
-    def stream_destroy(self, stream: Handle) -> None: ...
-    def stream_address(self, stream: Handle) -> int: ...
-    def stream_from_address(self, address: int) -> Handle: ...
-    def stream_synchronize(self, stream: Handle) -> None: ...
-    def stream_query(self, stream: Handle) -> bool: ...
-    def stream_wait_event(self, stream: Handle, event: Handle) -> None: ...
+    # streams and events; destroy() and synchronize() take any of their handles
+    def stream_create(self, ordinal: int, address: int | None = None) -> Handle: ...
     def event_create(self, ordinal: int, timing: bool) -> Handle: ...
-    def event_destroy(self, event: Handle) -> None: ...
-    def event_record(self, event: Handle, stream: Handle) -> None: ...
-    def event_synchronize(self, event: Handle) -> None: ...
-    def event_query(self, event: Handle) -> bool: ...
+    def destroy(self, handle: Handle) -> None: ...
+    def synchronize(self, target: Handle, block: bool = True) -> bool: ...
+    def event_record(self, event: Handle, stream: Handle, external: bool = False) -> None: ...
+    def stream_wait_event(self, stream: Handle, event: Handle, external: bool = False) -> None: ...
     def event_elapsed_ms(self, start: Handle, end: Handle) -> float: ...
 
     # memory
     def mem_alloc(self, ordinal: int, nbytes: int, stream: Handle) -> int: ...
     def mem_free(self, ptr: int, stream: Handle) -> None: ...
-    def mem_trim(self, ordinal: int) -> None: ...
-    def mem_set_release_threshold(self, ordinal: int, nbytes: int) -> None: ...
-    def mem_info(self, ordinal: int) -> tuple[int, int]: ...
-    def host_alloc(self, nbytes: int) -> tuple[int, np.ndarray]: ...
+    def mem_pool(self, ordinal: int, release_threshold: int | None = None,
+                 trim: bool = False) -> tuple[int, int]: ...
+    def host_alloc(self, nbytes: int) -> int: ...
     def host_free(self, ptr: int) -> None: ...
+    def memcpy(self, stream: Handle, copy: Copy) -> None: ...
+    def memset(self, dst: int, value: int, nbytes: int, stream: Handle) -> None: ...
 
-    # copies (host side is a C-contiguous uint8 numpy array)
-    def memcpy_htod(self, dst: int, src: np.ndarray, stream: Handle) -> None: ...
-    def memcpy_dtoh(self, dst: np.ndarray, src: int, stream: Handle) -> None: ...
-    def memcpy_dtod(self, dst: int, src: int, nbytes: int, stream: Handle) -> None: ...
-    def memset_d8(self, dst: int, value: int, nbytes: int, stream: Handle) -> None: ...
-
-    # stream capture and graphs (a graph is a DAG; an exec its instance)
-    def capture_begin(self, stream: Handle, mode: str) -> None: ...
-    def capture_end(self, stream: Handle) -> Handle: ...
-    def capture_status(self, stream: Handle) -> str: ...
-    def capture_exchange_mode(self, mode: str) -> str: ...
-    # conditional nodes, added at the current point of a capture
-    def capture_condition(self, stream: Handle, default: int) -> int: ...
-    def capture_conditional(self, stream: Handle, kind: str, size: int, handle: int) -> list[Handle]: ...
-    def capture_to_body(self, stream: Handle, body: Handle, mode: str) -> None: ...
-    # explicit dependencies and node kinds only explicit graphs need
-    def capture_dependencies(self, stream: Handle) -> list[Handle]: ...
-    def capture_set_dependencies(self, stream: Handle, nodes: Sequence[Handle]) -> None: ...
-    def capture_empty(self, stream: Handle) -> None: ...
-    def capture_child(self, stream: Handle, graph: Handle) -> None: ...
-    def capture_event_record(self, stream: Handle, event: Handle) -> None: ...
-    def capture_event_wait(self, stream: Handle, event: Handle) -> None: ...
+    # work
+    def load_kernel(self, ordinal: int, image: bytes | None, name: str,
+                    params: Sequence[Param], host: Callable[..., object] | None) -> Handle: ...
+    def launch(self, stream: Handle, launch: KernelLaunch) -> None: ...
     def launch_host(self, stream: Handle, fn: Callable[[], None]) -> object: ...
-    def graph_node_count(self, graph: Handle) -> int: ...
-    def graph_node_handles(self, graph: Handle) -> list[Handle]: ...
-    def graph_nodes(self, graph: Handle) -> list[tuple[str, str]]: ...
-    def graph_edges(self, graph: Handle) -> list[tuple[int, int]]: ...
-    def graph_bodies(self, graph: Handle, index: int) -> list[Handle]: ...
+
+    # stream capture
+    def capture_begin(self, stream: Handle, mode: str, graph: Handle = None) -> None: ...
+    def capture_end(self, stream: Handle) -> Handle: ...
+    def capture_info(self, stream: Handle) -> tuple[str, list[Handle]]: ...
+    def capture_set_dependencies(self, stream: Handle, nodes: Sequence[Handle]) -> None: ...
+    def capture_exchange_mode(self, mode: str) -> str: ...
+    def capture_node(self, stream: Handle, kind: str, *args: Any) -> Any: ...
+
+    # graphs
+    def graph_topology(self, graph: Handle) -> tuple[list[NodeInfo], list[tuple[int, int]]]: ...
     def graph_instantiate(self, graph: Handle, auto_free: bool) -> Handle: ...
-    def graph_exec_update(self, exec_: Handle, graph: Handle) -> None: ...
-    def graph_exec_kernel_update(
-        self, exec_: Handle, node: Handle, launcher: Launcher,
-        grid: tuple[int, int, int], block: tuple[int, int, int], shared_mem: int,
-        raw: Sequence[object], objs: Sequence[object],
-    ) -> None: ...
-    def graph_exec_memcpy_update(self, exec_: Handle, node: Handle, dst: int, src: int, nbytes: int) -> None: ...
+    def graph_update(self, exec_: Handle, target: Handle,
+                     params: KernelLaunch | Copy | None = None) -> None: ...
     def graph_upload(self, exec_: Handle, stream: Handle) -> None: ...
     def graph_launch(self, exec_: Handle, stream: Handle) -> None: ...
-    def graph_destroy(self, graph: Handle) -> None: ...
-    def graph_exec_destroy(self, exec_: Handle) -> None: ...
-
-    # kernels
-    def arch(self, ordinal: int) -> str: ...
-    def compile(self, source: str, name: str, arch: str, options: Sequence[str]) -> bytes: ...
-    def load_kernel(
-        self,
-        ordinal: int,
-        image: bytes,
-        name: str,
-        params: Sequence[Param],
-        host: Callable[..., object] | None,
-    ) -> Launcher: ...

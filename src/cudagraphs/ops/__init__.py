@@ -18,144 +18,68 @@ op                         computes                                   dtypes
 
 ``alpha`` is a Python number or a one-element device array of the same dtype
 (read on the device when the kernel runs, so it can change between graph
-replays). Kernels compile on first use; before capturing, call
-``cg.ops.preload(dtypes)`` so none needs compiling inside the capture.
+replays). Kernels compile on first use, also inside a capture;
+``cg.ops.preload(dtypes)`` compiles them ahead of time.
+
+Ops that create their output (``add``/``scale`` without ``out``) allocate it
+on the stream they run on, so inside a capture it comes from the graph's
+pool (or is refused under ``alloc="forbid"``).
+
+Writing a new op
+----------------
+Validate the arguments, then queue the work through
+:func:`cudagraphs._recording.submit` with a :class:`~cudagraphs._recording.Work`
+naming what it reads and writes (a :class:`cudagraphs.Kernel` launch does
+that for you). The capture rules, keep-alive and node records then apply
+without any code of the op's own.
 """
 
 from __future__ import annotations
 
-import functools
-import struct
-from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .._array import DeviceArray, empty
-from .._device import Device, Stream
-from .._capture import keep
-from .._kernel import Kernel
+from .._builtin import (
+    ARITH, FLAG_TYPES, KERNEL_NAMES, MAX_NDIM, builtin_kernel, check_same, condition_kernel,
+    copy_view, fill_value, fill_view, layout, run,
+)
+from .._control import Condition
+from .._device import Device, Stream, current_device, resolve_stream
+from .._dtypes import normalize_dtype
+from .._kernel import preload as preload_kernels
 
-__all__ = ["add", "axpy", "copy", "elementwise_kernel", "fill", "preload", "scale",
-           "set_condition"]
+__all__ = ["MAX_NDIM", "add", "axpy", "condition_kernel", "copy", "elementwise_kernel", "fill",
+           "preload", "scale", "set_condition"]
 
-SOURCE = (Path(__file__).parent / "kernels" / "elementwise.cu").read_text()
-CONDITION_SOURCE = (Path(__file__).parent / "kernels" / "conditional.cu").read_text()
-_FLAG_TYPES = {"bool": "bool", "int32": "int", "int64": "long long", "uint8": "unsigned char",
-               "float32": "float", "float64": "double"}
-MAX_NDIM = 8
-_LAYOUT = np.dtype((np.void, 8 + 8 * MAX_NDIM + 3 * 8 * MAX_NDIM))
-_LAYOUT_PACK = struct.Struct(f"<q{MAX_NDIM}q{3 * MAX_NDIM}q").pack
-_ARITH = {"float32": "float", "float64": "double", "int32": "int", "int64": "long long"}
-_ARITH_DTYPES = frozenset(np.dtype(n) for n in _ARITH)
-_BITS = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int",
-         8: "unsigned long long", 16: "ulonglong2"}
-_BLOCK = (256, 1, 1)
+_ARITH_DTYPES = frozenset(np.dtype(n) for n in ARITH)
+elementwise_kernel = builtin_kernel
+"""The built-in kernel ``name`` for a dtype (e.g. to launch one in a GraphBuilder)."""
 
 
-# numpy references, run by the sim backend ---------------------------------
-def _host_fill(out: np.ndarray, value: Any, *rest: Any) -> None:
-    bits = np.asarray(value)
-    out.view(bits.dtype)[...] = bits
+def preload(dtypes: Any = ("float32",), device: Device | None = None) -> None:
+    """Compile every built-in kernel for ``dtypes`` now (a cost paid early).
 
+    ``dtypes`` is one dtype (``"float32"``) or a sequence of them.
 
-def _host_copy(dst: np.ndarray, src: np.ndarray, *rest: Any) -> None:
-    dst[...] = src
-
-
-def _host_add(out: np.ndarray, a: np.ndarray, b: np.ndarray, *rest: Any) -> None:
-    np.add(a, b, out=out)
-
-
-def _alpha(alpha: Any) -> Any:
-    return alpha.reshape(-1)[0] if isinstance(alpha, np.ndarray) else alpha
-
-
-def _host_axpy(y: np.ndarray, x: np.ndarray, alpha: Any, *rest: Any) -> None:
-    y[...] = (_alpha(alpha) * x + y).astype(y.dtype, copy=False)
-
-
-def _host_scale(out: np.ndarray, x: np.ndarray, alpha: Any, *rest: Any) -> None:
-    out[...] = (_alpha(alpha) * x).astype(out.dtype, copy=False)
-
-
-# kernel table: name -> (parameter types, host reference); "T" is the element
-_KERNELS: dict[str, tuple[Sequence[str], Callable[..., None]]] = {
-    "cg_fill": (("void*", "T", "int64"), _host_fill),
-    "cg_fill_strided": (("void*", "T", "int64", "L"), _host_fill),
-    "cg_copy_strided": (("void*", "void*", "int64", "L"), _host_copy),
-    "cg_add": (("void*", "void*", "void*", "int64"), _host_add),
-    "cg_add_strided": (("void*", "void*", "void*", "int64", "L"), _host_add),
-    "cg_axpy": (("void*", "void*", "T", "int64"), _host_axpy),
-    "cg_axpy_ptr": (("void*", "void*", "void*", "int64"), _host_axpy),
-    "cg_axpy_strided": (("void*", "void*", "T", "int64", "L"), _host_axpy),
-    "cg_axpy_ptr_strided": (("void*", "void*", "void*", "int64", "L"), _host_axpy),
-    "cg_scale": (("void*", "void*", "T", "int64"), _host_scale),
-    "cg_scale_ptr": (("void*", "void*", "void*", "int64"), _host_scale),
-    "cg_scale_strided": (("void*", "void*", "T", "int64", "L"), _host_scale),
-    "cg_scale_ptr_strided": (("void*", "void*", "void*", "int64", "L"), _host_scale),
-}
-
-
-@functools.lru_cache(maxsize=None)
-def elementwise_kernel(name: str, dtype: np.dtype) -> Kernel:
-    """The built-in kernel ``name`` for elements of ``dtype``.
-
-    Fill and copy kernels are built per element size (they move bits);
-    arithmetic kernels per arithmetic dtype.
+    Raises
+    ------
+    TypeError
+        For an unsupported dtype.
     """
-    params, host = _KERNELS[name]
-    if name.startswith(("cg_fill", "cg_copy")):
-        ctype = _BITS[dtype.itemsize]
-        tdt: Any = np.dtype((np.void, 16)) if dtype.itemsize == 16 else np.dtype(f"u{dtype.itemsize}")
-        defines = {"CG_T": ctype, "CG_BITS_ONLY": "1"}
-    else:
-        ctype, tdt = _ARITH[dtype.name], dtype
-        defines = {"CG_T": ctype}
-    signature = [tdt if p == "T" else _LAYOUT if p == "L" else p for p in params]
-    return Kernel(SOURCE, name, host, signature=signature, defines=defines)
-
-
-def preload(dtypes: Sequence[Any] = ("float32",), device: Device | None = None) -> None:
-    """Compile every built-in kernel for ``dtypes`` now, e.g. before a capture.
-
-    A kernel is compiled on first use, which is illegal inside a capture;
-    call this first for the dtypes the captured ops will use.
-    """
-    from .._dtypes import normalize_dtype
-    from .._kernel import preload as preload_kernels
-
+    if isinstance(dtypes, (str, np.dtype, type)):
+        dtypes = (dtypes,)
     kernels = []
     for d in dtypes:
         dt = normalize_dtype(d)
-        for name in _KERNELS:
+        for name in KERNEL_NAMES:
             if name.startswith(("cg_fill", "cg_copy")) or dt in _ARITH_DTYPES:
-                kernels.append(elementwise_kernel(name, dt))
-        if dt.name in _FLAG_TYPES:
+                kernels.append(builtin_kernel(name, dt))
+        if dt.name in FLAG_TYPES:
             kernels += [condition_kernel(n, dt) for n in ("cg_set_condition", "cg_set_condition_index")]
-    preload_kernels(kernels, device)
-
-
-def _host_set_condition(handle: Any, flag: np.ndarray) -> None:
-    from ..backends.sim import CONDITIONS
-
-    CONDITIONS[int(handle)] = int(flag.reshape(-1)[0] != 0)
-
-
-def _host_set_condition_index(handle: Any, flag: np.ndarray) -> None:
-    from ..backends.sim import CONDITIONS
-
-    v = int(flag.reshape(-1)[0])
-    CONDITIONS[int(handle)] = v if 0 <= v <= 0xFFFFFFFF else 0xFFFFFFFF
-
-
-@functools.lru_cache(maxsize=None)
-def condition_kernel(name: str, dtype: np.dtype) -> Kernel:
-    """The built-in kernel ``name`` that sets a condition from a ``dtype`` flag."""
-    host = _host_set_condition if name == "cg_set_condition" else _host_set_condition_index
-    return Kernel(CONDITION_SOURCE, name, host, signature=["uint64", "void*"],
-                  defines={"CG_T": _FLAG_TYPES[dtype.name]})
+    kernels.append(condition_kernel("cg_loop_guard", np.dtype("int64")))
+    preload_kernels(kernels, device if device is not None else current_device())
 
 
 def set_condition(cond: Any, flag: DeviceArray, *, stream: Stream | None = None) -> None:
@@ -173,91 +97,38 @@ def set_condition(cond: Any, flag: DeviceArray, *, stream: Stream | None = None)
         If ``cond`` is not a graph condition or ``flag`` not a device array of
         bool, int32, int64, uint8, float32 or float64.
     """
-    from .._graph import Condition
-
     if not isinstance(cond, Condition):
         raise TypeError(f"set_condition takes a Condition from g.condition(), got {type(cond).__name__}")
-    if not isinstance(flag, DeviceArray) or flag.dtype.name not in _FLAG_TYPES or flag.size < 1:
+    if not isinstance(flag, DeviceArray) or flag.dtype.name not in FLAG_TYPES or flag.size < 1:
         raise TypeError(
-            f"set_condition's flag must be a non-empty device array of {', '.join(_FLAG_TYPES)}; "
+            f"set_condition's flag must be a non-empty device array of {', '.join(FLAG_TYPES)}; "
             f"got {flag!r}"
         )
     device = flag.device
-    stream = _stream(device, stream)
+    stream = resolve_stream(stream, device)
     name = "cg_set_condition_index" if flag.dtype.kind in "iu" else "cg_set_condition"
     kernel = condition_kernel(name, flag.dtype)
-    kernel.enqueue(device, stream, (1, 1, 1), (1, 1, 1), 0, [cond.handle, flag.ptr], [cond.handle, flag])
+    first = flag[(0,) * flag.ndim] if flag.ndim else flag  # a 0-d view: contiguous
+    kernel.launch(1, 1, cond.handle, first, stream=stream)
 
 
-# validation and launch helpers --------------------------------------------
+# validation ----------------------------------------------------------------
 def _arrays(op: str, **named: Any) -> Device:
     """Check that the named arguments are device arrays of one shape, dtype, device."""
-    arrays = list(named.values())
-    first = arrays[0]
-    for a in arrays:
-        if (type(a) is not DeviceArray or a.device is not first.device
-                or a.shape != first.shape or a.dtype != first.dtype):
-            _mismatch(op, named)
-    return first.device
-
-
-def _mismatch(op: str, named: dict[str, Any]) -> None:
-    """Raise the error that says which argument does not match and how."""
-    first_name, first = next(iter(named.items()))
-    for arg, a in named.items():
+    for name, a in named.items():
         if not isinstance(a, DeviceArray):
-            raise TypeError(f"{op}: {arg} must be a cudagraphs DeviceArray, got {type(a).__name__}")
-    for arg, a in named.items():
-        if a.device is not first.device:
-            raise ValueError(f"{op}: {arg} is on {a.device} but {first_name} is on {first.device}")
-        if a.shape != first.shape:
-            raise ValueError(
-                f"{op}: shape mismatch, {first_name} has shape {first.shape} and "
-                f"{arg} has {a.shape} (no broadcasting)"
-            )
-        if a.dtype != first.dtype:
-            raise TypeError(
-                f"{op}: dtype mismatch, {first_name} is {first.dtype} and {arg} is {a.dtype}"
-            )
+            raise TypeError(f"{op}: {name} must be a cudagraphs DeviceArray, got {type(a).__name__}")
+    return check_same(op, **named)  # type: ignore[no-any-return]
 
 
 def _arith(op: str, dtype: np.dtype) -> None:
     if dtype not in _ARITH_DTYPES:
-        raise TypeError(f"{op} supports {', '.join(_ARITH)}; got {dtype}")
-
-
-def _stream(device: Device, stream: Stream | None) -> Stream:
-    if stream is None:
-        return device.stream
-    if not isinstance(stream, Stream) or stream.device is not device:
-        raise ValueError(f"stream must be a cudagraphs Stream of {device}, got {stream!r}")
-    return stream
-
-
-def _layout(shape: tuple[int, ...], *arrays: DeviceArray) -> bytes:
-    if len(shape) > MAX_NDIM:
-        raise ValueError(f"strided ops support up to {MAX_NDIM} dimensions, got {len(shape)}")
-    pad = (0,) * (MAX_NDIM - len(shape))
-    strides: list[int] = []
-    for k in range(3):
-        s = arrays[k].strides if k < len(arrays) else (0,) * len(shape)
-        strides += [*s, *pad]
-    return _LAYOUT_PACK(len(shape), *shape, *pad, *strides)
-
-
-def _run(
-    name: str, dtype: np.dtype, device: Device, stream: Stream, n: int, args: list[Any]
-) -> None:
-    """Launch a built-in kernel; ``args`` were validated by the op."""
-    kernel = elementwise_kernel(name, dtype)
-    grid = (min(-(-n // _BLOCK[0]), device.properties.multiprocessors * 32), 1, 1)
-    raw = [getattr(a, "ptr", a) for a in args]
-    kernel.enqueue(device, stream, grid, _BLOCK, 0, raw, args)
+        raise TypeError(f"{op} supports {', '.join(ARITH)}; got {dtype}")
 
 
 def _scalar_arg(op: str, alpha: Any, dtype: np.dtype, device: Device) -> tuple[bool, Any]:
     """(is_pointer, value) for an alpha given as a number or a 1-element array."""
-    if isinstance(alpha, DeviceArray) or hasattr(alpha, "_view_spec"):
+    if isinstance(alpha, DeviceArray):
         if alpha.size != 1 or alpha.dtype != dtype or alpha.device is not device:
             raise ValueError(
                 f"{op}: a device alpha must be a one-element {dtype} array on {device}, "
@@ -270,6 +141,8 @@ def _scalar_arg(op: str, alpha: Any, dtype: np.dtype, device: Device) -> tuple[b
         if not float(alpha).is_integer():
             raise TypeError(f"{op}: alpha {alpha!r} is not an integer but the arrays are {dtype}")
         alpha = int(alpha)
+    if dtype.kind in "iu" and not np.iinfo(dtype).min <= alpha <= np.iinfo(dtype).max:
+        raise ValueError(f"{op}: alpha {alpha} does not fit in {dtype}, the arrays' dtype")
     return False, dtype.type(alpha).item()
 
 
@@ -280,26 +153,16 @@ def fill(x: DeviceArray, value: Any, *, stream: Stream | None = None) -> DeviceA
     Raises
     ------
     TypeError
-        If ``value`` cannot be represented in ``x.dtype`` without loss of kind.
+        If ``value`` is not a scalar of ``x``'s kind (a fraction into integers).
+    ValueError
+        If an integer ``value`` is out of ``x.dtype``'s range.
     """
     device = _arrays("fill", x=x)
-    stream = _stream(device, stream)
-    if x.dtype.kind in "iub" and isinstance(value, (float, np.floating)) and not float(value).is_integer():
-        raise TypeError(f"fill: {value!r} is not an integer but x is {x.dtype}")
-    try:
-        bits = np.asarray(value, dtype=x.dtype)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise TypeError(f"fill: cannot store {value!r} in a {x.dtype} array: {exc}") from None
-    if bits.ndim:
-        raise TypeError(f"fill takes a scalar value, got shape {bits.shape}; use copy() for arrays")
-    raw = bits.tobytes() if x.itemsize == 16 else int(bits.view(f"u{x.itemsize}"))
-    n = x.size
-    if n == 0:
-        return x
-    if x.is_contiguous:
-        _run("cg_fill", x.dtype, device, stream, n, [x, raw, n])
-    else:
-        _run("cg_fill_strided", x.dtype, device, stream, n, [x, raw, n, _layout(x.shape, x)])
+    stream = resolve_stream(stream, device)
+    value = fill_value("fill", x.dtype, value)
+    if x.ndim > MAX_NDIM and not x.is_contiguous:
+        layout(x.shape, x)  # raises the clear error
+    fill_view(x, value, stream)
     return x
 
 
@@ -310,17 +173,7 @@ def copy(dst: DeviceArray, src: DeviceArray, *, stream: Stream | None = None) ->
     strided copy kernel, whose shape and strides are passed by value.
     """
     device = _arrays("copy", dst=dst, src=src)
-    stream = _stream(device, stream)
-    n = dst.size
-    if n == 0:
-        return dst
-    if dst.is_contiguous and src.is_contiguous:
-        device.backend.memcpy_dtod(dst.ptr, src.ptr, dst.nbytes, stream._live())
-        if device.captures:
-            keep(device, stream, (dst, src), "memcpy", "", ("memcpy", dst.nbytes))
-    else:
-        _run("cg_copy_strided", dst.dtype, device, stream, n,
-             [dst, src, n, _layout(dst.shape, dst, src)])
+    copy_view(dst, src, resolve_stream(stream, device))
     return dst
 
 
@@ -330,17 +183,16 @@ def add(
     """``out = a + b`` element-wise (a new array when ``out`` is None); returns ``out``."""
     device = _arrays("add", a=a, b=b) if out is None else _arrays("add", a=a, b=b, out=out)
     _arith("add", a.dtype)
+    stream = resolve_stream(stream, device)
     if out is None:
-        out = empty(a.shape, a.dtype, device=device)
-    stream = _stream(device, stream)
+        out = empty(a.shape, a.dtype, device=device, stream=stream)
     n = a.size
     if n == 0:
         return out
     if a.is_contiguous and b.is_contiguous and out.is_contiguous:
-        _run("cg_add", a.dtype, device, stream, n, [out, a, b, n])
+        run("cg_add", a.dtype, device, stream, n, [out, a, b, n])
     else:
-        _run("cg_add_strided", a.dtype, device, stream, n,
-             [out, a, b, n, _layout(a.shape, out, a, b)])
+        run("cg_add_strided", a.dtype, device, stream, n, [out, a, b, n, layout(a.shape, out, a, b)])
     return out
 
 
@@ -353,7 +205,7 @@ def axpy(alpha: Any, x: DeviceArray, y: DeviceArray, *, stream: Stream | None = 
     device = _arrays("axpy", y=y, x=x)
     _arith("axpy", y.dtype)
     pointer, a = _scalar_arg("axpy", alpha, y.dtype, device)
-    return _alpha_op("cg_axpy", pointer, a, x, y, device, _stream(device, stream))
+    return _alpha_op("cg_axpy", pointer, a, x, y, device, resolve_stream(stream, device))
 
 
 def scale(
@@ -363,11 +215,12 @@ def scale(
     device = _arrays("scale", x=x)
     _arith("scale", x.dtype)
     pointer, a = _scalar_arg("scale", alpha, x.dtype, device)
+    stream = resolve_stream(stream, device)
     if out is None:
-        out = empty(x.shape, x.dtype, device=device)
+        out = empty(x.shape, x.dtype, device=device, stream=stream)
     else:
         _arrays("scale", out=out, x=x)
-    return _alpha_op("cg_scale", pointer, a, x, out, device, _stream(device, stream))
+    return _alpha_op("cg_scale", pointer, a, x, out, device, stream)
 
 
 def _alpha_op(
@@ -379,8 +232,7 @@ def _alpha_op(
         return out
     name = base + ("_ptr" if pointer else "")
     if x.is_contiguous and out.is_contiguous:
-        _run(name, x.dtype, device, stream, n, [out, x, alpha, n])
+        run(name, x.dtype, device, stream, n, [out, x, alpha, n])
     else:
-        _run(name + "_strided", x.dtype, device, stream, n,
-             [out, x, alpha, n, _layout(x.shape, out, x)])
+        run(name + "_strided", x.dtype, device, stream, n, [out, x, alpha, n, layout(x.shape, out, x)])
     return out

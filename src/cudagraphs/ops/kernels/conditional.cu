@@ -26,3 +26,13 @@ extern "C" __global__ void cg_set_condition_index(cudaGraphConditionalHandle han
     bool wide = v < (T)0 || (unsigned long long)v > 0xFFFFFFFFull;
     cudaGraphSetConditional(handle, wide ? 0xFFFFFFFFu : (unsigned int)v);
 }
+
+// the iteration cap of a while loop: runs last in the body, counts the body's
+// runs in count[0] (zeroed before the loop at every launch) and ends the loop
+// once the count reaches cap
+extern "C" __global__ void cg_loop_guard(cudaGraphConditionalHandle handle, long long* count,
+                                         long long cap) {
+    long long c = count[0] + 1;
+    count[0] = c;
+    if (c >= cap) cudaGraphSetConditional(handle, 0u);
+}

@@ -1,0 +1,146 @@
+"""Device-side control flow in captures: conditions, and bodies of conditional nodes.
+
+A :class:`Condition` is a value the graph tests when a conditional node runs;
+kernels set it on the device (``cg.ops.set_condition``). A conditional node
+(while, if, if/else, switch) is recorded through the one submission path;
+each of its bodies is captured by a ``with`` block (:class:`Body`), on a
+stream of its own that becomes this thread's current stream for the block
+when the graph's stream was, so ops that name no stream land in the body.
+Nothing is swapped for other threads.
+
+A while loop runs until its condition is cleared; one whose body never
+clears it spins forever on the device. ``max_iterations`` bounds it: a guard
+kernel at the end of the body counts the runs (in a counter zeroed before
+the loop at every launch) and ends the loop at the cap; ``body.iterations``
+is that counter.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._array import DeviceArray, zeros
+from ._builtin import condition_kernel
+from ._recording import Recording, Work, submit
+
+__all__ = ["Body", "Condition", "add_conditional", "new_condition"]
+
+
+class Condition:
+    """A graph condition: the value a conditional node tests when it runs.
+
+    Made by ``g.condition(default)`` inside a capture; set on the device with
+    :func:`cudagraphs.ops.set_condition` (or ``cudaGraphSetConditional`` in a
+    kernel of yours that takes ``handle`` as an ``unsigned long long``). It
+    takes ``default`` at the start of every launch of the graph.
+    """
+
+    __slots__ = ("handle", "default", "graph")
+
+    def __init__(self, handle: int, default: int, graph: Any) -> None:
+        self.handle = handle
+        self.default = default
+        self.graph = graph
+
+    def __repr__(self) -> str:
+        return f"<cudagraphs.Condition 0x{self.handle:x} default={self.default}>"
+
+
+def new_condition(rec: Recording, graph: Any, default: int) -> Condition:
+    """A condition of the graph ``rec`` is capturing."""
+    if type(default) is not int or not 0 <= default <= 0xFFFFFFFF:
+        raise ValueError(f"default must be an int in 0..2**32-1, got {default!r}")
+    backend = rec.device.backend
+    handle = submit(rec.streams[-1], Work(
+        "", lambda raw: backend.capture_node(raw, "condition", default)))
+    return Condition(int(handle), default, graph)
+
+
+class Body:
+    """The body of a conditional node, captured by a ``with`` block.
+
+    Inside the block, work queued on ``body.stream`` lands in the body; when
+    the graph's stream is this thread's current stream, ``body.stream`` is
+    current inside the block, so ops that name no stream land there too.
+
+    Attributes
+    ----------
+    stream : Stream or None
+        The body's stream, while the block runs.
+    iterations : DeviceArray or None
+        For a while loop with ``max_iterations``: a one-element int64 array
+        holding how many times the body ran in the last launch.
+    """
+
+    def __init__(self, graph: Any, rec: Recording, handle: Any, label: str,
+                 guard: tuple[Condition, DeviceArray, int] | None = None) -> None:
+        self.graph, self._rec, self._handle, self.label = graph, rec, handle, label
+        self.stream: Any = None
+        self.iterations = guard[1] if guard is not None else None
+        self._guard = guard
+        self._current = False
+        self._used = False
+
+    def __enter__(self) -> Body:
+        if self._used:
+            raise RuntimeError(f"{self.label} was already captured; each body is captured once")
+        rec = self._rec
+        device = rec.device
+        parent = rec.streams[-1]
+        stream = device.spare_stream()
+        try:
+            rec.enter_body(stream, self._handle)
+        except BaseException:
+            device.return_spare_stream(stream)
+            raise
+        self._used = True
+        self.stream = stream
+        if device.current_stream() is parent:
+            stream.__enter__()
+            self._current = True
+        return self
+
+    def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: object) -> bool:
+        rec, stream = self._rec, self.stream
+        try:
+            if exc_type is None and self._guard is not None:
+                cond, counter, cap = self._guard
+                kernel = condition_kernel("cg_loop_guard", np.dtype("int64"))
+                kernel.launch(1, 1, cond.handle, counter, cap, stream=stream)
+            try:
+                rec.exit_body(stream)
+            except Exception:
+                if exc_type is None:
+                    raise
+        finally:
+            if self._current:
+                stream.__exit__(None, None, None)
+                self._current = False
+            rec.device.return_spare_stream(stream)
+        return False
+
+
+def add_conditional(rec: Recording, graph: Any, kind: str, cond: Condition, size: int,
+                    max_iterations: int | None = None) -> list[Body]:
+    """Record a conditional node at the current point of the capture; return its bodies."""
+    if not isinstance(cond, Condition) or cond.graph is not graph:
+        raise TypeError(f"{kind} needs a Condition made by this graph's condition(), got {cond!r}")
+    guard = None
+    stream = rec.streams[-1]
+    if max_iterations is not None:
+        if type(max_iterations) is not int or max_iterations < 1:
+            raise ValueError(f"max_iterations must be a positive int or None, got {max_iterations!r}")
+        counter = zeros(1, "int64", device=rec.device, stream=stream)  # zeroed at every launch
+        guard = (cond, counter, max_iterations)
+    backend = rec.device.backend
+    made: list[list[Any]] = []
+
+    def issue(raw: Any) -> Any:
+        node, bodies = backend.capture_node(raw, "conditional", kind, size, cond.handle)
+        made.append(bodies)
+        return node
+
+    submit(stream, Work("conditional", issue, keep=(cond,), name=kind))
+    return [Body(graph, rec, b, f"the {kind} body {i}", guard) for i, b in enumerate(made[0])]

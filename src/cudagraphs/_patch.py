@@ -1,0 +1,136 @@
+"""Node-level changes of an instantiated graph: ``rebind`` and ``set_arg``.
+
+Nodes are found by the handle the driver returned when they were recorded
+(:class:`~cudagraphs._recording.NodeRecord`), so other libraries' nodes in
+the same graph do not shift anything. Every change is checked before any
+node is patched: a refused change leaves the graph as it was. Graphs are
+known here by duck type (``graph._records``, ``graph._res``, ``graph.nodes``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._errors import UpdateError
+from .backends.base import ArrayArg, Copy, KernelLaunch
+
+__all__ = ["rebind", "set_arg"]
+
+
+def _index(graph: Any, handle: Any) -> int | None:
+    """The index in ``graph.nodes`` of the node with ``handle``."""
+    backend = graph.device.backend
+    found, _ = backend.graph_topology(graph._res.graph)
+    key = int(handle)
+    return next((i for i, n in enumerate(found) if int(n.handle) == key), None)
+
+
+def _spec(a: Any) -> ArrayArg:
+    return ArrayArg(*a._view_spec())
+
+
+def rebind(graph: Any, exec_: Any, old: Any, new: Any) -> None:
+    """See :meth:`cudagraphs.Graph.rebind`."""
+    for name, a in (("old", old), ("new", new)):
+        if getattr(a, "_view_spec", None) is None:
+            raise TypeError(f"rebind: {name} must be a DeviceArray, got {type(a).__name__}")
+    if (new.shape, new.strides, new.dtype, new.device) != (old.shape, old.strides, old.dtype, old.device):
+        raise ValueError(
+            f"rebind: new must match old, got shape {new.shape} strides {new.strides} "
+            f"{new.dtype} for shape {old.shape} strides {old.strides} {old.dtype}"
+        )
+    key, spec = _spec(old), _spec(new)
+    records = graph._records
+    hits = [i for i, r in enumerate(records) if key in r.views]
+    if not hits:
+        raise ValueError("rebind: this graph does not use that array")
+    for i in hits:
+        r = records[i]
+        if r.patch is None or (r.kind == "memcpy" and not isinstance(r.patch, Copy)):
+            where = _index(graph, r.handle)
+            raise UpdateError(
+                f"node {where} ({r.kind}) uses the array, and only kernel and device-copy "
+                "arguments can be changed node by node: capture again and use update()", where,
+            )
+    backend = graph.device.backend
+    for i in hits:
+        r = records[i]
+        if isinstance(r.patch, Copy):
+            src_view, dst_view = r.views
+            copy = r.patch._replace(src=new.ptr if src_view == key else r.patch.src,
+                                    dst=new.ptr if dst_view == key else r.patch.dst)
+            backend.graph_update(exec_, r.handle, copy)
+            records[i] = r._replace(patch=copy, views=tuple(spec if v == key else v for v in r.views))
+            continue
+        kernel, launch = r.patch
+        values = tuple(new.ptr if v == key else x for x, v in zip(launch.values, launch.views))
+        views = tuple(spec if v == key else v for v in launch.views)
+        launch = launch._replace(values=values, views=views)
+        backend.graph_update(exec_, r.handle, launch)
+        records[i] = r._replace(patch=(kernel, launch),
+                                views=tuple(spec if v == key else v for v in r.views))
+    graph._res.keep.append(new)
+    graph._patched = True
+
+
+def set_arg(graph: Any, exec_: Any, node: Any, arg: int | str, value: Any) -> None:
+    """See :meth:`cudagraphs.Graph.set_arg`."""
+    nodes = graph.nodes
+    index = getattr(node, "index", node)
+    if type(index) is not int or not 0 <= index < len(nodes):
+        raise IndexError(f"set_arg: node {node!r} is not one of this graph's {len(nodes)} nodes")
+    backend = graph.device.backend
+    handle = backend.graph_topology(graph._res.graph)[0][index].handle
+    key = int(handle)
+    at = next((i for i, r in enumerate(graph._records) if int(r.handle) == key), None)
+    if at is None:
+        raise UpdateError(
+            f"node {index} ({nodes[index].type}) was not recorded by cudagraphs (another "
+            "library's work, or inside a conditional body): capture again and use update()",
+            index,
+        )
+    r = graph._records[at]
+    if r.kind != "kernel":
+        raise UpdateError(f"node {index} is a {r.kind} node, not a kernel", index)
+    kernel, launch = r.patch
+    params = kernel.params
+    names = [p.name for p in params]
+    j = names.index(arg) if isinstance(arg, str) and arg in names else arg
+    if type(j) is not int or not 0 <= j < len(names):
+        raise ValueError(f"set_arg: kernel {kernel.name!r} has parameters {names}, got {arg!r}")
+    p = params[j]
+    if p.name in kernel.fixed:
+        raise ValueError(
+            f"set_arg: parameter {p.name!r} of {kernel.name!r} is fixed by the shapes of the "
+            "node's arrays; capture again to change it"
+        )
+    recorded = launch.views[j]
+    if recorded is not None:
+        spec = getattr(value, "_view_spec", None)
+        if spec is None or value.device is not graph.device:
+            raise TypeError(
+                f"set_arg: parameter {p.name!r} of node {index} was recorded with an array "
+                f"(shape {recorded.shape}, {recorded.dtype}); pass a DeviceArray of this "
+                f"device like it, got {type(value).__name__}"
+            )
+        view = _spec(value)
+        if (view.shape, view.strides, view.dtype) != (recorded.shape, recorded.strides, recorded.dtype):
+            raise ValueError(
+                f"set_arg: parameter {p.name!r} of node {index} was recorded with an array of "
+                f"shape {recorded.shape}, strides {recorded.strides}, {recorded.dtype}; got "
+                f"shape {view.shape}, strides {view.strides}, {view.dtype}: the kernel would "
+                "read or write out of bounds"
+            )
+        raw: Any = value.ptr
+    else:
+        raw, view = kernel._convert[j](value, graph.device)
+    values = launch.values[:j] + (raw,) + launch.values[j + 1:]
+    views = launch.views[:j] + (view,) + launch.views[j + 1:]
+    new_launch = KernelLaunch(launch.function, launch.grid, launch.block, launch.shared_mem,
+                              values, views)
+    backend.graph_update(exec_, handle, new_launch)
+    graph._records[at] = r._replace(patch=(kernel, new_launch),
+                                    views=tuple(v for v in views if v is not None))
+    if view is not None or getattr(value, "__cuda_array_interface__", None) is not None:
+        graph._res.keep.append(value)
+    graph._patched = True

@@ -1,0 +1,440 @@
+"""Per-stream capture state, the capture rules, and the one path for queued work.
+
+Every piece of work that reaches a stream (a kernel, a copy, a memset, a host
+callback, an event record or wait, a graph embedded as a child node, another
+library's work declared to us) is described by a :class:`Work` and handed to
+:func:`submit`. When the stream is not being captured, ``submit`` queues it.
+When it is, ``submit`` applies the capture rules once for all:
+
+* work from another thread than the capturing one is refused (it would land
+  silently in that thread's graph);
+* work that cannot be replayed (``Work.refuse``) is refused, and the capture
+  becomes invalid;
+* everything the work reads, writes or names in ``keep`` is kept alive by the
+  capture (and then by its graph), except memory the capture's own pool or
+  graph allocations own;
+* the node is recorded by the handle the driver returns, with what it takes
+  to patch it later (:class:`NodeRecord`).
+
+This module sits below :mod:`cudagraphs._device`: it knows devices and
+streams only by duck type (``device.backend``, ``stream._raw``,
+``stream.handle``, ``stream.device``, and the ``stream._recording`` slot
+where a stream's :class:`Recording` lives while it is captured).
+
+Deferred release
+----------------
+Destroying an executable graph, an event or a stream, or freeing device or
+pinned memory while a capture is active on the device is illegal for the
+driver and invalidates the capture. Releases therefore go through
+:func:`release` (run now when the device has no capture, else queued) or,
+from finalizers and garbage collection, :func:`later` (always queued: a
+finalizer may run while a lock of ours is held). :func:`drain` runs the queue
+at safe points: when a capture ends, before an allocation, on a synchronize.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import sys
+import threading
+import warnings
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ._errors import CaptureError, CaptureInvalidatedError, CudaError
+from .backends.base import (
+    CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, ArrayArg,
+)
+
+__all__ = [
+    "NodeRecord", "Recording", "Work", "active", "begin", "drain", "forbid", "later",
+    "release", "status", "submit", "user_line",
+]
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+_BY_VALUE = (int, float, complex, bytes, str, np.generic, type(None))
+
+
+def user_line() -> str:
+    """``file:line`` of the innermost caller outside cudagraphs."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not path.startswith(_PACKAGE):
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return "<unknown>"
+
+
+class Work(NamedTuple):
+    """A typed description of one piece of work for :func:`submit`.
+
+    Attributes
+    ----------
+    kind : str
+        The node type it records in a capture (``"kernel"``, ``"memcpy"``,
+        ``"memset"``, ``"host"``, ``"event_record"``, ``"event_wait"``,
+        ``"child"``, ``"conditional"``, ``"empty"``, ``"mem_alloc"``,
+        ``"mem_free"``), or ``""`` for work that adds no node (a capture
+        join).
+    issue : callable
+        ``issue(raw_stream)`` queues the work through the backend. It may
+        return the node it added; otherwise the capture point is read back.
+    reads, writes : tuple
+        Arrays (or other libraries' objects) the work reads and writes.
+    keep : tuple
+        Anything else the work needs alive as long as it may run (host
+        callbacks, events, pinned buffers, embedded graphs).
+    name : str
+        The kernel's name, for traces and pictures.
+    patch : object
+        What changing the node later takes (a ``KernelLaunch`` or a ``Copy``),
+        or None if it cannot be changed node by node.
+    refuse : str or None
+        Why the work cannot be recorded in a graph (None: it can).
+    """
+
+    kind: str
+    issue: Callable[[Any], Any]
+    reads: tuple[Any, ...] = ()
+    writes: tuple[Any, ...] = ()
+    keep: tuple[Any, ...] = ()
+    name: str = ""
+    patch: Any = None
+    refuse: str | None = None
+
+
+class NodeRecord(NamedTuple):
+    """A node recorded by :func:`submit`: the driver's handle and its description."""
+
+    handle: Any
+    kind: str
+    name: str
+    views: tuple[ArrayArg, ...]
+    patch: Any
+    top: bool  # recorded in the graph itself, not in the body of a conditional node
+
+
+def _views(objs: tuple[Any, ...]) -> tuple[ArrayArg, ...]:
+    out = []
+    for o in objs:
+        spec = getattr(o, "_view_spec", None)
+        if spec is not None:
+            out.append(ArrayArg(*spec()))
+    return tuple(out)
+
+
+class Recording:
+    """The capture state of one stream (and of its conditional bodies' streams).
+
+    Attributes
+    ----------
+    device, stream : object
+        The device and the captured stream.
+    mode : str
+        The capture mode.
+    memory : object
+        The memory policy: ``allocate(recording, nbytes) -> (ptr, owner)`` and
+        ``owns(block) -> bool`` (the capture layer provides it).
+    thread : int
+        The capturing thread.
+    keep : list
+        What the graph must keep alive.
+    nodes : list of NodeRecord
+        The nodes recorded through :func:`submit`, in order.
+    invalid : str or None
+        Why the capture can no longer succeed.
+    """
+
+    def __init__(self, device: Any, stream: Any, mode: str, memory: Any) -> None:
+        self.device = device
+        self.stream = stream
+        self.mode = mode
+        self.memory = memory
+        self.thread = threading.get_ident()
+        self.keep: list[Any] = []
+        self.nodes: list[NodeRecord] = []
+        self.streams: list[Any] = [stream]  # innermost capturing stream last (bodies)
+        self.invalid: str | None = None
+        self.active = False
+        self.frees: collections.deque[int] = collections.deque()  # graph memory to free
+
+    # the rules ------------------------------------------------------------------
+    def fail(self, what: str) -> None:
+        """Mark the capture invalid and raise CaptureError about ``what``."""
+        message = (f"{what} (called at {user_line()}); the capture on stream "
+                   f"0x{self.stream.handle:x} is now invalid")
+        self.invalid = self.invalid or message
+        raise CaptureError(message)
+
+    def record(self, stream: Any, work: Work) -> Any:
+        """Apply the capture rules to ``work`` on ``stream`` (one of ours) and record it."""
+        if self.thread != threading.get_ident():
+            raise CaptureError(
+                f"{work.kind or 'work'} {work.name}".rstrip() + f" queued at {user_line()} on "
+                f"stream 0x{stream.handle:x}, which thread {self.thread} is capturing: work "
+                "from another thread would land in its graph; use a stream of this thread "
+                "(device.create_stream())"
+            )
+        if self.invalid is not None:
+            raise CaptureInvalidatedError(self.invalid)
+        if work.refuse is not None:
+            self.fail(work.refuse)
+        if self.frees:
+            self.flush_frees()
+        raw = stream._raw
+        backend = self.device.backend
+        try:
+            node = work.issue(raw)
+        except CudaError as err:
+            if err.code in (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED):
+                what = f"{work.kind} {work.name}".strip()
+                self.invalid = self.invalid or (
+                    f"the driver refused {what} ({err.name}) queued at {user_line()}; the "
+                    f"capture on stream 0x{self.stream.handle:x} is now invalid")
+                raise CaptureInvalidatedError(self.invalid) from err
+            raise
+        memory, keep = self.memory, self.keep
+        for group in (work.reads, work.writes, work.keep):
+            for o in group:
+                if isinstance(o, _BY_VALUE):
+                    continue  # numbers and structs are copied into the graph
+                block = getattr(o, "_block", None)
+                if block is None or not memory.owns(block):
+                    keep.append(o)
+        if work.kind:
+            if node is None:
+                deps = backend.capture_info(raw)[1]
+                node = deps[-1] if deps else None
+            self.nodes.append(NodeRecord(node, work.kind, work.name,
+                                         _views(work.reads + work.writes), work.patch,
+                                         stream is self.stream))
+        return node
+
+    # graph memory (alloc="graph") ---------------------------------------------------
+    def free_later(self, ptr: int) -> None:
+        """A graph-memory block died (maybe in another thread): free it in the graph."""
+        self.frees.append(ptr)
+
+    def flush_frees(self) -> None:
+        """Record the free nodes of graph-memory blocks that died (capturing thread only)."""
+        raw = self.streams[-1]._raw
+        while self.frees:
+            ptr = self.frees.popleft()
+            self.device.backend.mem_free(ptr, raw)
+            self.memory.freed(ptr)
+
+    # bodies of conditional nodes --------------------------------------------------------
+    def enter_body(self, stream: Any, body: Any) -> None:
+        """Capture ``stream`` into ``body`` (a conditional node's body graph)."""
+        if not self.active:
+            raise RuntimeError("the capture that made this body has ended; bodies are "
+                               "captured inside the `with cg.capture()` block that made them")
+        if self.thread != threading.get_ident():
+            raise CaptureError("a body is captured by the thread that captures its graph")
+        self.device.backend.capture_begin(stream._raw, self.mode, body)
+        stream._recording = self
+        self.streams.append(stream)
+
+    def exit_body(self, stream: Any) -> None:
+        """End the capture of a body started by :meth:`enter_body`."""
+        self.flush_frees()
+        try:
+            self.device.backend.capture_end(stream._raw)
+        except CudaError as err:  # an invalid body invalidates the whole capture
+            self.invalid = self.invalid or f"the capture of a conditional body failed: {err}"
+            raise
+        finally:
+            stream._recording = None
+            if self.streams[-1] is stream:
+                self.streams.pop()
+
+    # the end ----------------------------------------------------------------------------
+    def end(self) -> Any:
+        """End the capture and return the driver's graph.
+
+        Raises
+        ------
+        CaptureInvalidatedError
+            If the capture was invalidated (by us or by the driver).
+        CudaError
+            If the driver could not end it for another reason.
+        """
+        backend = self.device.backend
+        graph, error = None, None
+        try:
+            self.flush_frees()
+            graph = backend.capture_end(self.stream._raw)
+        except CudaError as err:
+            error = err
+        finally:
+            self._close()
+        if error is not None:
+            if error.code == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED:
+                raise CaptureInvalidatedError(
+                    self.invalid or f"the driver invalidated the capture on stream "
+                    f"0x{self.stream.handle:x}: a call that cannot be recorded (a synchronize, "
+                    "a host copy, a query) was made while it was capturing") from error
+            raise error
+        if self.invalid is not None:
+            release(self.device, backend.destroy, graph)
+            raise CaptureInvalidatedError(self.invalid)
+        return graph
+
+    def abort(self) -> None:
+        """End the capture whatever its state, destroying the partial graph."""
+        backend = self.device.backend
+        for stream in reversed(self.streams):
+            try:
+                graph = backend.capture_end(stream._raw)
+            except CudaError:
+                continue  # an invalidated capture ends with an error: nothing to destroy
+            finally:
+                stream._recording = None
+            if stream is self.stream:
+                release(self.device, backend.destroy, graph)
+        self._close()
+
+    def _close(self) -> None:
+        with _lock:
+            recs = _ACTIVE.get(self.device)
+            if recs is not None and self in recs:
+                recs.remove(self)
+                if not recs:
+                    del _ACTIVE[self.device]
+        for stream in self.streams:
+            stream._recording = None
+        self.streams = [self.stream]
+        self.active = False
+        drain()
+
+
+def begin(device: Any, stream: Any, mode: str, memory: Any) -> Recording:
+    """Start capturing ``stream`` in ``mode``; allocations go to ``memory``.
+
+    Raises
+    ------
+    CaptureError
+        If the stream is already being captured (by us or another library).
+    """
+    drain()
+    backend = device.backend
+    if stream._recording is not None or backend.capture_info(stream._raw)[0] != "none":
+        raise CaptureError(
+            f"stream 0x{stream.handle:x} is already being captured; one capture per "
+            "stream at a time: capture on another stream (device.create_stream())"
+        )
+    rec = Recording(device, stream, mode, memory)
+    backend.capture_begin(stream._raw, mode)
+    rec.active = True
+    with _lock:
+        _ACTIVE.setdefault(device, []).append(rec)
+    stream._recording = rec
+    return rec
+
+
+def submit(stream: Any, work: Work) -> Any:
+    """Queue ``work`` on ``stream``: the one path from the library to the backend.
+
+    Returns the node the work added when ``stream`` is captured, else what
+    the backend call returned.
+    """
+    rec = stream._recording
+    if rec is None:
+        return work.issue(stream._raw)
+    return rec.record(stream, work)
+
+
+def active(device: Any) -> list[Recording]:
+    """The captures in progress on ``device`` (a snapshot)."""
+    recs = _ACTIVE.get(device)
+    return list(recs) if recs else []
+
+
+def status(stream: Any) -> str:
+    """``"none"``, ``"active"`` or ``"invalidated"``: ours first, then the driver's."""
+    rec = stream._recording
+    if rec is not None and rec.invalid is not None:
+        return "invalidated"
+    return stream.device.backend.capture_info(stream._raw)[0]
+
+
+def forbid(device: Any, stream: Any, what: str, *, device_wide: bool = False,
+           hint: str = "") -> None:
+    """Raise CaptureError if ``what`` (a synchronizing call) would break a capture.
+
+    ``stream`` is the stream the call works on (None: not one stream). A
+    call on a captured stream always breaks its capture. Otherwise it is an
+    unsafe call, which breaks ``global`` captures and this thread's
+    ``thread_local`` ones, as CUDA's capture modes define; a device-wide
+    synchronize is refused while any capture is active on the device (the
+    driver refuses it), and breaks the captures it would break.
+    """
+    recs = _ACTIVE.get(device)
+    if not recs:
+        return
+    tail = f"; {hint}" if hint else ""
+    rec = stream._recording if stream is not None else None
+    if rec is not None:
+        rec.fail(f"{what} cannot be recorded in a graph{tail}")
+    me = threading.get_ident()
+    broken = [r for r in list(recs) if r.mode == "global" or (r.mode == "thread_local" and r.thread == me)]
+    for r in broken[1:]:
+        r.invalid = r.invalid or f"{what} was called at {user_line()} during the capture"
+    if broken:
+        broken[0].fail(f"{what} cannot be recorded in a graph{tail}")
+    if device_wide:
+        r = recs[0]
+        raise CaptureError(
+            f"{what} called at {user_line()} while stream 0x{r.stream.handle:x} is being "
+            f"captured (by thread {r.thread}): it would wait for a capture; synchronize the "
+            f"streams you use instead, or wait until the capture ends{tail}"
+        )
+
+
+# deferred release -----------------------------------------------------------------------
+_lock = threading.RLock()
+_ACTIVE: dict[Any, list[Recording]] = {}
+_QUEUE: collections.deque[tuple[Any, Callable[..., Any], tuple[Any, ...]]] = collections.deque()
+_draining = threading.local()
+
+
+def release(device: Any, fn: Callable[..., Any], *args: Any) -> None:
+    """Run ``fn(*args)`` now if no capture is active on ``device``, else once none is."""
+    if device in _ACTIVE:
+        _QUEUE.append((device, fn, args))
+    else:
+        fn(*args)
+
+
+def later(device: Any, fn: Callable[..., Any], *args: Any) -> None:
+    """Queue ``fn(*args)`` for the next safe point (from finalizers: never blocks)."""
+    _QUEUE.append((device, fn, args))
+
+
+def drain() -> None:
+    """Run queued releases whose device has no capture in progress."""
+    if not _QUEUE or getattr(_draining, "on", False):
+        return
+    _draining.on = True
+    held = []
+    try:
+        while _QUEUE:
+            try:
+                device, fn, args = _QUEUE.popleft()
+            except IndexError:  # another thread took the last one
+                break
+            if device in _ACTIVE:
+                held.append((device, fn, args))
+                continue
+            try:
+                fn(*args)
+            except Exception as exc:  # a release must not break the caller
+                warnings.warn(f"cudagraphs: a deferred release failed: {exc!r}",
+                              RuntimeWarning, stacklevel=2)
+    finally:
+        _QUEUE.extend(held)
+        _draining.on = False
