@@ -27,14 +27,20 @@ def main() -> None:
     drv = _driver()
     x, zero = cg.zeros(1, "float32"), cg.zeros(1, "float32")
     k = cg.ops.elementwise_kernel("cg_add", x.dtype)
-    launcher = k.launcher(dev)
-    raw_stream = dev.stream._raw
-    raw = [x.ptr, x.ptr, zero.ptr, 1]
+    from cudagraphs._recording import Work, submit
+    from cudagraphs.backends.base import KernelLaunch
+
+    launch_spec = KernelLaunch(k.function(dev), (1, 1, 1), (256, 1, 1), 0,
+                               (x.ptr, x.ptr, zero.ptr, 1), (None,) * 4)
+    backend, stream = dev.backend, dev.stream
+    raw_stream = stream._raw
     cg.ops.add(x, zero, out=x)
     rows = {
         "pass (loop overhead)": lambda: None,
         "cuStreamQuery (a trivial driver call)": lambda: drv.cuStreamQuery(raw_stream),
-        "backend launcher (pack + cuLaunchKernel)": lambda: launcher(raw_stream, (1, 1, 1), (256, 1, 1), 0, raw, raw),
+        "backend launch (pack + cuLaunchKernel)": lambda: backend.launch(raw_stream, launch_spec),
+        "submit (Work + backend launch)": lambda: submit(stream, Work(
+            "kernel", lambda r: backend.launch(r, launch_spec))),
         "Kernel.launch (checks args)": lambda: k.launch(1, 256, x, x, zero, 1),
         "ops.add": lambda: cg.ops.add(x, zero, out=x),
         "allocator raw_malloc+raw_free": lambda: dev.allocator.raw_free(dev.allocator.raw_malloc(512)),
@@ -47,8 +53,8 @@ def main() -> None:
 
         from cudagraphs._kernel import _IMAGES
 
-        image = next(v for (src, opts, b, _), v in _IMAGES.items()
-                     if b == "cuda" and opts == k.options and src == k.source)
+        image = next(v for (src, opts, _), v in _IMAGES.items()
+                     if v is not None and opts == k.options and src == k.source)
         ck = ObjectCode.from_cubin(image).get_kernel("cg_add")
         cs = Stream.from_handle(dev.stream.handle)
         cfg = LaunchConfig(grid=1, block=256)
