@@ -40,7 +40,7 @@ def main() -> None:
         "cuStreamQuery (a trivial driver call)": lambda: drv.cuStreamQuery(raw_stream),
         "backend launch (pack + cuLaunchKernel)": lambda: backend.launch(raw_stream, launch_spec),
         "submit (Work + backend launch)": lambda: submit(stream, Work(
-            "kernel", lambda r: backend.launch(r, launch_spec))),
+            "kernel", backend.launch, launch_spec)),
         "Kernel.launch (checks args)": lambda: k.launch(1, 256, x, x, zero, 1),
         "ops.add": lambda: cg.ops.add(x, zero, out=x),
         "allocator raw_malloc+raw_free": lambda: dev.allocator.raw_free(dev.allocator.raw_malloc(512)),

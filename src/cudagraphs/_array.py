@@ -446,7 +446,7 @@ def zeros(
     if a.nbytes:
         s = resolve_stream(stream, a.device)
         backend, ptr, nbytes = a.device.backend, a.ptr, a.nbytes
-        submit(s, Work("memset", lambda raw: backend.memset(ptr, 0, nbytes, raw), (), (a,)))
+        submit(s, Work("memset", lambda raw, _: backend.memset(ptr, 0, nbytes, raw), None, (), (a,)))
     return a
 
 

@@ -147,7 +147,7 @@ class GraphBuilder:
 
         backend, ptr, nbytes = self._backend, dst.ptr, dst.nbytes
         return self._node("memset", after, lambda: submit(self.stream, Work(
-            "memset", lambda raw: backend.memset(ptr, value, nbytes, raw), (), (dst,))))
+            "memset", lambda raw, _: backend.memset(ptr, value, nbytes, raw), None, (), (dst,))))
 
     def fill(self, x: DeviceArray, value: Any, *, after: Sequence[BuilderNode] | None = None) -> BuilderNode:
         """A node setting every element of ``x`` (any layout) to ``value``."""
@@ -165,7 +165,7 @@ class GraphBuilder:
         backend = self._backend
         callbacks: list[object] = []
 
-        def issue(raw: Any) -> None:
+        def issue(raw: Any, _: Any) -> None:
             callbacks.append(backend.launch_host(raw, lambda: fn(*args)))
 
         return self._node("host", after, lambda: submit(self.stream, Work(
@@ -180,20 +180,20 @@ class GraphBuilder:
         child = res.params_graph if res.params_graph is not None else res.graph
         backend = self._backend
         return self._node("child", after, lambda: submit(self.stream, Work(
-            "child", lambda raw: backend.capture_node(raw, "child", child), keep=(graph,))))
+            "child", lambda raw, _: backend.capture_node(raw, "child", child), keep=(graph,))))
 
     def event_record(self, event: Event, *, after: Sequence[BuilderNode] | None = None) -> BuilderNode:
         """An event-record node: ``event`` completes when the node runs."""
         backend = self._backend
         return self._node("event_record", after, lambda: submit(self.stream, Work(
-            "event_record", lambda raw: backend.event_record(event._raw, raw, external=True),
+            "event_record", lambda raw, _: backend.event_record(event._raw, raw, external=True),
             keep=(event,))))
 
     def event_wait(self, event: Event, *, after: Sequence[BuilderNode] | None = None) -> BuilderNode:
         """An event-wait node: later nodes wait for ``event``'s recorded work."""
         backend = self._backend
         return self._node("event_wait", after, lambda: submit(self.stream, Work(
-            "event_wait", lambda raw: backend.stream_wait_event(raw, event._raw, external=True),
+            "event_wait", lambda raw, _: backend.stream_wait_event(raw, event._raw, external=True),
             keep=(event,))))
 
     def alloc(self, shape: Shape, dtype: Any = "float64", *,
@@ -218,7 +218,7 @@ class GraphBuilder:
             raise ValueError("free takes an array made by this builder's alloc()")
         backend, ptr = self._backend, array._block.ptr
 
-        def issue(raw: Any) -> None:
+        def issue(raw: Any, _: Any) -> None:
             backend.mem_free(ptr, raw)
             memory.freed(ptr)
             array._block._ref.owner = _Released
@@ -229,7 +229,7 @@ class GraphBuilder:
         """An empty node: a point in the graph to depend on."""
         backend = self._backend
         return self._node("empty", after, lambda: submit(self.stream, Work(
-            "empty", lambda raw: backend.capture_node(raw, "empty"))))
+            "empty", lambda raw, _: backend.capture_node(raw, "empty"))))
 
     def join(self, *nodes: BuilderNode) -> BuilderNode:
         """An empty node after all of ``nodes``."""

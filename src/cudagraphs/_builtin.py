@@ -23,7 +23,7 @@ import numpy as np
 from ._allocator import Block
 from ._kernel import Kernel, _param_from_spec
 from ._recording import Work, submit
-from .backends.base import ArrayArg, Copy
+from .backends.base import Copy
 from .backends.sim import set_conditional
 
 __all__ = [
@@ -210,18 +210,8 @@ def run(name: str, dtype: np.dtype, device: Any, stream: Any, n: int, args: Sequ
     """
     kernel = builtin_kernel(name, dtype)
     grid = (min(-(-n // _BLOCK[0]), device.properties.multiprocessors * 32), 1, 1)
-    values, views, arrays = [], [], []
-    for a in args:
-        spec = getattr(a, "_view_spec", None)
-        if spec is not None:
-            values.append(a.ptr)
-            views.append(ArrayArg(*spec()))
-            arrays.append(a)
-        else:
-            values.append(a)
-            views.append(None)
-    kernel.enqueue(device, stream, grid, _BLOCK, 0, tuple(values), tuple(views),
-                   tuple(arrays[writes:]), tuple(arrays[:writes]))
+    values = tuple([a.ptr if hasattr(a, "_view_spec") else a for a in args])
+    kernel.enqueue(device, stream, grid, _BLOCK, 0, values, args, writes)
 
 
 def fill_view(x: Any, value: Any, stream: Any) -> None:
@@ -249,7 +239,7 @@ def copy_view(dst: Any, src: Any, stream: Any) -> None:
     if dst.is_contiguous and src.is_contiguous:
         copy = Copy(dst.ptr, src.ptr, dst.nbytes, "dtod")
         backend = dst.device.backend
-        submit(stream, Work("memcpy", lambda raw: backend.memcpy(raw, copy), (src,), (dst,),
+        submit(stream, Work("memcpy", backend.memcpy, copy, (src,), (dst,),
                             patch=copy))
     else:
         run("cg_copy_strided", dst.dtype, dst.device, stream, n,

@@ -54,7 +54,7 @@ def new_condition(rec: Recording, graph: Any, default: int) -> Condition:
         raise ValueError(f"default must be an int in 0..2**32-1, got {default!r}")
     backend = rec.device.backend
     handle = submit(rec.streams[-1], Work(
-        "", lambda raw: backend.capture_node(raw, "condition", default)))
+        "", lambda raw, _: backend.capture_node(raw, "condition", default)))
     return Condition(int(handle), default, graph)
 
 
@@ -137,7 +137,7 @@ def add_conditional(rec: Recording, graph: Any, kind: str, cond: Condition, size
     backend = rec.device.backend
     made: list[list[Any]] = []
 
-    def issue(raw: Any) -> Any:
+    def issue(raw: Any, _: Any) -> Any:
         node, bodies = backend.capture_node(raw, "conditional", kind, size, cond.handle)
         made.append(bodies)
         return node

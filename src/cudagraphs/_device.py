@@ -103,7 +103,7 @@ class Stream:
             raise TypeError(f"Stream.wait takes an Event or a Stream, got {type(other).__name__}")
         backend, event = self.device.backend, other._raw
         _recording.submit(self._check_open(), _recording.Work(
-            "", lambda raw: backend.stream_wait_event(raw, event), keep=(other,)))
+            "", lambda raw, _: backend.stream_wait_event(raw, event), keep=(other,)))
 
     def record(self, event: Event | None = None) -> Event:
         """Record ``event`` (a new one by default) at this point of the stream."""
@@ -190,7 +190,7 @@ class Event:
         stream = resolve_stream(stream, self.device)
         backend, raw = self.device.backend, self._raw
         _recording.submit(stream._check_open(), _recording.Work(
-            "", lambda s: backend.event_record(raw, s), keep=(self,)))
+            "", lambda s, _: backend.event_record(raw, s), keep=(self,)))
         return self
 
     def synchronize(self) -> None:

@@ -408,7 +408,7 @@ class Graph:
         assert res is not None
         child = res.params_graph if res.params_graph is not None else res.graph
         backend = self.device.backend
-        submit(stream, Work("child", lambda raw: backend.capture_node(raw, "child", child),
+        submit(stream, Work("child", lambda raw, _: backend.capture_node(raw, "child", child),
                             keep=(self,)))
 
     def _check_stream(self, stream: Any) -> Stream:

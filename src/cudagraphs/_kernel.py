@@ -294,42 +294,56 @@ class Kernel:
             If an argument does not fit its parameter (count, type, range,
             array dtype, layout or device), or ``stream`` is not a Stream.
         """
-        params = self.params
-        if len(args) != len(params):
-            names = ", ".join(p.name for p in params)
+        if len(args) != len(self.params):
+            names = ", ".join(p.name for p in self.params)
             raise TypeError(
-                f"kernel {self.name!r} takes {len(params)} arguments ({names}), got {len(args)}"
+                f"kernel {self.name!r} takes {len(self.params)} arguments ({names}), got {len(args)}"
             )
-        if device is None:
-            device = stream.device if isinstance(stream, Stream) else _device_of(args)
-        stream = resolve_stream(stream, device)
-        values, views, objs = [], [], []
-        for conv, a in zip(self._convert, args):
-            value, view = conv(a, device)
-            values.append(value)
-            views.append(view)
-            if view is not None or (value and not isinstance(a, _BY_VALUE)):
-                objs.append(a)
+        if stream is None:
+            if device is None:
+                device = _device_of(args)
+            stream = device.current_stream()
+        else:
+            if device is None:
+                device = stream.device if type(stream) is Stream else _device_of(args)
+            stream = resolve_stream(stream, device)
+        values = tuple([conv(a, device) for conv, a in zip(self._convert, args)])
         if type(shared_mem) is not int or shared_mem < 0:
             raise ValueError(f"shared_mem must be a non-negative int, got {shared_mem!r}")
         self.enqueue(device, stream, normalize_dims(grid, "grid"), normalize_dims(block, "block"),
-                     shared_mem, tuple(values), tuple(views), tuple(objs), tuple(objs))
+                     shared_mem, values, args)
 
     def enqueue(
         self, device: Device, stream: Stream, grid: tuple[int, int, int],
         block: tuple[int, int, int], shared_mem: int, values: tuple[Any, ...],
-        views: tuple[ArrayArg | None, ...], reads: tuple[Any, ...], writes: tuple[Any, ...],
+        args: Sequence[Any], writes: int | None = None,
     ) -> None:
         """Queue a launch whose arguments are already checked and converted.
 
-        ``reads`` and ``writes`` are the objects the kernel reads and writes
-        (kept alive by a capture).
+        ``args`` are the arguments as given (arrays among them are described
+        to the simulator and kept alive by a capture, as is any other object
+        passed as a pointer); the first ``writes`` objects are written and
+        the rest read (None: all of them may be written).
         """
-        launch = KernelLaunch(self.function(device), grid, block, shared_mem, values, views)
+        fn = device.kernels.get(self)
+        if fn is None:
+            fn = self.function(device)
         backend = device.backend
+        rec = stream._recording
         stream._live()
-        submit(stream, Work("kernel", lambda raw: backend.launch(raw, launch), reads, writes,
-                            (), self.name, (self, launch)))
+        if rec is None and not backend.capabilities.runs_host_code:
+            views: tuple[ArrayArg | None, ...] = ()
+            reads = objs = ()
+        else:
+            views = tuple([ArrayArg(*a._view_spec()) if hasattr(a, "_view_spec") else None
+                           for a in args])
+            objs = tuple([a for a, v in zip(args, values) if not isinstance(a, _BY_VALUE)
+                          and (a is not None or v)])
+            reads = () if writes is None else objs[writes:]
+            objs = objs if writes is None else objs[:writes]
+        launch = KernelLaunch(fn, grid, block, shared_mem, values, views)
+        submit(stream, Work("kernel", backend.launch, launch, reads, objs, (), self.name,
+                            (self, launch)))
 
 
 _BY_VALUE = (int, float, complex, bytes, bool, np.generic, type(None))
@@ -343,13 +357,13 @@ def _device_of(args: Iterable[Any]) -> Device:
     return current_device()
 
 
-def _converter(p: Param, kernel: str) -> Callable[[Any, Device], tuple[Any, ArrayArg | None]]:
-    """The function that checks one argument and returns (value, view)."""
+def _converter(p: Param, kernel: str) -> Callable[[Any, Device], Any]:
+    """The function that checks one argument and returns the value the kernel gets."""
     where = f"kernel {kernel!r} parameter {p.name!r}"
     if p.pointer:
         pointee = p.pointee
 
-        def pointer(a: Any, device: Device) -> tuple[Any, ArrayArg | None]:
+        def pointer(a: Any, device: Device) -> Any:
             spec = getattr(a, "_view_spec", None)
             if spec is not None:
                 if a.device is not device:
@@ -363,19 +377,19 @@ def _converter(p: Param, kernel: str) -> Callable[[Any, Device], tuple[Any, Arra
                         "pass a contiguous array (.copy() makes one), or pass x.ptr and the "
                         "strides as arguments of your own"
                     )
-                return a.ptr, ArrayArg(*spec())
+                return a.ptr
             if a is None:
-                return 0, None
+                return 0
             if _is_int(a):
                 if not 0 <= int(a) < 1 << 64:
                     raise ValueError(f"{where}: address {a} is out of range")
-                return int(a), None
+                return int(a)
             cai = getattr(a, "__cuda_array_interface__", None) if device.backend.capabilities.shares_memory else None
             if cai is not None:
                 if cai.get("strides") is not None:
                     raise ValueError(f"{where}: a strided {type(a).__name__} cannot be passed as a "
                                      "pointer; make it contiguous first")
-                return int(cai["data"][0]), None
+                return int(cai["data"][0])
             raise TypeError(
                 f"{where} is a pointer: pass a cudagraphs array, an object with "
                 f"__cuda_array_interface__, an int address or None; got {type(a).__name__}"
@@ -386,7 +400,7 @@ def _converter(p: Param, kernel: str) -> Callable[[Any, Device], tuple[Any, Arra
     if dt.kind == "V" or dt.name == "bfloat16":
         size = dt.itemsize
 
-        def by_bytes(a: Any, device: Device) -> tuple[Any, None]:
+        def by_bytes(a: Any, device: Device) -> Any:
             if isinstance(a, (bytes, bytearray, memoryview)):
                 data = bytes(a)
             else:
@@ -396,24 +410,24 @@ def _converter(p: Param, kernel: str) -> Callable[[Any, Device], tuple[Any, Arra
                     raise TypeError(f"{where} expects {dt}, got {a!r}: {exc}") from None
             if len(data) != size:
                 raise ValueError(f"{where} expects {size} bytes, got {len(data)}")
-            return data, None
+            return data
 
         return by_bytes
     kind = dt.kind
     info = np.iinfo(dt) if kind in "iu" else None
 
-    def number(a: Any, device: Device) -> tuple[Any, None]:
+    def number(a: Any, device: Device) -> Any:
         if kind in "iu":
             if not _is_int(a):
                 raise TypeError(f"{where} is {dt}: expected an integer, got {a!r}")
             if not info.min <= a <= info.max:  # type: ignore[union-attr]
                 raise ValueError(f"{where}: {a} does not fit in {dt}")
-            return int(a), None
+            return int(a)
         if kind == "b":
-            return bool(a), None
+            return bool(a)
         if not isinstance(a, (int, float, np.integer, np.floating)) or isinstance(a, bool):
             raise TypeError(f"{where} is {dt}: expected a real number, got {a!r}")
-        return float(a), None
+        return float(a)
 
     return number
 

@@ -41,7 +41,7 @@ def rebind(graph: Any, exec_: Any, old: Any, new: Any) -> None:
         )
     key, spec = _spec(old), _spec(new)
     records = graph._records
-    hits = [i for i, r in enumerate(records) if key in r.views]
+    hits = [i for i, r in enumerate(records) if key in r.arrays()]
     if not hits:
         raise ValueError("rebind: this graph does not use that array")
     for i in hits:
@@ -67,8 +67,7 @@ def rebind(graph: Any, exec_: Any, old: Any, new: Any) -> None:
         views = tuple(spec if v == key else v for v in launch.views)
         launch = launch._replace(values=values, views=views)
         backend.graph_update(exec_, r.handle, launch)
-        records[i] = r._replace(patch=(kernel, launch),
-                                views=tuple(spec if v == key else v for v in r.views))
+        records[i] = r._replace(patch=(kernel, launch))
     graph._res.keep.append(new)
     graph._patched = True
 
@@ -123,14 +122,13 @@ def set_arg(graph: Any, exec_: Any, node: Any, arg: int | str, value: Any) -> No
             )
         raw: Any = value.ptr
     else:
-        raw, view = kernel._convert[j](value, graph.device)
+        raw, view = kernel._convert[j](value, graph.device), None
     values = launch.values[:j] + (raw,) + launch.values[j + 1:]
     views = launch.views[:j] + (view,) + launch.views[j + 1:]
     new_launch = KernelLaunch(launch.function, launch.grid, launch.block, launch.shared_mem,
                               values, views)
     backend.graph_update(exec_, handle, new_launch)
-    graph._records[at] = r._replace(patch=(kernel, new_launch),
-                                    views=tuple(v for v in views if v is not None))
+    graph._records[at] = r._replace(patch=(kernel, new_launch))
     if view is not None or getattr(value, "__cuda_array_interface__", None) is not None:
         graph._res.keep.append(value)
     graph._patched = True

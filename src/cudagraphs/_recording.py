@@ -81,8 +81,11 @@ class Work(NamedTuple):
         ``"mem_free"``), or ``""`` for work that adds no node (a capture
         join).
     issue : callable
-        ``issue(raw_stream)`` queues the work through the backend. It may
-        return the node it added; otherwise the capture point is read back.
+        ``issue(raw_stream, arg)`` queues the work through the backend (a
+        backend method such as ``backend.launch``). It may return the node it
+        added; otherwise the capture point is read back.
+    arg : object
+        The second argument of ``issue`` (a ``KernelLaunch``, a ``Copy``, ...).
     reads, writes : tuple
         Arrays (or other libraries' objects) the work reads and writes.
     keep : tuple
@@ -91,14 +94,15 @@ class Work(NamedTuple):
     name : str
         The kernel's name, for traces and pictures.
     patch : object
-        What changing the node later takes (a ``KernelLaunch`` or a ``Copy``),
-        or None if it cannot be changed node by node.
+        What changing the node later takes (``(kernel, KernelLaunch)`` or a
+        ``Copy``), or None if it cannot be changed node by node.
     refuse : str or None
         Why the work cannot be recorded in a graph (None: it can).
     """
 
     kind: str
-    issue: Callable[[Any], Any]
+    issue: Callable[[Any, Any], Any]
+    arg: Any = None
     reads: tuple[Any, ...] = ()
     writes: tuple[Any, ...] = ()
     keep: tuple[Any, ...] = ()
@@ -108,7 +112,11 @@ class Work(NamedTuple):
 
 
 class NodeRecord(NamedTuple):
-    """A node recorded by :func:`submit`: the driver's handle and its description."""
+    """A node recorded by :func:`submit`: the driver's handle and its description.
+
+    ``views`` are the arrays the node uses (kernel nodes: their pointer
+    arguments, in ``patch``), never the arrays themselves.
+    """
 
     handle: Any
     kind: str
@@ -116,6 +124,12 @@ class NodeRecord(NamedTuple):
     views: tuple[ArrayArg, ...]
     patch: Any
     top: bool  # recorded in the graph itself, not in the body of a conditional node
+
+    def arrays(self) -> tuple[ArrayArg, ...]:
+        """The views of the arrays the node uses."""
+        if self.kind == "kernel" and self.patch is not None:
+            return tuple(v for v in self.patch[1].views if v is not None)
+        return self.views
 
 
 def _views(objs: tuple[Any, ...]) -> tuple[ArrayArg, ...]:
@@ -188,7 +202,7 @@ class Recording:
         raw = stream._raw
         backend = self.device.backend
         try:
-            node = work.issue(raw)
+            node = work.issue(raw, work.arg)
         except CudaError as err:
             if err.code in (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED):
                 what = f"{work.kind} {work.name}".strip()
@@ -209,8 +223,8 @@ class Recording:
             if node is None:
                 deps = backend.capture_info(raw)[1]
                 node = deps[-1] if deps else None
-            self.nodes.append(NodeRecord(node, work.kind, work.name,
-                                         _views(work.reads + work.writes), work.patch,
+            views = () if work.kind == "kernel" else _views(work.reads + work.writes)
+            self.nodes.append(NodeRecord(node, work.kind, work.name, views, work.patch,
                                          stream is self.stream))
         return node
 
@@ -344,7 +358,7 @@ def submit(stream: Any, work: Work) -> Any:
     """
     rec = stream._recording
     if rec is None:
-        return work.issue(stream._raw)
+        return work.issue(stream._raw, work.arg)
     return rec.record(stream, work)
 
 

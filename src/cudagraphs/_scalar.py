@@ -165,7 +165,7 @@ class HostSlot:
             buf = self._bytes
             copy = Copy(x.ptr, buf.ctypes.data, x.nbytes, "htod")  # type: ignore[union-attr]
             backend = self.device.backend
-            submit(stream, Work("memcpy", lambda raw: backend.memcpy(raw, copy), (), (x,), (buf,)))
+            submit(stream, Work("memcpy", backend.memcpy, copy, (), (x,), (buf,)))
         return x
 
     def copy_from(self, x: DeviceArray, *, stream: Stream | None = None) -> None:
@@ -175,7 +175,7 @@ class HostSlot:
             buf = self._bytes
             copy = Copy(buf.ctypes.data, x.ptr, x.nbytes, "dtoh")  # type: ignore[union-attr]
             backend = self.device.backend
-            submit(stream, Work("memcpy", lambda raw: backend.memcpy(raw, copy), (x,), (), (buf,)))
+            submit(stream, Work("memcpy", backend.memcpy, copy, (x,), (), (buf,)))
 
     def close(self) -> None:
         """Give up this slot's hold on its pinned memory. Idempotent.

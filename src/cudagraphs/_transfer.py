@@ -35,7 +35,7 @@ def to_host(x: Any, stream: Any) -> np.ndarray:
         src = x if x.is_contiguous else _contiguous(x, stream)
         backend = device.backend
         copy = Copy(out.ctypes.data, src.ptr, out.nbytes, "dtoh")
-        submit(stream, Work("memcpy", lambda raw: backend.memcpy(raw, copy), (src,), (out,)))
+        submit(stream, Work("memcpy", backend.memcpy, copy, (src,), (out,)))
         backend.synchronize(stream._live())
     return out
 
@@ -98,7 +98,7 @@ def to_device(x: Any, value: Any, stream: Any, refuse: str | None = None) -> Non
     # ``host`` may be freed as soon as the call is done
     backend = device.backend
     copy = Copy(target.ptr, host.ctypes.data, host.nbytes, "htod")
-    submit(stream, Work("memcpy", lambda raw: backend.memcpy(raw, copy), (), (target,),
+    submit(stream, Work("memcpy", backend.memcpy, copy, (), (target,),
                         (host,), refuse=refuse))
     if target is not x:
         copy_view(x, target, stream)
@@ -133,7 +133,7 @@ class PendingCopy:
         if src.nbytes:
             backend = device.backend
             copy = Copy(self._buf.ctypes.data, src.ptr, src.nbytes, "dtoh")
-            submit(copy_stream, Work("memcpy", lambda raw: backend.memcpy(raw, copy), (src,),
+            submit(copy_stream, Work("memcpy", backend.memcpy, copy, (src,),
                                      (self._buf,)))
         src._block.use_on(copy_stream)
         self._done = copy_stream.record()
