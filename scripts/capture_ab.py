@@ -1,6 +1,6 @@
-"""A/B on a GPU, one process: capture + instantiate of N launches with the
-node read-back after each captured op (ctypes / cuda.bindings / stubbed out),
-at two sizes, and eager per-call costs. Medians of 7; prints ms or µs."""
+"""Capture + instantiate of N one-thread launches at two sizes, and eager
+per-call costs, for whichever tree is on PYTHONPATH (run old and new in one
+machine session to compare). Medians of 7; prints ms or µs."""
 import statistics
 import sys
 import time
@@ -38,22 +38,8 @@ def per_call_us(fn, n: int = 20000) -> float:
     return (time.perf_counter() - t0) / n * 1e6
 
 
-backend = dev.backend
-real = backend.capture_info
-fast = getattr(backend, "_fast_info", None)
-variants = {"read-back": None}
-if fast is not None:
-    variants = {"ctypes": fast, "bindings": None}
 for n in (100, 1000):
-    for label, impl in variants.items():
-        if fast is not None:
-            backend._fast_info = impl
-        print(f"capture+instantiate {n:5d}: {label:9s} {capture_ms(n):8.2f} ms")
-    if fast is not None:
-        backend._fast_info = fast
-        backend.capture_info = lambda s: ("active", [None])
-        print(f"capture+instantiate {n:5d}: {'stubbed':9s} {capture_ms(n):8.2f} ms")
-        backend.capture_info = real
+    print(f"capture+instantiate {n:5d}: {capture_ms(n):8.2f} ms")
 print(f"eager Kernel.launch  {per_call_us(lambda: k.launch(1, 1, x)):6.2f} us")
 print(f"eager ops.add        {per_call_us(lambda: cg.ops.add(x, z, out=x)):6.2f} us")
 print(f"cg.empty + free      {per_call_us(lambda: cg.empty(128, 'float32')):6.2f} us")

@@ -398,13 +398,13 @@ def test_user_exceptions_undo_everything(dev: cg.Device, stage: str) -> None:
     assert_clean(dev, before)
 
 
-@pytest.mark.parametrize("stage", ["instantiate", "node read-back"])
+@pytest.mark.parametrize("stage", ["instantiate", "begin"])
 def test_driver_failure_after_capture_undoes_everything(
     dev: cg.Device, stage: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     before = baseline(dev)
     x = cg.ones(64, "float32")
-    name = {"instantiate": "graph_instantiate", "node read-back": "capture_info"}[stage]
+    name = {"instantiate": "graph_instantiate", "begin": "capture_info"}[stage]
 
     def broken(*args: object, **kwargs: object) -> None:
         raise cg.CudaError(2, "CUDA_ERROR_OUT_OF_MEMORY", "cuGraphInstantiate", "injected")

@@ -260,8 +260,9 @@ class Graph:
             _recording.release(self.device, backend.destroy, src.exec)
         _recording.release(self.device, release_resources, old)
         res.streams.extend(s for s in src.streams if s not in res.streams)
-        self._records = [theirs._replace(handle=mine.handle)
-                         for mine, theirs in zip(self._records, source._records)]
+        # the same nodes, with the source's values; handles are the instantiated
+        # graph's (found again on first use)
+        self._records = [r._replace(handle=None) for r in source._records]
         source._res, source._exec, source.state = None, None, GraphState.CONSUMED
         self._nodes = None
         return self

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._errors import UpdateError
+from ._recording import resolve_handles
 from .backends.base import ArrayArg, Copy, KernelLaunch
 
 __all__ = ["rebind", "set_arg"]
@@ -23,6 +24,13 @@ def _index(graph: Any, handle: Any) -> int | None:
     found, _ = backend.graph_topology(graph._res.graph)
     key = int(handle)
     return next((i for i, n in enumerate(found) if int(n.handle) == key), None)
+
+
+def _records(graph: Any) -> list[Any]:
+    """The graph's node records, with driver handles (found once, then kept)."""
+    records = resolve_handles(graph.device.backend, graph._res.graph, graph._records)
+    graph._records = records
+    return records
 
 
 def _spec(a: Any) -> ArrayArg:
@@ -40,7 +48,7 @@ def rebind(graph: Any, exec_: Any, old: Any, new: Any) -> None:
             f"{new.dtype} for shape {old.shape} strides {old.strides} {old.dtype}"
         )
     key, spec = _spec(old), _spec(new)
-    records = graph._records
+    records = _records(graph)
     hits = [i for i, r in enumerate(records) if key in r.arrays()]
     if not hits:
         raise ValueError("rebind: this graph does not use that array")
@@ -81,7 +89,7 @@ def set_arg(graph: Any, exec_: Any, node: Any, arg: int | str, value: Any) -> No
     backend = graph.device.backend
     handle = backend.graph_topology(graph._res.graph)[0][index].handle
     key = int(handle)
-    at = next((i for i, r in enumerate(graph._records) if int(r.handle) == key), None)
+    at = next((i for i, r in enumerate(_records(graph)) if int(r.handle) == key), None)
     if at is None:
         raise UpdateError(
             f"node {index} ({nodes[index].type}) was not recorded by cudagraphs (another "

@@ -151,12 +151,20 @@ class _Packer:
 
 
 class _Function:
-    """A loaded kernel: the driver function, its argument packer, its device."""
+    """A loaded kernel: the driver function, its argument packer, its device.
 
-    __slots__ = ("fn", "packer", "name", "ordinal")
+    The launch path reads everything it needs from here (the driver call and
+    the packer's buffer bound once): a launch is one ``pack_into`` and one
+    ``cuLaunchKernel``.
+    """
+
+    __slots__ = ("fn", "packer", "name", "ordinal", "pack", "buf", "address", "lock", "call")
 
     def __init__(self, fn: Any, packer: _Packer, name: str, ordinal: int) -> None:
         self.fn, self.packer, self.name, self.ordinal = fn, packer, name, ordinal
+        self.pack, self.buf, self.address = packer.fmt.pack_into, packer.buf, packer.address
+        self.lock = packer.lock
+        self.call = _driver().cuLaunchKernel
 
 
 _MEMCPY = {"htod": "cuMemcpyHtoDAsync", "dtoh": "cuMemcpyDtoHAsync", "dtod": "cuMemcpyDtoDAsync"}
@@ -374,16 +382,15 @@ class CudaBackend:
         return _Function(fn, _Packer(params), name, ordinal)
 
     def launch(self, stream: Any, launch: KernelLaunch) -> None:
-        function, (gx, gy, gz), (bx, by, bz), shared_mem, values, _ = launch
-        packer = function.packer
-        fn, address = function.fn, packer.address
-        launch_kernel = _driver().cuLaunchKernel
-        with packer.lock:  # the driver copies the arguments before returning
-            packer.fmt.pack_into(packer.buf, 0, *values)
-            (err,) = launch_kernel(fn, gx, gy, gz, bx, by, bz, shared_mem, stream, address, 0)
+        f = launch[0]
+        g, b = launch[1], launch[2]
+        with f.lock:  # the driver copies the arguments before returning
+            f.pack(f.buf, 0, *launch[4])
+            (err,) = f.call(f.fn, g[0], g[1], g[2], b[0], b[1], b[2], launch[3], stream, f.address, 0)
             if err:
-                self._retry(err, f"cuLaunchKernel({function.name})", lambda: launch_kernel(
-                    fn, gx, gy, gz, bx, by, bz, shared_mem, stream, address, 0), function.ordinal)
+                self._retry(err, f"cuLaunchKernel({f.name})", lambda: f.call(
+                    f.fn, g[0], g[1], g[2], b[0], b[1], b[2], launch[3], stream, f.address, 0),
+                    f.ordinal)
 
     def launch_host(self, stream: Any, fn: Callable[[], None]) -> object:
         """Queue ``fn()`` on the host after the stream's work (a host node when captured).
