@@ -73,45 +73,6 @@ def _check(result: tuple, call: str) -> Any:
 
 
 
-_CAPTURE_INFO = ctypes.CFUNCTYPE(
-    ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_uint64),
-    ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.POINTER(ctypes.c_void_p)),
-    ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t),
-)
-
-
-class _FastCaptureInfo:
-    """``cuStreamGetCaptureInfo`` (CUDA 13 signature) called through ctypes.
-
-    The capture path reads the capture point back after every recorded
-    node; through cuda.bindings that call builds several Python objects.
-    Node handles come back as ints (``int(CUgraphNode)`` of the same node).
-    """
-
-    def __init__(self) -> None:
-        drv = _driver()
-        err, pfn, _ = drv.cuGetProcAddress(b"cuStreamGetCaptureInfo", 13000, 0)
-        if err or not pfn:
-            raise RuntimeError("cuStreamGetCaptureInfo is not available through cuGetProcAddress")
-        self.call = _CAPTURE_INFO(int(pfn))
-        self.status = ctypes.c_int()
-        self.deps = ctypes.POINTER(ctypes.c_void_p)()
-        self.count = ctypes.c_size_t()
-        self.args = (ctypes.byref(self.status), None, None, ctypes.byref(self.deps), None,
-                     ctypes.byref(self.count))
-        self.lock = threading.Lock()
-
-    def __call__(self, stream: Any) -> tuple[str, list[int]]:
-        with self.lock:
-            err = self.call(int(stream), *self.args)
-            if err:
-                _raise(_driver().CUresult(err), "cuStreamGetCaptureInfo")
-            status = self.status.value
-            deps = self.deps
-            nodes = [deps[i] for i in range(self.count.value)] if status == 1 else []
-        return ("none", "active", "invalidated")[status], nodes
-
-
 _STRUCT_CODES = {
     "b": "b", "B": "B", "h": "h", "H": "H", "i": "i", "I": "I", "l": "q", "L": "Q",
     "q": "q", "Q": "Q", "f": "f", "d": "d", "e": "e", "?": "?",
@@ -196,10 +157,7 @@ class CudaBackend:
         self._modules: list[Any] = []
         self._bodies: dict[int, tuple[Any, ...]] = {}  # conditional node -> its body graphs
         self._types = (drv.CUgraphExec, drv.CUgraph, drv.CUevent, drv.CUstream)
-        try:
-            self._fast_info: _FastCaptureInfo | None = _FastCaptureInfo()
-        except Exception:  # an older driver: the cuda.bindings call
-            self._fast_info = None
+
 
     # devices ------------------------------------------------------------
     def device_count(self) -> int:
@@ -426,17 +384,13 @@ class CudaBackend:
         return status, graph, (list(deps[:count]) if count else [])
 
     def capture_info(self, stream: Any) -> tuple[str, list[Any]]:
-        fast = self._fast_info
-        if fast is not None:
-            return fast(stream)
         status, _, deps = self._capture_point(stream)
         return ("none", "active", "invalidated")[status], deps
 
     def capture_set_dependencies(self, stream: Any, nodes: Sequence[Any]) -> None:
         drv = _driver()
-        nodes = [drv.CUgraphNode(n) if isinstance(n, int) else n for n in nodes]
         _check(drv.cuStreamUpdateCaptureDependencies(
-            stream, nodes, None, len(nodes),
+            stream, list(nodes), None, len(nodes),
             drv.CUstreamUpdateCaptureDependencies_flags.CU_STREAM_SET_CAPTURE_DEPENDENCIES,
         ), "cuStreamUpdateCaptureDependencies")
 
@@ -523,8 +477,7 @@ class CudaBackend:
 
     def graph_update(self, exec_: Any, target: Any, params: KernelLaunch | Copy | None = None) -> None:
         drv = _driver()
-        if isinstance(target, int):  # a node handle from the fast capture-info path
-            target = drv.CUgraphNode(target)
+
         if isinstance(params, KernelLaunch):
             p = drv.CUDA_KERNEL_NODE_PARAMS()
             function = params.function
