@@ -428,10 +428,14 @@ def test_failure_in_upload_leaves_graph_usable(dev: cg.Device, monkeypatch: pyte
         cg.ops.add(t, x, out=x)
         del t
 
-    def broken(*args: object) -> None:
-        raise cg.CudaError(2, "CUDA_ERROR_OUT_OF_MEMORY", "cuGraphUpload", "injected")
+    launch = dev.backend.graph_launch
 
-    monkeypatch.setattr(dev.backend, "graph_upload", broken)
+    def broken(exec_: object, stream: object, upload: bool = False) -> None:
+        if upload:
+            raise cg.CudaError(2, "CUDA_ERROR_OUT_OF_MEMORY", "cuGraphUpload", "injected")
+        launch(exec_, stream)
+
+    monkeypatch.setattr(dev.backend, "graph_launch", broken)
     with pytest.raises(cg.CudaError, match="injected"):
         g.upload()
     monkeypatch.undo()

@@ -111,7 +111,7 @@ class GraphBuilder:
                 raise TypeError(f"after= takes nodes of this builder, got {n!r}")
             deps.append(n.handle)
         raw = self.stream._raw
-        self._backend.capture_set_dependencies(raw, deps)
+        self._backend.capture_node(raw, "dependencies", deps)
         issue()
         current = self._backend.capture_info(raw)[1]
         if [int(h) for h in current] == [int(h) for h in deps]:

@@ -370,7 +370,7 @@ class Graph:
         exec_ = self._ready()
         if not self._uploaded:
             s = self._check_stream(stream) if stream is not None else self.stream
-            self.device.backend.graph_upload(exec_, s._live())
+            self.device.backend.graph_launch(exec_, s._live(), upload=True)
             self._uploaded = True
         return self
 

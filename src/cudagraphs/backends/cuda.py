@@ -387,7 +387,7 @@ class CudaBackend:
         status, _, deps = self._capture_point(stream)
         return ("none", "active", "invalidated")[status], deps
 
-    def capture_set_dependencies(self, stream: Any, nodes: Sequence[Any]) -> None:
+    def _set_dependencies(self, stream: Any, nodes: Sequence[Any]) -> None:
         drv = _driver()
         _check(drv.cuStreamUpdateCaptureDependencies(
             stream, list(nodes), None, len(nodes),
@@ -402,6 +402,9 @@ class CudaBackend:
 
     def capture_node(self, stream: Any, kind: str, *args: Any) -> Any:
         drv = _driver()
+        if kind == "dependencies":
+            self._set_dependencies(stream, args[0])
+            return None
         _, graph, deps = self._capture_point(stream)
         if kind == "condition":
             (default,) = args
@@ -426,11 +429,11 @@ class CudaBackend:
             bodies = list(params.conditional.phGraph_out[:size])
             # remembered now: this driver has no cuGraphNodeGetParams to read them back
             self._bodies[int(node)] = tuple(bodies)
-            self.capture_set_dependencies(stream, [node])
+            self._set_dependencies(stream, [node])
             return node, bodies
         else:
             raise ValueError(f"unknown node kind {kind!r}")
-        self.capture_set_dependencies(stream, [node])
+        self._set_dependencies(stream, [node])
         return node
 
     # graphs -----------------------------------------------------------------
@@ -517,12 +520,12 @@ class CudaBackend:
             node = next((i for i, n in enumerate(self._graph_nodes(target)) if int(n) == wanted), None)
         raise UpdateError(reason, node)
 
-    def graph_upload(self, exec_: Any, stream: Any) -> None:
-        _check(_driver().cuGraphUpload(exec_, stream), "cuGraphUpload")
-
     @staticmethod
-    def graph_launch(exec_: Any, stream: Any) -> None:
+    def graph_launch(exec_: Any, stream: Any, upload: bool = False) -> None:
         # the replay hot path: a plain function, the driver call bound once
+        if upload:
+            _check(_driver().cuGraphUpload(exec_, stream), "cuGraphUpload")
+            return
         (err,) = _graph_launch(exec_, stream)
         if err:
             _raise(err, "cuGraphLaunch")

@@ -643,13 +643,6 @@ class SimBackend:
             return "none", []
         return ("invalidated" if stream.invalidated else "active"), list(stream.deps)
 
-    def capture_set_dependencies(self, stream: _SimStream, nodes: Sequence[_SimNode]) -> None:
-        self._live(stream, "cuStreamUpdateCaptureDependencies")
-        if stream.capture is None:
-            raise _error(CUDA_ERROR_ILLEGAL_STATE, "cuStreamUpdateCaptureDependencies",
-                         "stream is not capturing")
-        stream.deps = list(nodes)
-
     def capture_exchange_mode(self, mode: str) -> str:
         old = getattr(self._thread, "mode", "global")
         self._thread.mode = mode
@@ -659,6 +652,10 @@ class SimBackend:
         graph = stream.capture
         if graph is None:
             raise _error(CUDA_ERROR_ILLEGAL_STATE, "cuGraphAddNode", "stream is not capturing")
+        if kind == "dependencies":
+            (nodes,) = args
+            stream.deps = list(nodes)
+            return None
         if kind == "condition":
             (default,) = args
             handle = next(_handles)
@@ -729,11 +726,11 @@ class SimBackend:
                 raise _error(CUDA_ERROR_INVALID_VALUE, call, f"node {i} is a {kind} node")
             exec_.works[i] = self._dtod(params.dst, params.src, params.nbytes)
 
-    def graph_upload(self, exec_: _SimExec, stream: _SimStream) -> None:
-        self._live(exec_, "cuGraphUpload")
-        self._live(stream, "cuGraphUpload")
-
-    def graph_launch(self, exec_: _SimExec, stream: _SimStream) -> None:
+    def graph_launch(self, exec_: _SimExec, stream: _SimStream, upload: bool = False) -> None:
+        if upload:
+            self._live(exec_, "cuGraphUpload")
+            self._live(stream, "cuGraphUpload")
+            return
         self._live(exec_, "cuGraphLaunch")
         if stream.capture is not None:
             self._invalidate([stream], "cuGraphLaunch")

@@ -1,0 +1,593 @@
+"""The core's contract: one submission path, layers, deferred release, threads,
+and a regression test for every defect of the core issue (both backends)."""
+
+from __future__ import annotations
+
+import ast
+import gc
+import threading
+import weakref
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import random_array
+
+import cudagraphs as cg
+from cudagraphs import _recording
+from cudagraphs._recording import Work, submit
+
+SRC = Path(cg.__file__).resolve().parent
+
+
+@pytest.fixture
+def dev(device: cg.Device) -> cg.Device:
+    cg.ops.preload(["float32", "int32"], device)
+    return device
+
+
+def settle(dev: cg.Device) -> cg.AllocatorStats:
+    """Collect garbage and run what finalizers queued (a safe point)."""
+    gc.collect()
+    dev.synchronize()
+    return dev.allocator.stats()
+
+
+# layers ------------------------------------------------------------------------------
+def _imports(path: Path) -> list[ast.AST]:
+    """Import nodes of a module, those inside functions included, except TYPE_CHECKING blocks."""
+    tree = ast.parse(path.read_text())
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip.update(id(n) for b in node.body for n in ast.walk(b))
+    return [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) and id(n) not in skip]
+
+
+def _module_graph() -> dict[str, set[str]]:
+    mods = {}
+    for f in SRC.rglob("*.py"):
+        parts = list(f.relative_to(SRC.parent).with_suffix("").parts)
+        is_pkg = parts[-1] == "__init__"
+        mods[".".join(parts[:-1] if is_pkg else parts)] = (f, is_pkg)
+    edges: dict[str, set[str]] = {m: set() for m in mods}
+    for m, (f, is_pkg) in mods.items():
+        for node in _imports(f):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                base = m.split(".") if is_pkg else m.split(".")[:-1]
+                if node.level > 1:
+                    base = base[: len(base) - node.level + 1]
+                prefix = ".".join(base + ([node.module] if node.module else [])) if node.level else node.module
+                subs = [f"{prefix}.{a.name}" for a in node.names if f"{prefix}.{a.name}" in mods]
+                targets = subs + ([prefix] if len(subs) < len(node.names) else [])
+            for t in targets:
+                while t and t not in mods:
+                    t = t.rpartition(".")[0]
+                if t and t != m and t != "cudagraphs":
+                    edges[m].add(t)
+    return edges
+
+
+def test_no_import_cycle_and_no_upward_imports() -> None:
+    edges = _module_graph()
+    state: dict[str, int] = {}
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for t in edges[m]:
+            if state.get(t) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(path[path.index(t):] + [t]))
+            if t not in state:
+                visit(t, path + [t])
+        state[m] = 2
+
+    for m in edges:
+        if m not in state:
+            visit(m, [m])
+    # the capture state sits below devices: it knows them only by duck type
+    assert not any(t.startswith(("cudagraphs._device", "cudagraphs._array", "cudagraphs._graph"))
+                   for t in edges["cudagraphs._recording"])
+    assert not any(t.startswith("cudagraphs.ops") for t in edges["cudagraphs._array"])
+
+
+def test_no_backend_name_checks_outside_backends() -> None:
+    for f in SRC.rglob("*.py"):
+        if "backends" in f.parts:
+            continue
+        text = f.read_text()
+        for pattern in ('.name == "cuda"', '.name != "cuda"', '.name == "sim"', '.name != "sim"'):
+            assert pattern not in text, f"{f.name}: use backend.capabilities, not {pattern}"
+
+
+def test_backend_interface_is_small() -> None:
+    from cudagraphs.backends.base import Backend
+
+    methods = [n for n in vars(Backend) if not n.startswith("_") and callable(getattr(Backend, n))]
+    assert len(methods) <= 30, methods
+
+
+# one submission path -------------------------------------------------------------------
+def test_a_new_op_written_the_documented_way_gets_the_rules_for_free(
+        dev: cg.Device, rng: np.random.Generator) -> None:
+    """An op that only describes its work (no capture code of its own)."""
+    def add_one(x: cg.DeviceArray, stream: cg.Stream | None = None) -> None:
+        stream = stream if stream is not None else dev.current_stream()
+        backend, nbytes = dev.backend, x.nbytes
+
+        def issue(raw: object, arg: object) -> None:  # a memset of byte 1 into the array
+            backend.memset(x.ptr, 1, nbytes, raw)
+
+        submit(stream, Work("memset", issue, None, (), (x,), name="add_one"))
+
+    x = cg.zeros(64, "uint8")
+    add_one(x)
+    assert np.all(x.get() == 1)  # eager
+    with cg.capture() as g:
+        add_one(x)
+        assert g._rec.nodes[-1].kind == "memset"  # traced
+    ref = weakref.ref(x._block)
+    del x
+    gc.collect()
+    assert ref() is not None  # kept alive by the graph
+    with pytest.raises(cg.CaptureError, match="is being captured by thread|capturing"):
+        other = dev.create_stream()
+        y = cg.zeros(8, "uint8", stream=other)
+        other.synchronize()
+        with cg.capture(stream=other):
+            errors: list[BaseException] = []
+            t = threading.Thread(target=lambda: _catch(errors, add_one, y, other))
+            t.start()
+            t.join()
+            raise errors[0]  # refused: another thread's work on a captured stream
+    g.replay()
+    g.close()
+
+
+def _catch(errors: list[BaseException], fn: object, *args: object) -> None:
+    try:
+        fn(*args)  # type: ignore[operator]
+    except BaseException as exc:
+        errors.append(exc)
+
+
+def test_refused_work_invalidates_and_status_says_so(dev: cg.Device) -> None:
+    x = cg.ones(8, "float32")
+    with pytest.raises(cg.CaptureInvalidatedError):
+        with cg.capture():
+            cg.ops.scale(2.0, x, out=x)
+            assert cg.is_capturing() and cg.capture_status() == "active"
+            with pytest.raises(cg.CaptureError):
+                dev.stream.synchronize()
+            assert cg.capture_status() == "invalidated"
+            assert not cg.is_capturing()
+    assert cg.capture_status() == "none"
+
+
+def test_compiling_inside_a_capture_is_allowed(dev: cg.Device, rng: np.random.Generator) -> None:
+    src = 'extern "C" __global__ void triple(float* p, int n) {' \
+          ' int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) p[i] *= 3.0f; }'
+    k = cg.Kernel(src, "triple", host=lambda p, n: p.__imul__(3))
+    assert k not in dev.kernels
+    data = random_array(rng, 100, "float32")
+    x = cg.asarray(data)
+    with cg.capture() as g:
+        k.launch(1, 128, x, 100)  # compiles and loads here
+    g.replay()
+    np.testing.assert_allclose(x.get(), data * 3, rtol=1e-6)
+
+
+# deferred release ----------------------------------------------------------------------
+def test_graph_collected_during_another_capture(dev: cg.Device, rng: np.random.Generator) -> None:
+    """``for n in sizes: with cg.capture() as g:`` rebinds g while the next capture runs."""
+    data = random_array(rng, 32, "float32")
+    x, y = cg.asarray(data), cg.zeros(32, "float32")
+    results = []
+    g = None
+    for alpha in (1.0, 2.0, 3.0):
+        with cg.capture() as g:  # the previous g dies here, mid-capture
+            gc.collect()
+            cg.ops.axpy(alpha, x, y)
+        results.append(g)
+        del g
+        if len(results) > 1:
+            results.pop(0)
+    g = results[-1]
+    g.replay()
+    np.testing.assert_allclose(y.get(), 3 * data, rtol=1e-6)
+
+
+def test_closing_graphs_streams_and_events_during_another_capture(dev: cg.Device) -> None:
+    x = cg.ones(16, "float32")
+    old = cg.capture(lambda: cg.ops.scale(2.0, x, out=x))
+    s, ev = dev.create_stream(), cg.Event(dev)
+    with cg.capture() as g:
+        cg.ops.scale(3.0, x, out=x)
+        old.close()  # destroying an executable now would invalidate this capture
+        s.close()
+        ev.close()
+        assert old.state == "closed" and s.closed
+        cg.ops.scale(3.0, x, out=x)
+    settle(dev)
+    g.replay()
+    assert np.all(x.get() == 9)
+
+
+def test_unread_get_async_collected_during_a_capture(dev: cg.Device) -> None:
+    x = cg.ones(1000, "float32")
+    pending = x.get_async()
+    free_before = sum(len(v) for v in dev.pinned._free.values())
+    with cg.capture() as g:
+        cg.ops.scale(2.0, x, out=x)
+        del pending
+        gc.collect()  # its finalizer must neither wait on an event nor leak the buffer
+        cg.ops.scale(2.0, x, out=x)
+    settle(dev)
+    assert sum(len(v) for v in dev.pinned._free.values()) == free_before + 1
+    g.replay()
+    assert np.all(x.get() == 4)
+
+
+def test_host_slot_array_outlives_the_slot(dev: cg.Device) -> None:
+    a = cg.HostSlot(256, "float32").array  # the slot itself is dropped at once
+    settle(dev)
+    a[...] = np.arange(256)
+    others = [cg.HostSlot(256, "float32") for _ in range(4)]  # would reuse freed memory
+    for o in others:
+        o.array[...] = -1
+    np.testing.assert_array_equal(a, np.arange(256))
+    x = cg.zeros(256, "float32")
+    x.set(a)  # still usable as host data
+    np.testing.assert_array_equal(x.get(), np.arange(256))
+    if dev.backend.name == "sim":
+        assert dev.backend.is_pinned(a.ctypes.data, a.nbytes)
+        address = a.ctypes.data
+        del a
+        settle(dev)
+        assert not dev.backend.is_pinned(address, 4)
+
+
+def test_closed_host_slot_stays_alive_for_its_graph(dev: cg.Device, rng: np.random.Generator) -> None:
+    slot = cg.HostSlot(64, "float32")
+    data = random_array(rng, 64, "float32")
+    slot.array[...] = data
+    address = slot.array.ctypes.data
+    x = cg.zeros(64, "float32")
+    with cg.capture() as g:
+        slot.copy_to(x)
+    slot.close()
+    slot.close()
+    with pytest.raises(ValueError, match="closed"):
+        slot.array
+    settle(dev)
+    cg.ops.fill(x, -1.0)
+    g.replay()  # still copies from the slot's memory (no use after free)
+    np.testing.assert_array_equal(x.get(), data)
+    if dev.backend.name == "sim":
+        assert dev.backend.is_pinned(address, 4)
+        g.close()
+        settle(dev)
+        assert not dev.backend.is_pinned(address, 4)
+
+
+def test_collecting_a_cycle_under_the_allocator_lock_does_not_deadlock(dev: cg.Device) -> None:
+    done = threading.Event()
+
+    def work() -> None:
+        for _ in range(50):
+            cycle: list[object] = [cg.empty(16, "float32")]
+            cycle.append(cycle)  # an array held by a reference cycle
+            del cycle
+            with dev.allocator._lock:  # what an allocation holds when gc strikes
+                gc.collect()
+        done.set()
+
+    t = threading.Thread(target=work, daemon=True)
+    t.start()
+    t.join(timeout=60)
+    assert done.is_set(), "the garbage collector deadlocked on the allocator's lock"
+    settle(dev)
+    assert cg.empty(16, "float32").size == 16
+
+
+# captures on a stream of one's own ---------------------------------------------------------
+def test_outputs_allocated_during_capture_on_a_stream_come_from_the_graph(dev: cg.Device) -> None:
+    s = dev.create_stream()
+    x = cg.ones(100, "float32", stream=s)
+    s.synchronize()
+    with cg.capture(stream=s) as g:
+        a = cg.ops.add(x, x, stream=s)
+        b = cg.ops.scale(3.0, x, stream=s)
+        c = x.copy(stream=s)
+    for out in (a, b, c):
+        assert out._block._ref.owner is g.pool
+    with pytest.raises(cg.CaptureError, match="alloc='forbid'"):
+        with cg.capture(stream=s, alloc="forbid"):
+            cg.ops.add(x, x, stream=s)
+    with pytest.raises(cg.CaptureError, match="alloc='forbid'"):
+        with cg.capture(stream=s, alloc="forbid"):
+            with s:  # the current stream: ops that name none allocate on it
+                x.copy()
+    g.replay(stream=s)
+    s.synchronize()
+    assert np.all(a.get(stream=s) == 2) and np.all(b.get(stream=s) == 3)
+    assert np.all(c.get(stream=s) == 1)
+    g.close()
+    s.close()
+
+
+# bodies and embedding ----------------------------------------------------------------------
+def test_body_after_the_capture_ended_is_refused(dev: cg.Device) -> None:
+    x = cg.zeros(1, "float32")
+    with cg.capture() as g:
+        cond = g.condition(default=1)
+        body = g.if_then(cond)
+        cg.ops.fill(x, 1.0)
+    with pytest.raises(RuntimeError, match="has ended"):
+        with body:
+            cg.ops.fill(x, 5.0)
+    g.replay()
+    assert x.get()[0] == 1.0
+
+
+def test_replay_inside_another_capture_embeds_a_child(dev: cg.Device, rng: np.random.Generator) -> None:
+    data = random_array(rng, 50, "float32")
+    x = cg.asarray(data)
+    inner = cg.capture(lambda: cg.ops.scale(2.0, x, out=x))
+    ref = weakref.ref(inner)
+    with cg.capture() as outer:
+        inner.replay()
+        inner.replay()
+    assert [n.type for n in outer.nodes] == ["child", "child"]
+    assert inner.replays == 0
+    del inner
+    gc.collect()
+    assert ref() is not None  # the outer graph keeps the inner one
+    outer.replay()
+    np.testing.assert_allclose(x.get(), 4 * data, rtol=1e-6)
+
+
+# kernel arguments -------------------------------------------------------------------------
+def test_strided_views_are_refused_for_pointer_parameters(dev: cg.Device) -> None:
+    k = cg.Kernel('extern "C" __global__ void put(float* p) { p[0] = 1.0f; }', "put",
+                  host=lambda p: p.__setitem__(0, 1.0))
+    x = cg.zeros(8, "float32")
+    for view in (x[::2], x[::-1]):
+        with pytest.raises(ValueError, match="strided view"):
+            k.launch(1, 1, view)
+    k.launch(1, 1, x[2:])  # contiguous views are fine
+    assert x.get().tolist() == [0, 0, 1, 0, 0, 0, 0, 0]
+
+
+def test_as_strided_refuses_misaligned_views(dev: cg.Device) -> None:
+    x = cg.zeros(16, "float32")
+    with pytest.raises(ValueError, match="multiples of the item size"):
+        cg.as_strided(x, (4,), (4,), offset=1)
+    with pytest.raises(ValueError, match="multiples of the item size"):
+        cg.as_strided(x, (4,), (6,))
+    assert cg.as_strided(x, (4,), (8,), offset=4).shape == (4,)
+
+
+@pytest.mark.parametrize("dtype,value", [("int32", 2**31), ("int16", 70000), ("uint8", -1)])
+def test_out_of_range_integers_are_refused(dev: cg.Device, dtype: str, value: int) -> None:
+    x = cg.zeros(3, dtype)
+    with pytest.raises(ValueError, match=f"cannot store {value}"):
+        x.set([value, 0, 0])
+    with pytest.raises(ValueError, match=f"cannot store {value}"):
+        x[0] = value
+    with pytest.raises(ValueError, match=f"cannot store {value}"):
+        cg.full(2, value, dtype)
+    assert np.all(x.get() == 0)
+
+
+def test_update_releases_what_the_previous_parameters_used(dev: cg.Device) -> None:
+    before = settle(dev)
+    y = cg.zeros(1 << 18, "float32")
+    g = cg.capture(cg.ops.axpy, 1.0, cg.ones(1 << 18, "float32"), y)
+    refs = []
+    for i in range(50):
+        x = cg.full(1 << 18, float(i), "float32")  # 1 MiB inputs
+        refs.append(weakref.ref(x._block))
+        g.update(cg.capture(cg.ops.axpy, 1.0, x, y, instantiate=False))
+        del x
+    stats = settle(dev)
+    assert sum(r() is not None for r in refs) == 1  # only the latest input is held
+    assert stats.in_use - before.in_use <= 4 << 20
+    g.replay()
+    assert y.get()[0] == 49.0
+    g.close()
+
+
+def test_pool_memory_returns_for_later_captures(backend: str) -> None:
+    """A 64 MiB device runs many 16 MiB captures in turn (sim: memory was never reused)."""
+    with cg.override(sim_memory_mb=64):
+        dev = cg.Device(0)
+        cg.ops.preload(["float32"], dev)
+        x = cg.ones(4 << 20, "float32")  # 16 MiB
+        for _ in range(6):
+            with cg.capture() as g:
+                t = cg.ops.scale(2.0, x)  # 16 MiB of the graph's pool
+                cg.ops.add(t, x, out=x)
+            g.replay()
+            g.close()
+            del t
+            settle(dev)
+        assert x.get()[0] == 3.0 ** 6
+        if backend == "sim":
+            with cg.capture() as g:
+                a = cg.ops.scale(2.0, x)
+                b = cg.ops.scale(2.0, x)
+                with pytest.raises(cg.OutOfMemoryError, match="during a capture") as info:
+                    cg.ops.scale(2.0, x)
+                assert "was emptied" not in str(info.value)
+                del info
+                cg.ops.add(a, b, out=x)
+            g.close()
+            del a, b
+
+
+def test_condition_handles_do_not_accumulate(dev: cg.Device) -> None:
+    from cudagraphs.backends import sim
+
+    before = len(sim.CONDITIONS)
+    out = cg.zeros(1, "float32")
+    for i in range(30):
+        with cg.capture() as g:
+            cond = g.condition(default=1)
+            with g.if_then(cond):
+                cg.ops.fill(out, float(i))
+        g.replay()
+        g.close()
+    settle(dev)
+    assert out.get()[0] == 29.0
+    if dev.backend.name == "sim":
+        assert len(sim.CONDITIONS) <= before + 1
+
+
+def test_builder_child_survives_closing_its_graph(dev: cg.Device, rng: np.random.Generator) -> None:
+    data = random_array(rng, 40, "float32")
+    x = cg.asarray(data)
+    inner = cg.capture(lambda: cg.ops.scale(2.0, x, out=x))
+    bld = cg.GraphBuilder()
+    bld.child(inner)
+    g = bld.instantiate()
+    inner.close()  # the driver copied the child graph into the node
+    settle(dev)
+    g.replay()
+    np.testing.assert_allclose(x.get(), 2 * data, rtol=1e-6)
+
+
+def test_set_arg_checks_values_against_the_node(dev: cg.Device, rng: np.random.Generator) -> None:
+    x_h, y_h = random_array(rng, 8, "float32"), random_array(rng, 8, "float32")
+    x, y = cg.asarray(x_h), cg.asarray(y_h)
+    g = cg.capture(lambda: cg.ops.axpy(2.0, x, y))
+    with pytest.raises(ValueError, match=r"recorded with an array of shape \(8,\)"):
+        g.set_arg(0, "x", cg.zeros(2, "float32"))
+    with pytest.raises(ValueError, match="'n' of 'cg_axpy' is fixed"):
+        g.set_arg(0, "n", 100)
+    with pytest.raises(TypeError, match="was recorded with an array"):
+        g.set_arg(0, "y", 3.0)
+    g.set_arg(g.nodes[0], "alpha", 0.5)  # the README's example: real parameter names
+    x2_h = random_array(rng, 8, "float32")
+    g.set_arg(0, "x", cg.asarray(x2_h))
+    g.replay()
+    np.testing.assert_allclose(y.get(), y_h + 0.5 * x2_h, rtol=1e-6)
+
+
+@pytest.mark.parametrize("grid,error", [("12", TypeError), ((1.9,), TypeError), (1.0, TypeError),
+                                        ([2, 1.0], TypeError), (True, TypeError), ((1, 1, 1, 1), ValueError)])
+def test_grid_and_block_take_ints_only(dev: cg.Device, grid: object, error: type) -> None:
+    k = cg.Kernel('extern "C" __global__ void nop(float* p) {}', "nop", host=lambda p: None)
+    x = cg.zeros(1, "float32")
+    k.launch(1, 1, x)  # 1 seen first must not make 1.0 acceptable
+    with pytest.raises(error):
+        k.launch(grid, 1, x)
+    with pytest.raises(error):
+        k.launch(1, grid, x)
+
+
+def test_bad_streams_are_type_errors(dev: cg.Device) -> None:
+    k = cg.Kernel('extern "C" __global__ void nop(float* p) {}', "nop", host=lambda p: None)
+    x = cg.zeros(1, "float32")
+    s = cg.DeviceScalar(1.0)
+    for call in (lambda: k.launch(1, 1, x, stream="s"), lambda: s.set(2.0, stream="s"),
+                 lambda: cg.capture_status("s"), lambda: x.get(stream="s"),
+                 lambda: cg.zeros(3, stream="s"), lambda: cg.capture(stream="s"),
+                 lambda: cg.ops.add(x, x, stream="s"), lambda: dev.is_capturing("s")):
+        with pytest.raises(TypeError, match="Stream"):
+            call()
+
+
+def test_scalar_arguments_name_what_does_not_fit(dev: cg.Device) -> None:
+    i = cg.zeros(4, "int32")
+    with pytest.raises(ValueError, match="alpha 1099511627776 does not fit in int32"):
+        cg.ops.axpy(2**40, i, i)
+    cg.ops.preload("float32")  # one dtype given as a string
+    cg.ops.preload(np.float64)
+
+
+# threads and streams ----------------------------------------------------------------------------
+def test_device_sync_from_another_thread_during_a_capture(dev: cg.Device) -> None:
+    x = cg.ones(8, "float32")
+    errors: list[BaseException] = []
+    with cg.capture(mode="thread_local") as g:
+        cg.ops.scale(2.0, x, out=x)
+        t = threading.Thread(target=_catch, args=(errors, dev.synchronize))
+        t.start()
+        t.join()
+        cg.ops.scale(2.0, x, out=x)  # this capture is still valid
+    assert len(errors) == 1 and isinstance(errors[0], cg.CaptureError)
+    message = str(errors[0])
+    assert "Device.synchronize()" in message and "test_core.py:" in message  # the call, the line
+    assert "being captured" in message
+    g.replay()
+    assert np.all(x.get() == 4)
+
+
+def test_closing_a_capturing_stream_is_refused(dev: cg.Device) -> None:
+    s = dev.create_stream()
+    x = cg.ones(4, "float32", stream=s)
+    s.synchronize()
+    with cg.capture(stream=s) as g:
+        cg.ops.fill(x, 2.0, stream=s)
+        with pytest.raises(cg.CaptureError, match=r"Stream.close\(\).*end the capture first"):
+            s.close()
+    assert not s.closed
+    g.replay(stream=s)
+    s.synchronize()
+    assert np.all(x.get(stream=s) == 2)
+    g.close()
+    s.close()
+    assert s.closed
+
+
+def test_current_stream_is_per_thread(dev: cg.Device) -> None:
+    s = dev.create_stream()
+    seen: list[cg.Stream] = []
+    with s:
+        assert cg.current_stream() is s
+        t = threading.Thread(target=lambda: seen.append(cg.current_stream(dev)))
+        t.start()
+        t.join()
+        with dev.stream:
+            assert cg.current_stream() is dev.stream
+        assert cg.current_stream() is s
+    assert seen == [dev.stream]  # the other thread never saw s
+    assert cg.current_stream() is dev.stream and not s.closed  # `with` does not close
+    s.close()
+
+
+def test_a_body_does_not_capture_another_threads_work(dev: cg.Device) -> None:
+    x, other = cg.zeros(1, "float32"), cg.zeros(1, "float32")
+    errors: list[BaseException] = []
+    with cg.capture() as g:
+        cond = g.condition(default=1)
+        with g.if_then(cond):
+            cg.ops.fill(x, 1.0)  # the body's stream is current in this thread only
+            t = threading.Thread(target=_catch, args=(errors, cg.ops.fill, other, 7.0))
+            t.start()
+            t.join()
+    # the other thread's op went to its own current stream (the default one),
+    # which this capture records: refused, never silently recorded
+    assert len(errors) == 1 and isinstance(errors[0], cg.CaptureError)
+    g.replay()
+    assert x.get()[0] == 1.0 and other.get()[0] == 0.0
+
+
+def test_while_loop_iteration_cap(dev: cg.Device) -> None:
+    count, one = cg.zeros(1, "float32"), cg.ones(1, "float32")
+    with cg.capture() as g:
+        forever = g.condition(default=1)
+        body = g.while_loop(forever, max_iterations=25)
+        with body:
+            cg.ops.add(count, one, out=count)  # never clears the condition
+    for launch in (1, 2):
+        g.replay()
+        assert count.get()[0] == 25 * launch
+        assert body.iterations is not None and int(body.iterations.get()[0]) == 25
+    with cg.capture() as g2:
+        cond = g2.condition()
+        with pytest.raises(ValueError, match="max_iterations must be a positive int"):
+            g2.while_loop(cond, max_iterations=0)
+        cg.ops.fill(one, 1.0)
