@@ -2,7 +2,6 @@
 per-call costs, for whichever tree is on PYTHONPATH (run old and new in one
 machine session to compare). Medians of 7; prints ms or µs."""
 import statistics
-import sys
 import time
 
 import cudagraphs as cg

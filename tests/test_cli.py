@@ -56,6 +56,20 @@ def test_show_example_and_function(backend: str, tmp_path: Path) -> None:
     assert r.returncode == 0, r.stdout + r.stderr
     assert "2 nodes (kernel 2)" in r.stdout
     assert "cg_fill_strided" in (tmp_path / "s.dot").read_text()
+    fresh = tmp_path / "fresh.py"  # no preload: kernels compile inside the capture
+    fresh.write_text(textwrap.dedent("""
+        import cudagraphs as cg
+        k = cg.Kernel('extern "C" __global__ void neg(float* p) { p[threadIdx.x] = -p[threadIdx.x]; }',
+                      "neg", host=lambda p: p.__imul__(-1))
+        x = cg.ones(16, "float32")
+
+        def step():
+            k.launch(1, 16, x)
+            cg.ops.axpy(2.0, x, x)
+    """))
+    r = cli(backend, "show", f"{fresh}:step", "--out", str(tmp_path / "f.dot"), cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "2 nodes (kernel 2)" in r.stdout and "neg" in (tmp_path / "f.dot").read_text()
     for bad, message in ((["show", "--example", "nope"], "unknown example"),
                          (["show", "missing.py:f"], "no such Python file"),
                          (["show", f"{script}:nothing"], "has no function 'nothing'"),

@@ -14,7 +14,6 @@ import pytest
 from conftest import random_array
 
 import cudagraphs as cg
-from cudagraphs import _recording
 from cudagraphs._recording import Work, submit
 
 SRC = Path(cg.__file__).resolve().parent
