@@ -55,7 +55,7 @@ MUTATIONS = [
     ("integers wrap", "src/cudagraphs/_transfer.py",
      "        if lo < info.min or hi > info.max:", "        if False:"),
     ("update keeps old parameters", "src/cudagraphs/_graph.py",
-     "        _recording.release(self.device, release_resources, old)\n", ""),
+     "        _recording.later(self.device, release_resources, old)\n", ""),
     ("pools never return memory", "src/cudagraphs/_pool.py",
      "        _recording.release(self.device, _give_back, self.device.allocator, segments, streams)",
      "        pass"),

@@ -21,6 +21,7 @@ from ._builtin import fill_value as _fill_value
 from ._device import Device, Stream, current_device, resolve_stream
 from ._dtypes import normalize_dtype
 from ._recording import Work, submit
+from .backends.base import ArrayArg
 from ._transfer import PendingCopy, to_device, to_host
 
 __all__ = [
@@ -109,7 +110,7 @@ class DeviceArray:
     """
 
     __slots__ = ("_block", "ptr", "shape", "strides", "dtype", "device", "is_contiguous",
-                 "size", "__weakref__")
+                 "size", "_arg", "__weakref__")
 
     _block: Block
     ptr: int
@@ -139,6 +140,7 @@ class DeviceArray:
         a.strides = strides
         a.dtype = dtype
         a.device = block.device
+        a._arg = None
         if size is None:
             a.is_contiguous = _is_contiguous(shape, strides, dtype.itemsize)
             a.size = _prod(shape)
@@ -150,9 +152,12 @@ class DeviceArray:
     def _view(self, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> DeviceArray:
         return DeviceArray._wrap(self._block, ptr, shape, strides, self.dtype)
 
-    def _view_spec(self) -> tuple[int, tuple[int, ...], tuple[int, ...], np.dtype]:
-        """(ptr, shape, strides, dtype): what kernels and backends need."""
-        return self.ptr, self.shape, self.strides, self.dtype
+    def _view_spec(self) -> ArrayArg:
+        """(ptr, shape, strides, dtype): what kernels and backends need (made once)."""
+        arg = self._arg
+        if arg is None:
+            arg = self._arg = ArrayArg(self.ptr, self.shape, self.strides, self.dtype)
+        return arg
 
     # shape ----------------------------------------------------------------
     @property

@@ -23,7 +23,7 @@ import numpy as np
 from ._allocator import Block
 from ._kernel import Kernel, _param_from_spec
 from ._recording import Work, submit
-from .backends.base import Copy
+from .backends.base import ArrayArg, Copy
 from .backends.sim import set_conditional
 
 __all__ = [
@@ -171,8 +171,8 @@ class Scratch:
         self.strides = c_strides(shape, dtype.itemsize)
         self.is_contiguous = True
 
-    def _view_spec(self) -> tuple[int, tuple[int, ...], tuple[int, ...], np.dtype]:
-        return self.ptr, self.shape, self.strides, self.dtype
+    def _view_spec(self) -> ArrayArg:
+        return ArrayArg(self.ptr, self.shape, self.strides, self.dtype)
 
 
 def c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:

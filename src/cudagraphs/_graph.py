@@ -147,7 +147,7 @@ class Graph:
 
     __slots__ = ("device", "stream", "output", "replays", "pool", "state", "_res", "_records",
                  "_nodes", "_exec", "_launch", "_uploaded", "_finalizer", "_rec", "_auto_free",
-                 "_patched", "__weakref__")
+                 "_patched", "_traced", "__weakref__")
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("Graph objects are made by cg.capture(), not directly")
@@ -167,6 +167,7 @@ class Graph:
         g._rec = rec  # the Recording while capturing
         g._auto_free = False
         g._patched = False
+        g._traced = None
         return g
 
     def _ready_from(self, raw_graph: Any, rec: Recording, auto_free: bool, instantiate: bool) -> None:
@@ -217,7 +218,7 @@ class Graph:
         again. ``source`` is consumed: its memory, inputs and staged host data
         now belong to this graph, and it can no longer be replayed; what this
         graph held for its previous parameters is released (after the replays
-        queued so far). Capture the source with ``instantiate=False`` to skip
+        queued so far, at the next safe point). Capture the source with ``instantiate=False`` to skip
         a useless instantiation.
 
         Raises
@@ -258,17 +259,23 @@ class Graph:
         res.params_graph, res.keep, res.pools = src.graph, src.keep, src.pools
         if src.exec is not None:
             _recording.release(self.device, backend.destroy, src.exec)
-        _recording.release(self.device, release_resources, old)
+        # freed at the next safe point, after the replays queued so far: update()
+        # itself never waits for the GPU
+        _recording.later(self.device, release_resources, old)
         res.streams.extend(s for s in src.streams if s not in res.streams)
         # the same nodes, with the source's values; handles are the instantiated
         # graph's (found again on first use)
-        self._records = [r._replace(handle=None) for r in source._records]
+        self._records = [r if r.handle is None else r._replace(handle=None) for r in source._records]
         source._res, source._exec, source.state = None, None, GraphState.CONSUMED
+        self._traced = source._traced
         self._nodes = None
         return self
 
     def _trace(self) -> list[tuple[str, str]]:
-        return [(r.kind, r.name) for r in self._records]
+        """(node type, kernel name) of the recorded nodes (an update keeps it)."""
+        if self._traced is None:
+            self._traced = [(r.kind, r.name) for r in self._records]
+        return self._traced
 
     def _signature(self) -> list[tuple[str, str]]:
         return [(n.type, n.name) for n in self.nodes]

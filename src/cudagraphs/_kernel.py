@@ -34,7 +34,7 @@ from ._device import Device, Stream, current_device, resolve_stream
 from ._dtypes import SUPPORTED
 from ._errors import BackendUnavailableError
 from ._recording import Work, submit
-from .backends.base import ArrayArg, KernelLaunch, Param
+from .backends.base import KernelLaunch, Param
 
 __all__ = ["Kernel", "normalize_dims", "preload"]
 
@@ -344,7 +344,7 @@ class Kernel:
             # without describing the work first (measured: a Work costs ~1 µs)
             backend.launch(stream._raw, KernelLaunch(fn, grid, block, shared_mem, values, ()))
             return
-        views = tuple([ArrayArg(*a._view_spec()) if hasattr(a, "_view_spec") else None
+        views = tuple([a._view_spec() if hasattr(a, "_view_spec") else None
                        for a in args])
         objs = tuple([a for a, v in zip(args, values) if not isinstance(a, _BY_VALUE)
                       and (a is not None or v)])

@@ -34,7 +34,7 @@ def _records(graph: Any) -> list[Any]:
 
 
 def _spec(a: Any) -> ArrayArg:
-    return ArrayArg(*a._view_spec())
+    return a._view_spec()
 
 
 def rebind(graph: Any, exec_: Any, old: Any, new: Any) -> None:

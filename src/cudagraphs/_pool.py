@@ -24,7 +24,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from . import _recording
-from ._allocator import Block, round_size
+from ._allocator import round_size
 from ._device import Device, Stream, current_device
 
 if TYPE_CHECKING:
@@ -129,12 +129,10 @@ class PoolMemory:
 
     def __init__(self, pool: GraphPool) -> None:
         self.pool = pool
+        self.owners: tuple[Any, ...] = (pool,)  # block owners whose memory the capture owns
 
     def allocate(self, rec: Recording, nbytes: int) -> tuple[int, Any]:
         return self.pool.allocate(nbytes), self.pool
-
-    def owns(self, block: Block) -> bool:
-        return block._ref.owner is self.pool
 
     def freed(self, ptr: int) -> None:  # pool blocks are reused, never freed in the graph
         return None
@@ -160,6 +158,7 @@ class GraphMemory(PoolMemory):
 
     def __init__(self, pool: GraphPool, rec: Recording | None = None) -> None:
         super().__init__(pool)
+        self.owners = (pool, self)
         self.rec = rec
         self.live: set[int] = set()
         self.pending: collections.deque[int] = collections.deque()
@@ -175,9 +174,6 @@ class GraphMemory(PoolMemory):
         rec = self.rec
         if rec is not None and rec.active and ptr in self.live:
             rec.free_later(ptr)
-
-    def owns(self, block: Block) -> bool:
-        return block._ref.owner is self
 
     def freed(self, ptr: int) -> None:
         self.live.discard(ptr)

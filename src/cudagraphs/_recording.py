@@ -141,7 +141,7 @@ def _views(objs: tuple[Any, ...]) -> tuple[ArrayArg, ...]:
     for o in objs:
         spec = getattr(o, "_view_spec", None)
         if spec is not None:
-            out.append(ArrayArg(*spec()))
+            out.append(spec())
     return tuple(out)
 
 
@@ -155,8 +155,9 @@ class Recording:
     mode : str
         The capture mode.
     memory : object
-        The memory policy: ``allocate(recording, nbytes) -> (ptr, owner)`` and
-        ``owns(block) -> bool`` (the capture layer provides it).
+        The memory policy: ``allocate(recording, nbytes) -> (ptr, owner)``,
+        ``owners`` (the block owners whose memory the capture owns) and
+        ``freed(ptr)`` (the capture layer provides it).
     thread : int
         The capturing thread.
     keep : list
@@ -214,13 +215,13 @@ class Recording:
                     f"capture on stream 0x{self.stream.handle:x} is now invalid")
                 raise CaptureInvalidatedError(self.invalid) from err
             raise
-        memory, keep = self.memory, self.keep
+        owners, keep = self.memory.owners, self.keep
         for group in (work.reads, work.writes, work.keep):
             for o in group:
                 if isinstance(o, _BY_VALUE):
                     continue  # numbers and structs are copied into the graph
                 block = getattr(o, "_block", None)
-                if block is None or not memory.owns(block):
+                if block is None or block._ref.owner not in owners:
                     keep.append(o)
         if work.kind:
             views = () if work.kind == "kernel" else _views(work.reads + work.writes)
@@ -365,9 +366,11 @@ def submit(stream: Any, work: Work) -> Any:
 def resolve_handles(backend: Any, graph: Any, records: list[NodeRecord]) -> list[NodeRecord]:
     """``records`` (the top-level nodes of ``graph``, in recording order) with driver handles.
 
-    Records without a handle are matched, in order, to the graph's nodes of
-    the same type (and, for kernels, the same kernel name); nodes that other
-    libraries added in between are skipped.
+    When every node of the graph was recorded, records and nodes correspond
+    in order (the driver lists nodes in creation order). Otherwise records
+    without a handle are matched, in order, to the graph's nodes of the same
+    type (and, for kernels, the same kernel name); nodes that other libraries
+    added in between are skipped.
 
     Raises
     ------
@@ -376,6 +379,9 @@ def resolve_handles(backend: Any, graph: Any, records: list[NodeRecord]) -> list
     """
     if all(r.handle is not None for r in records):
         return records
+    handles = [n.handle for n in backend.graph_topology(graph, details=False)[0]]
+    if len(handles) == len(records):  # every node is ours: the driver lists them in order
+        return [r if r.handle is not None else r._replace(handle=h) for r, h in zip(records, handles)]
     found, _ = backend.graph_topology(graph)
     out, j = [], 0
     for r in records:

@@ -66,7 +66,8 @@ class DeviceScalar(DeviceArray):
 
     def __init__(self, value: Any, dtype: Any = "float32", *, device: Device | int | None = None) -> None:
         a = empty((), dtype, device=device)
-        for name in ("_block", "ptr", "shape", "strides", "dtype", "device", "is_contiguous", "size"):
+        for name in ("_block", "ptr", "shape", "strides", "dtype", "device", "is_contiguous", "size",
+                     "_arg"):
             setattr(self, name, getattr(a, name))
         self.set(value)
 

@@ -445,9 +445,12 @@ class CudaBackend:
         nodes, _ = _check(drv.cuGraphGetNodes(graph, count), "cuGraphGetNodes")
         return list(nodes[:count])
 
-    def graph_topology(self, graph: Any) -> tuple[list[NodeInfo], list[tuple[int, int]]]:
+    def graph_topology(self, graph: Any, details: bool = True
+                       ) -> tuple[list[NodeInfo], list[tuple[int, int]]]:
         drv = _driver()
         handles = self._graph_nodes(graph)
+        if not details:
+            return [NodeInfo(n, "", "", ()) for n in handles], []
         out = []
         for node in handles:
             kind = int(_check(drv.cuGraphNodeGetType(node), "cuGraphNodeGetType"))

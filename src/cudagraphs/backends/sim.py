@@ -680,8 +680,11 @@ class SimBackend:
         raise _error(CUDA_ERROR_INVALID_VALUE, "cuGraphAddNode", f"unknown node kind {kind!r}")
 
     # graphs -----------------------------------------------------------------
-    def graph_topology(self, graph: _SimGraph) -> tuple[list[NodeInfo], list[tuple[int, int]]]:
+    def graph_topology(self, graph: _SimGraph, details: bool = True
+                       ) -> tuple[list[NodeInfo], list[tuple[int, int]]]:
         self._live(graph, "cuGraphGetNodes")
+        if not details:
+            return [NodeInfo(n, "", "", ()) for n in graph.nodes], []
         index = {id(n): i for i, n in enumerate(graph.nodes)}
         nodes = [NodeInfo(n, n.kind, n.label, n.bodies if n.kind == "conditional" else ())
                  for n in graph.nodes]

@@ -115,10 +115,16 @@ def set_condition(cond: Any, flag: DeviceArray, *, stream: Stream | None = None)
 # validation ----------------------------------------------------------------
 def _arrays(op: str, **named: Any) -> Device:
     """Check that the named arguments are device arrays of one shape, dtype, device."""
-    for name, a in named.items():
-        if not isinstance(a, DeviceArray):
-            raise TypeError(f"{op}: {name} must be a cudagraphs DeviceArray, got {type(a).__name__}")
-    return check_same(op, **named)  # type: ignore[no-any-return]
+    arrays = list(named.values())
+    first = arrays[0]
+    for a in arrays:
+        if (not isinstance(a, DeviceArray) or a.device is not first.device
+                or a.shape != first.shape or a.dtype != first.dtype):
+            if not isinstance(a, DeviceArray):
+                name = next(n for n, v in named.items() if v is a)
+                raise TypeError(f"{op}: {name} must be a cudagraphs DeviceArray, got {type(a).__name__}")
+            check_same(op, **named)  # raises the error that names the mismatch
+    return first.device  # type: ignore[no-any-return]
 
 
 def _arith(op: str, dtype: np.dtype) -> None:
@@ -183,7 +189,7 @@ def add(
     """``out = a + b`` element-wise (a new array when ``out`` is None); returns ``out``."""
     device = _arrays("add", a=a, b=b) if out is None else _arrays("add", a=a, b=b, out=out)
     _arith("add", a.dtype)
-    stream = resolve_stream(stream, device)
+    stream = device.current_stream() if stream is None else resolve_stream(stream, device)
     if out is None:
         out = empty(a.shape, a.dtype, device=device, stream=stream)
     n = a.size
