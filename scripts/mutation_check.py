@@ -68,6 +68,8 @@ MUTATIONS = [
     ("host slot frees with the slot", "src/cudagraphs/_scalar.py",
      "        self._bytes: np.ndarray | None = pinned_array(dev, nbytes)",
      "        self._bytes: np.ndarray | None = pinned_array(dev, nbytes).copy()"),
+    ("unused conditions reach the driver", "src/cudagraphs/_capture.py",
+     "            if rec.conditions:\n", "            if False:\n"),
     ("loop guard omitted", "src/cudagraphs/_control.py",
      "            if exc_type is None and self._guard is not None:", "            if False:"),
 ]

@@ -585,8 +585,30 @@ def test_while_loop_iteration_cap(dev: cg.Device) -> None:
         g.replay()
         assert count.get()[0] == 25 * launch
         assert body.iterations is not None and int(body.iterations.get()[0]) == 25
-    with cg.capture() as g2:
-        cond = g2.condition()
-        with pytest.raises(ValueError, match="max_iterations must be a positive int"):
-            g2.while_loop(cond, max_iterations=0)
-        cg.ops.fill(one, 1.0)
+    with pytest.raises(cg.CaptureError, match=r"1 condition\(s\) made at .*test_core.py:\d+ drive no"):
+        with cg.capture() as g2:
+            cond = g2.condition()
+            with pytest.raises(ValueError, match="max_iterations must be a positive int"):
+                g2.while_loop(cond, max_iterations=0)
+            cg.ops.fill(one, 1.0)
+    assert cg.capture_status() == "none"
+    with cg.capture() as g3:
+        cond = g3.condition()
+        with g3.if_then(cond):
+            cg.ops.fill(one, 2.0)
+        with pytest.raises(ValueError, match="already drives a conditional node"):
+            g3.if_then(cond)
+
+
+def test_sim_refuses_unused_conditions_like_the_driver(dev: cg.Device) -> None:
+    """The driver check the capture layer protects against, seen directly."""
+    s = dev.create_stream()
+    backend, raw = dev.backend, s._raw
+    backend.capture_begin(raw, "relaxed")
+    backend.capture_node(raw, "condition", 0)
+    backend.capture_node(raw, "empty")
+    graph = backend.capture_end(raw)
+    with pytest.raises(cg.CudaError, match="CUDA_ERROR_INVALID_VALUE"):
+        backend.graph_instantiate(graph, False)
+    backend.destroy(graph)
+    s.close()

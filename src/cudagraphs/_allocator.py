@@ -157,8 +157,11 @@ _dead: collections.deque[_BlockRef] = collections.deque()  # blocks to give back
 
 def _on_block_dead(ref: _BlockRef) -> None:
     # may run inside any allocation, locks held: only queue (deque.append is atomic)
-    _refs.discard(ref)
-    _dead.append(ref)
+    try:
+        _refs.discard(ref)
+        _dead.append(ref)
+    except (AttributeError, TypeError):  # interpreter shutdown: module globals are gone
+        pass
 
 
 def release_dead_blocks() -> None:

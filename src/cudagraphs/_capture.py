@@ -122,6 +122,13 @@ class CaptureSession:
                     "graph; delete them inside the capture, or allocate outputs before "
                     "capturing or with alloc='pool'"
                 )
+            if rec.conditions:
+                where = ", ".join(sorted(set(rec.conditions.values())))
+                raise CaptureError(
+                    f"{len(rec.conditions)} condition(s) made at {where} drive no conditional "
+                    "node, and the driver refuses to instantiate such a graph: use each "
+                    "condition in a while_loop/if_then/if_else/switch, or do not make it"
+                )
             if not rec.nodes and not self.device.backend.graph_topology(raw)[0]:
                 raise CaptureError(
                     f"the capture on stream 0x{self.stream.handle:x} recorded nothing: queue "

@@ -23,7 +23,7 @@ import numpy as np
 
 from ._array import DeviceArray, zeros
 from ._builtin import condition_kernel
-from ._recording import Recording, Work, submit
+from ._recording import Recording, Work, submit, user_line
 
 __all__ = ["Body", "Condition", "add_conditional", "new_condition"]
 
@@ -53,9 +53,10 @@ def new_condition(rec: Recording, graph: Any, default: int) -> Condition:
     if type(default) is not int or not 0 <= default <= 0xFFFFFFFF:
         raise ValueError(f"default must be an int in 0..2**32-1, got {default!r}")
     backend = rec.device.backend
-    handle = submit(rec.streams[-1], Work(
-        "", lambda raw, _: backend.capture_node(raw, "condition", default)))
-    return Condition(int(handle), default, graph)
+    handle = int(submit(rec.streams[-1], Work(
+        "", lambda raw, _: backend.capture_node(raw, "condition", default))))
+    rec.conditions[handle] = user_line()
+    return Condition(handle, default, graph)
 
 
 class Body:
@@ -127,6 +128,9 @@ def add_conditional(rec: Recording, graph: Any, kind: str, cond: Condition, size
     """Record a conditional node at the current point of the capture; return its bodies."""
     if not isinstance(cond, Condition) or cond.graph is not graph:
         raise TypeError(f"{kind} needs a Condition made by this graph's condition(), got {cond!r}")
+    if cond.handle not in rec.conditions:
+        raise ValueError(f"{cond!r} already drives a conditional node; each condition drives "
+                         "one node: make another with g.condition()")
     guard = None
     stream = rec.streams[-1]
     if max_iterations is not None:
@@ -143,4 +147,5 @@ def add_conditional(rec: Recording, graph: Any, kind: str, cond: Condition, size
         return node
 
     submit(stream, Work("conditional", issue, keep=(cond,), name=kind))
+    del rec.conditions[cond.handle]
     return [Body(graph, rec, b, f"the {kind} body {i}", guard) for i, b in enumerate(made[0])]

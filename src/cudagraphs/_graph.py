@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import enum
+import operator
 import os
 import weakref
 from pathlib import Path
@@ -113,6 +114,10 @@ def release_resources(res: Resources) -> None:
     pools, res.pools = res.pools, []
     for pool in pools:
         pool.drop(res.streams)
+
+
+_KIND_NAME = operator.itemgetter(1, 2)  # (kind, name) of a NodeRecord
+_HANDLE = operator.itemgetter(0)
 
 
 def _difference(mine: list[tuple[str, str]], theirs: list[tuple[str, str]]) -> tuple[str, int] | None:
@@ -237,9 +242,11 @@ class Graph:
             raise ValueError(f"the source graph is on {source.device}, this one on {self.device}")
         if source.state not in (GraphState.READY, GraphState.CAPTURED):
             raise RuntimeError(f"the source graph is {source.state}; it cannot be used for an update")
-        why = _difference(self._trace(), source._trace())
-        if why is not None:
-            raise UpdateError(*why)
+        mine, theirs = self._trace(), source._trace()
+        if mine != theirs:
+            why = _difference(mine, theirs)
+            if why is not None:
+                raise UpdateError(*why)
         backend = self.device.backend
         src = source._res
         assert src is not None and self._res is not None
@@ -265,7 +272,10 @@ class Graph:
         res.streams.extend(s for s in src.streams if s not in res.streams)
         # the same nodes, with the source's values; handles are the instantiated
         # graph's (found again on first use)
-        self._records = [r if r.handle is None else r._replace(handle=None) for r in source._records]
+        records = source._records
+        if list(map(_HANDLE, records)).count(None) != len(records):
+            records = [r if r.handle is None else r._replace(handle=None) for r in records]
+        self._records = records
         source._res, source._exec, source.state = None, None, GraphState.CONSUMED
         self._traced = source._traced
         self._nodes = None
@@ -274,7 +284,7 @@ class Graph:
     def _trace(self) -> list[tuple[str, str]]:
         """(node type, kernel name) of the recorded nodes (an update keeps it)."""
         if self._traced is None:
-            self._traced = [(r.kind, r.name) for r in self._records]
+            self._traced = list(map(_KIND_NAME, self._records))
         return self._traced
 
     def _signature(self) -> list[tuple[str, str]]:

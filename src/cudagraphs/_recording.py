@@ -180,6 +180,7 @@ class Recording:
         self.invalid: str | None = None
         self.active = False
         self.frees: collections.deque[int] = collections.deque()  # graph memory to free
+        self.conditions: dict[int, str] = {}  # handles no conditional node uses yet -> where made
 
     # the rules ------------------------------------------------------------------
     def fail(self, what: str) -> None:

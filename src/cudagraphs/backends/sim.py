@@ -694,7 +694,24 @@ class SimBackend:
 
     def graph_instantiate(self, graph: _SimGraph, auto_free: bool) -> _SimExec:
         self._live(graph, "cuGraphInstantiate")
+        made, used = self._conditions(graph)
+        if made - used:  # the driver refuses a handle no conditional node uses
+            raise _error(CUDA_ERROR_INVALID_VALUE, "cuGraphInstantiate",
+                         "a conditional handle is not used by any conditional node")
         return _SimExec(graph)
+
+    def _conditions(self, graph: _SimGraph) -> tuple[set[int], set[int]]:
+        """(handles made in ``graph`` and its bodies, handles their conditional nodes use)."""
+        made = {h for h, _ in graph.conditions}
+        used: set[int] = set()
+        for node in graph.nodes:
+            if node.cond is not None:
+                used.add(node.cond[2])
+                for body in node.bodies:
+                    m, u = self._conditions(body)
+                    made |= m
+                    used |= u
+        return made, used
 
     def graph_update(self, exec_: _SimExec, target: Any,
                      params: KernelLaunch | Copy | None = None) -> None:
