@@ -241,7 +241,10 @@ class CachingAllocator:
         CaptureError
             If the capture forbids allocations, or another thread captures ``stream``.
         """
-        safe_point()
+        if _dead:
+            release_dead_blocks()
+        if _recording._QUEUE:
+            safe_point()
         if stream is None:
             stream = self._device.stream
         rec = stream._recording

@@ -431,11 +431,12 @@ def empty(
     """
     dims = _shape(shape)
     dt = normalize_dtype(dtype)
-    if device is None and isinstance(stream, Stream):
-        dev = stream.device
-    else:
+    if stream is None:
         dev = _device(device)
-    stream = resolve_stream(stream, dev)
+        stream = dev.current_stream()
+    else:
+        dev = stream.device if device is None and type(stream) is Stream else _device(device)
+        stream = resolve_stream(stream, dev)
     size = _prod(dims)
     block = dev.allocator.malloc(size * dt.itemsize, stream)
     strides = (dt.itemsize,) if len(dims) == 1 else _c_strides(dims, dt.itemsize)

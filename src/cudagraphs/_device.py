@@ -345,9 +345,11 @@ class Device:
 
     def current_stream(self) -> Stream:
         """This thread's current stream of this device (see :func:`current_stream`)."""
-        for stream in reversed(_CURRENT.get()):
-            if stream.device is self:
-                return stream
+        current = _CURRENT.get()
+        if current:
+            for stream in reversed(current):
+                if stream.device is self:
+                    return stream
         return self.stream
 
     def is_capturing(self, stream: Stream | None = None) -> bool:

@@ -117,7 +117,6 @@ def release_resources(res: Resources) -> None:
 
 
 _KIND_NAME = operator.itemgetter(1, 2)  # (kind, name) of a NodeRecord
-_HANDLE = operator.itemgetter(0)
 
 
 def _difference(mine: list[tuple[str, str]], theirs: list[tuple[str, str]]) -> tuple[str, int] | None:
@@ -180,7 +179,10 @@ class Graph:
         exec_ = self.device.backend.graph_instantiate(raw_graph, auto_free) if instantiate else None
         res = Resources(self.device, raw_graph, list(rec.keep), [self.pool], [self.stream])
         rec.keep.clear()
-        self._records = [r for r in rec.nodes if r.top]
+        # handles are found on first use (see _recording.resolve_handles)
+        self._records = [r if r.handle is None else r._replace(handle=None)
+                         for r in rec.nodes if r.top]
+        self._traced = list(map(_KIND_NAME, self._records))
         self._auto_free = auto_free
         self._res = res
         self._finalizer = weakref.finalize(self, _recording.later, self.device, release_resources, res)
@@ -271,11 +273,8 @@ class Graph:
         _recording.later(self.device, release_resources, old)
         res.streams.extend(s for s in src.streams if s not in res.streams)
         # the same nodes, with the source's values; handles are the instantiated
-        # graph's (found again on first use)
-        records = source._records
-        if list(map(_HANDLE, records)).count(None) != len(records):
-            records = [r if r.handle is None else r._replace(handle=None) for r in records]
-        self._records = records
+        # graph's, found on first use (records of a finished capture carry none)
+        self._records = list(source._records)
         source._res, source._exec, source.state = None, None, GraphState.CONSUMED
         self._traced = source._traced
         self._nodes = None
