@@ -156,9 +156,18 @@ _dead: collections.deque[_BlockRef] = collections.deque()  # blocks to give back
 
 
 def _on_block_dead(ref: _BlockRef) -> None:
-    # may run inside any allocation, locks held: only queue (deque.append is atomic)
+    # may run inside any allocation, locks held: never wait for a lock. A block
+    # of the cache goes back at once when the allocator's lock is free right
+    # now (a non-blocking acquire cannot deadlock); anything else is queued
     try:
         _refs.discard(ref)
+        owner = ref.owner
+        if ref.extra is None and type(owner) is CachingAllocator and owner._lock.acquire(False):
+            try:
+                owner._cache_locked(ref.ptr)
+            finally:
+                owner._lock.release()
+            return
         _dead.append(ref)
     except (AttributeError, TypeError):  # interpreter shutdown: module globals are gone
         pass
@@ -298,16 +307,20 @@ class CachingAllocator:
         """
         events = [self._record(s) for s in streams if not s.closed] if streams else None
         with self._lock:
-            size, stream_key = self._live.pop(ptr)
-            self._in_use -= size
+            self._cache_locked(ptr)
             if events:
                 self._waits[ptr] = events
-            key = (stream_key, size)
-            cached = self._free.get(key)
-            if cached is None:
-                self._free[key] = [ptr]
-            else:
-                cached.append(ptr)
+
+    def _cache_locked(self, ptr: int) -> None:
+        """Put ``ptr`` on its stream's free list (the caller holds the lock)."""
+        size, stream_key = self._live.pop(ptr)
+        self._in_use -= size
+        key = (stream_key, size)
+        cached = self._free.get(key)
+        if cached is None:
+            self._free[key] = [ptr]
+        else:
+            cached.append(ptr)
 
     def _record(self, stream: Stream) -> Any:
         """A new event recorded on ``stream`` now (destroyed once waited for)."""
