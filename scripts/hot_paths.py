@@ -6,6 +6,7 @@ Usage:
                                                (medians of 7, ms), eager per-call costs (µs)
   python scripts/hot_paths.py profile capture  cProfile of one capture of 1000 launches
   python scripts/hot_paths.py profile launch   cProfile of 20000 eager launches
+  (also: profile capture100, profile empty)
 """
 import cProfile
 import pstats
@@ -52,13 +53,14 @@ def launches(n: int = 20000) -> None:
 
 def main(argv: list[str]) -> None:
     if argv[:1] == ["profile"]:
-        work = {"capture": lambda: capture(1000), "launch": launches}[argv[1]]
+        work = {"capture": lambda: capture(1000), "capture100": lambda: [capture(100) for _ in range(10)],
+                "launch": launches, "empty": lambda: [cg.empty(128, "float32") for _ in range(20000)]}[argv[1]]
         work()
         prof = cProfile.Profile()
         prof.enable()
         work()
         prof.disable()
-        pstats.Stats(prof).sort_stats("tottime").print_stats(14)
+        pstats.Stats(prof).sort_stats(argv[2] if len(argv) > 2 else "tottime").print_stats(14)
         return
     for n in (100, 1000):
         capture(n)

@@ -384,6 +384,11 @@ class CudaBackend:
         return status, graph, (list(deps[:count]) if count else [])
 
     def capture_info(self, stream: Any) -> tuple[str, list[Any]]:
+        # the common question is "is it capturing?": cuStreamIsCapturing builds
+        # no Python objects for a graph and dependencies
+        drv = _driver()
+        if not int(_check(drv.cuStreamIsCapturing(stream), "cuStreamIsCapturing")):
+            return "none", []
         status, _, deps = self._capture_point(stream)
         return ("none", "active", "invalidated")[status], deps
 
