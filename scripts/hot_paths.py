@@ -6,7 +6,7 @@ Usage:
                                                (medians of 7, ms), eager per-call costs (µs)
   python scripts/hot_paths.py profile capture  cProfile of one capture of 1000 launches
   python scripts/hot_paths.py profile launch   cProfile of 20000 eager launches
-  (also: profile capture100, profile empty)
+  (also: profile capture100 | empty | add, optionally a pstats sort key)
 """
 import cProfile
 import pstats
@@ -54,7 +54,8 @@ def launches(n: int = 20000) -> None:
 def main(argv: list[str]) -> None:
     if argv[:1] == ["profile"]:
         work = {"capture": lambda: capture(1000), "capture100": lambda: [capture(100) for _ in range(10)],
-                "launch": launches, "empty": lambda: [cg.empty(128, "float32") for _ in range(20000)]}[argv[1]]
+                "launch": launches, "empty": lambda: [cg.empty(128, "float32") for _ in range(20000)],
+                "add": lambda: [cg.ops.add(x, z, out=x) for _ in range(20000)]}[argv[1]]
         work()
         prof = cProfile.Profile()
         prof.enable()
