@@ -151,6 +151,27 @@ def _catch(errors: list[BaseException], fn: object, *args: object) -> None:
         errors.append(exc)
 
 
+def test_keep_holds_anything_for_the_graphs_life(dev: cg.Device) -> None:
+    class Foreign:  # stands for another library's array
+        pass
+
+    during, after = Foreign(), Foreign()
+    refs = [weakref.ref(during), weakref.ref(after)]
+    x = cg.ones(4, "float32")
+    with cg.capture() as g:
+        cg.ops.scale(2.0, x, out=x)
+        g.keep(during)
+    g.keep(after)
+    del during, after
+    gc.collect()
+    assert all(r() is not None for r in refs)
+    g.close()
+    settle(dev)
+    assert all(r() is None for r in refs)
+    with pytest.raises(RuntimeError, match="nothing can be kept"):
+        g.keep(1)
+
+
 def test_refused_work_invalidates_and_status_says_so(dev: cg.Device) -> None:
     x = cg.ones(8, "float32")
     with pytest.raises(cg.CaptureInvalidatedError):
