@@ -171,7 +171,7 @@ class Graph:
         g._rec = rec  # the Recording while capturing
         g._auto_free = False
         g._patched = False
-        g._traced = None
+        g._traced: list[tuple[str, str]] = []  # (node type, kernel name), set when captured
         return g
 
     def _ready_from(self, raw_graph: Any, rec: Recording, auto_free: bool, instantiate: bool) -> None:
@@ -244,7 +244,7 @@ class Graph:
             raise ValueError(f"the source graph is on {source.device}, this one on {self.device}")
         if source.state not in (GraphState.READY, GraphState.CAPTURED):
             raise RuntimeError(f"the source graph is {source.state}; it cannot be used for an update")
-        mine, theirs = self._trace(), source._trace()
+        mine, theirs = self._traced, source._traced
         if mine != theirs:
             why = _difference(mine, theirs)
             if why is not None:
@@ -279,12 +279,6 @@ class Graph:
         self._traced = source._traced
         self._nodes = None
         return self
-
-    def _trace(self) -> list[tuple[str, str]]:
-        """(node type, kernel name) of the recorded nodes (an update keeps it)."""
-        if self._traced is None:
-            self._traced = list(map(_KIND_NAME, self._records))
-        return self._traced
 
     def _signature(self) -> list[tuple[str, str]]:
         return [(n.type, n.name) for n in self.nodes]

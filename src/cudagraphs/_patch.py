@@ -87,7 +87,7 @@ def set_arg(graph: Any, exec_: Any, node: Any, arg: int | str, value: Any) -> No
     if type(index) is not int or not 0 <= index < len(nodes):
         raise IndexError(f"set_arg: node {node!r} is not one of this graph's {len(nodes)} nodes")
     backend = graph.device.backend
-    handle = backend.graph_topology(graph._res.graph)[0][index].handle
+    handle = backend.graph_topology(graph._res.graph, details=False)[0][index].handle
     key = int(handle)
     at = next((i for i, r in enumerate(_records(graph)) if int(r.handle) == key), None)
     if at is None:
