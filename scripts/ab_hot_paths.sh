@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # A/B of the hot paths, earlier tree (.baseline/src) against this one, alternating
 # processes ROUNDS times in one machine session (order effects cancel out).
+# Every process is pinned to one CPU (PIN_CPU, default 2) when taskset exists, so
+# the two trees run on the same core. Reports the median and the minimum per row.
 # Usage (on a GPU): bash scripts/ab_hot_paths.sh [ROUNDS]
 set -u
 ROUNDS=${1:-4}
+PIN=""; command -v taskset >/dev/null && PIN="taskset -c ${PIN_CPU:-2}"
 export CUDAGRAPHS_BACKEND=${CUDAGRAPHS_BACKEND:-cuda} PYTHONUNBUFFERED=1
 for i in $(seq "$ROUNDS"); do
   for tree in new old; do
     src=$PWD/src; [ $tree = old ] && src=$PWD/.baseline/src
-    PYTHONPATH=$src python3 scripts/hot_paths.py | sed "s/^/$tree  /"
+    PYTHONPATH=$src $PIN python3 scripts/hot_paths.py | sed "s/^/$tree  /"
   done
 done | python3 -c '
 import collections, re, statistics, sys
@@ -18,8 +21,9 @@ for line in sys.stdin:
     m = re.match(r"(.*?)\s+([\d.]+)\s+(ms|us)\s*$", rest.strip())
     if m:
         rows[m.group(1).strip()][tree].append(float(m.group(2)))
-print("| row | old (median) | new (median) | new/old |")
-print("|---|---|---|---|")
+print("| row | old (median) | new (median) | new/old | old (min) | new (min) | new/old |")
+print("|---|---|---|---|---|---|---|")
 for name, t in rows.items():
     o, n = statistics.median(t["old"]), statistics.median(t["new"])
-    print(f"| {name} | {o:.2f} | {n:.2f} | {n / o:.2f} |")'
+    lo, ln = min(t["old"]), min(t["new"])
+    print(f"| {name} | {o:.2f} | {n:.2f} | {n / o:.2f} | {lo:.2f} | {ln:.2f} | {ln / lo:.2f} |")'

@@ -201,6 +201,9 @@ def layout(shape: tuple[int, ...], *arrays: Any) -> bytes:
     return _LAYOUT_PACK(len(shape), *shape, *pad, *strides)
 
 
+_PLAIN = frozenset((int, float, bytes))  # values passed as they are; anything else is an array
+
+
 def run(name: str, dtype: np.dtype, device: Any, stream: Any, n: int, args: Sequence[Any],
         writes: int = 1) -> None:
     """Launch a built-in kernel over ``n`` elements; the first ``writes`` arrays are written.
@@ -210,7 +213,7 @@ def run(name: str, dtype: np.dtype, device: Any, stream: Any, n: int, args: Sequ
     """
     kernel = builtin_kernel(name, dtype)
     grid = (min(-(-n // _BLOCK[0]), device.properties.multiprocessors * 32), 1, 1)
-    values = tuple([a.ptr if hasattr(a, "_view_spec") else a for a in args])
+    values = tuple([a if type(a) in _PLAIN else a.ptr for a in args])
     kernel.enqueue(device, stream, grid, _BLOCK, 0, values, args, writes)
 
 

@@ -366,8 +366,15 @@ class Device:
 
 def current_device() -> Device:
     """The device new arrays go to by default: device 0 of the current backend."""
-    dev = Device._instances.get((backends.resolve_name(None), 0))
-    return dev if dev is not None else Device(0)
+    current = settings()
+    known = _DEFAULT_DEVICE  # the answer for the settings in force (asked by every op)
+    if known[0] is not current:
+        dev = Device._instances.get((backends.resolve_name(None), 0)) or Device(0)
+        known = _DEFAULT_DEVICE[:] = [current, dev]
+    return known[1]  # type: ignore[no-any-return]
+
+
+_DEFAULT_DEVICE: list[Any] = [None, None]  # [settings, device 0 of their backend]
 
 
 def current_stream(device: Device | None = None) -> Stream:

@@ -341,8 +341,10 @@ class Kernel:
             stream._live()
         if rec is None and not backend.capabilities.runs_host_code:
             # what submit() does with work on a stream no capture records,
-            # without describing the work first (measured: a Work costs ~1 µs)
-            backend.launch(stream._raw, KernelLaunch(fn, grid, block, shared_mem, values, ()))
+            # without describing the work first (measured: a Work costs ~1 µs);
+            # the launch tuple is built in C, not by the NamedTuple's __new__
+            backend.launch(stream._raw, _tuple_new(KernelLaunch, (fn, grid, block, shared_mem,
+                                                                 values, ())))
             return
         views = tuple([a._view_spec() if hasattr(a, "_view_spec") else None
                        for a in args])
@@ -356,6 +358,7 @@ class Kernel:
 
 
 _BY_VALUE = (int, float, complex, bytes, bool, np.generic, type(None))
+_tuple_new = tuple.__new__
 
 
 def _device_of(args: Iterable[Any]) -> Device:

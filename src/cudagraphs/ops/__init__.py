@@ -115,10 +115,10 @@ def set_condition(cond: Any, flag: DeviceArray, *, stream: Stream | None = None)
 # validation ----------------------------------------------------------------
 def _arrays(op: str, **named: Any) -> Device:
     """Check that the named arguments are device arrays of one shape, dtype, device."""
-    arrays = list(named.values())
-    first = arrays[0]
-    for a in arrays:
-        if (not isinstance(a, DeviceArray) or a.device is not first.device
+    arrays = named.values()
+    first = next(iter(arrays))
+    for a in arrays:  # the common case first, cheaply: plain arrays that match
+        if (type(a) is not DeviceArray or a.device is not first.device
                 or a.shape != first.shape or a.dtype != first.dtype):
             if not isinstance(a, DeviceArray):
                 name = next(n for n, v in named.items() if v is a)
