@@ -1,0 +1,128 @@
+"""A/B of the hot paths with both trees in ONE process, interleaved.
+
+Timings of microsecond paths taken in two processes differ by 10-20% for
+reasons that are not the code (CPU placement, the driver's threads, heap
+layout). Here the earlier tree (``.baseline/src/cudagraphs``, imported as the
+package ``cudagraphs_old``) and this one (``src/cudagraphs``) run side by
+side in one process, on one CUDA context, alternating within every round.
+Each row gives the median over rounds of the per-round ratio new/old: since
+a raw C baseline is the same for both, that ratio is also the change of the
+row's ratio to raw C.
+
+Usage: PYTHONPATH=src python scripts/ab_inprocess.py [ROUNDS] [OLD_SRC]
+"""
+from __future__ import annotations
+
+import importlib.util
+import statistics
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Callable
+
+TINY = 'extern "C" __global__ void inc(float* p) { p[0] += 1.0f; }'
+
+
+def load_old(src: Path) -> ModuleType:
+    root = src / "cudagraphs"
+    spec = importlib.util.spec_from_file_location(
+        "cudagraphs_old", root / "__init__.py", submodule_search_locations=[str(root)])
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["cudagraphs_old"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def workloads(cg: ModuleType) -> dict[str, tuple[Callable[[], None], int, str]]:
+    """name -> (one call, calls per sample, unit)."""
+    dev = cg.Device(0)
+    k = cg.Kernel(TINY, "inc", host=lambda p: p.__iadd__(1))
+    cg.preload([k], dev)
+    x, z = cg.zeros(1, "float32"), cg.zeros(1, "float32")
+    cg.ops.add(x, z, out=x)
+    with cg.capture() as g10:
+        for _ in range(10):
+            k.launch(1, 1, x)
+    g10.upload()
+    keep = [g10]
+
+    def capture(n: int) -> Callable[[], None]:
+        def run() -> None:
+            with cg.capture() as g:
+                for _ in range(n):
+                    k.launch(1, 1, x)
+            g.close()
+        return run
+
+    def replay() -> None:
+        g10.replay()
+        dev.synchronize()
+
+    def replay_call() -> None:  # host time of one call, while the GPU has room in its queue
+        dev.synchronize()
+        single = []
+        for _ in range(20):
+            t0 = time.perf_counter()
+            g10.replay()
+            single.append(time.perf_counter() - t0)
+        dev.synchronize()
+        replay_call.last = statistics.median(single) * 1e6  # type: ignore[attr-defined]
+
+    out = {
+        "eager Kernel.launch (us)": (lambda: k.launch(1, 1, x), 5000, "us"),
+        "eager ops.add (us)": (lambda: cg.ops.add(x, z, out=x), 5000, "us"),
+        "cg.empty + free (us)": (lambda: cg.empty(128, "float32"), 5000, "us"),
+        "replay+sync, 10 nodes (us)": (replay, 1000, "us"),
+        "replay call, 10 nodes (us CPU)": (replay_call, 1, "median"),
+        "capture+instantiate 100 (ms)": (capture(100), 5, "ms"),
+        "capture+instantiate 1000 (ms)": (capture(1000), 2, "ms"),
+    }
+    out["_keep"] = (lambda: keep, 0, "")  # type: ignore[assignment]
+    return out
+
+
+def sample(call: Callable[[], None], n: int, unit: str, sync: Callable[[], None]) -> float:
+    if unit == "median":  # the call times itself
+        call()
+        return call.last  # type: ignore[attr-defined,no-any-return]
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        call()
+    sync()
+    return (time.perf_counter() - t0) / n * (1e6 if unit == "us" else 1e3)
+
+
+def main(argv: list[str]) -> int:
+    rounds = int(argv[0]) if argv else 15
+    old_src = Path(argv[1]) if len(argv) > 1 else Path(".baseline/src")
+    import cudagraphs as new
+    old = load_old(old_src)
+    trees = {"old": (old, workloads(old)), "new": (new, workloads(new))}
+    names = [n for n in trees["new"][1] if not n.startswith("_")]
+    times: dict[str, dict[str, list[float]]] = {n: {"old": [], "new": []} for n in names}
+    for name in names:  # warm up
+        for tree, (cg, w) in trees.items():
+            call, n, unit = w[name]
+            sample(call, max(n // 5, 1), unit, cg.Device(0).synchronize)
+    for r in range(rounds):
+        order = ("old", "new") if r % 2 == 0 else ("new", "old")
+        for name in names:
+            for tree in order:
+                cg, w = trees[tree]
+                call, n, unit = w[name]
+                times[name][tree].append(sample(call, n, unit, cg.Device(0).synchronize))
+    print(f"{rounds} rounds, old = {old.__file__}, new = {new.__file__}")
+    print("| row | old (median) | new (median) | new/old (median of per-round ratios) |")
+    print("|---|---|---|---|")
+    for name in names:
+        o, n_ = times[name]["old"], times[name]["new"]
+        ratio = statistics.median(b / a for a, b in zip(o, n_))
+        print(f"| {name} | {statistics.median(o):.3f} | {statistics.median(n_):.3f} | {ratio:.3f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
