@@ -33,7 +33,7 @@ from . import _nvrtc
 from ._device import Device, Stream, current_device, resolve_stream
 from ._dtypes import SUPPORTED
 from ._errors import BackendUnavailableError
-from ._recording import Work, submit
+from ._recording import BY_VALUE, Work, submit
 from .backends.base import KernelLaunch, Param
 
 __all__ = ["Kernel", "normalize_dims", "preload"]
@@ -346,18 +346,23 @@ class Kernel:
             backend.launch(stream._raw, _tuple_new(KernelLaunch, (fn, grid, block, shared_mem,
                                                                  values, ())))
             return
-        views = tuple([a._view_spec() if hasattr(a, "_view_spec") else None
-                       for a in args])
-        objs = tuple([a for a, v in zip(args, values) if not isinstance(a, _BY_VALUE)
-                      and (a is not None or v)])
-        reads = () if writes is None else objs[writes:]
-        objs = objs if writes is None else objs[:writes]
-        launch = KernelLaunch(fn, grid, block, shared_mem, values, views)
-        submit(stream, Work("kernel", backend.launch, launch, reads, objs, (), self.name,
-                            (self, launch)))
+        # one pass: each argument's view (arrays) and the objects it uses
+        views: list[Any] = []
+        objs: list[Any] = []
+        for a in args:
+            if isinstance(a, BY_VALUE):
+                views.append(None)
+                continue
+            spec = getattr(a, "_view_spec", None)
+            views.append(None if spec is None else spec())
+            objs.append(a)
+        reads = () if writes is None else tuple(objs[writes:])
+        written = tuple(objs if writes is None else objs[:writes])
+        launch = _tuple_new(KernelLaunch, (fn, grid, block, shared_mem, values, tuple(views)))
+        submit(stream, _tuple_new(Work, ("kernel", backend.launch, launch, reads, written, (),
+                                         self.name, (self, launch), None)))
 
 
-_BY_VALUE = (int, float, complex, bytes, bool, np.generic, type(None))
 _tuple_new = tuple.__new__
 
 

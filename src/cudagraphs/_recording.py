@@ -59,7 +59,7 @@ __all__ = [
 ]
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
-_BY_VALUE = (int, float, complex, bytes, str, np.generic, type(None))
+BY_VALUE = (int, float, complex, bytes, str, np.generic, type(None))  # passed by value, never kept
 
 
 def user_line() -> str:
@@ -219,15 +219,16 @@ class Recording:
         owners, keep = self.memory.owners, self.keep
         for group in (work.reads, work.writes, work.keep):
             for o in group:
-                if isinstance(o, _BY_VALUE):
+                if isinstance(o, BY_VALUE):
                     continue  # numbers and structs are copied into the graph
                 block = getattr(o, "_block", None)
                 if block is None or block._ref.owner not in owners:
                     keep.append(o)
-        if work.kind:
-            views = () if work.kind == "kernel" else _views(work.reads + work.writes)
-            self.nodes.append(NodeRecord(node, work.kind, work.name, views, work.patch,
-                                         stream is self.stream))
+        kind = work.kind
+        if kind:  # (the record is built in C: this runs once per captured node)
+            views = () if kind == "kernel" else _views(work.reads + work.writes)
+            self.nodes.append(_tuple_new(NodeRecord, (node, kind, work.name, views, work.patch,
+                                                      stream is self.stream)))
         return node
 
     # graph memory (alloc="graph") ---------------------------------------------------
@@ -449,6 +450,8 @@ def forbid(device: Any, stream: Any, what: str, *, device_wide: bool = False,
 # deferred release -----------------------------------------------------------------------
 _lock = threading.RLock()
 _ACTIVE: dict[Any, list[Recording]] = {}
+_tuple_new = tuple.__new__
+
 _QUEUE: collections.deque[tuple[Any, Callable[..., Any], tuple[Any, ...]]] = collections.deque()
 _draining = threading.local()
 
