@@ -206,7 +206,7 @@ _PLAIN = frozenset((int, float, bytes))  # values passed as they are; anything e
 
 def run(name: str, dtype: np.dtype, device: Any, stream: Any, n: int, args: Sequence[Any],
         writes: int = 1) -> None:
-    """Launch a built-in kernel over ``n`` elements; the first ``writes`` arrays are written.
+    """Launch a built-in kernel over ``n`` elements; the first ``writes`` arguments are written.
 
     ``args`` were validated by the caller; arrays among them are passed as
     their address, with their (possibly strided) view for the simulator.

@@ -329,7 +329,7 @@ class Kernel:
 
         ``args`` are the arguments as given (arrays among them are described
         to the simulator and kept alive by a capture, as is any other object
-        passed as a pointer); the first ``writes`` objects are written and
+        passed as a pointer); the first ``writes`` arguments are written and
         the rest read (None: all of them may be written).
         """
         fn = device.kernels.get(self)
@@ -346,18 +346,13 @@ class Kernel:
             backend.launch(stream._raw, _tuple_new(KernelLaunch, (fn, grid, block, shared_mem,
                                                                  values, ())))
             return
-        # one pass: each argument's view (arrays) and the objects it uses
-        views: list[Any] = []
-        objs: list[Any] = []
+        views: list[Any] = []  # each argument's view, for arrays (what the simulator runs on)
         for a in args:
-            if isinstance(a, BY_VALUE):
-                views.append(None)
-                continue
-            spec = getattr(a, "_view_spec", None)
-            views.append(None if spec is None else spec())
-            objs.append(a)
-        reads = () if writes is None else tuple(objs[writes:])
-        written = tuple(objs if writes is None else objs[:writes])
+            spec = None if isinstance(a, BY_VALUE) else getattr(a, "_view_spec", None)
+            views.append(spec if spec is None else spec())
+        # what is written comes first (submit skips the values passed by value)
+        written, reads = (tuple(args), ()) if writes is None else (tuple(args[:writes]),
+                                                                    tuple(args[writes:]))
         launch = _tuple_new(KernelLaunch, (fn, grid, block, shared_mem, values, tuple(views)))
         submit(stream, _tuple_new(Work, ("kernel", backend.launch, launch, reads, written, (),
                                          self.name, (self, launch), None)))

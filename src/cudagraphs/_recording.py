@@ -217,13 +217,12 @@ class Recording:
                 raise CaptureInvalidatedError(self.invalid) from err
             raise
         owners, keep = self.memory.owners, self.keep
-        for group in (work.reads, work.writes, work.keep):
-            for o in group:
-                if isinstance(o, BY_VALUE):
-                    continue  # numbers and structs are copied into the graph
-                block = getattr(o, "_block", None)
-                if block is None or block._ref.owner not in owners:
-                    keep.append(o)
+        for o in work.reads + work.writes + work.keep:
+            if isinstance(o, BY_VALUE):
+                continue  # numbers and structs are copied into the graph
+            block = getattr(o, "_block", None)
+            if block is None or block._ref.owner not in owners:
+                keep.append(o)
         kind = work.kind
         if kind:  # (the record is built in C: this runs once per captured node)
             views = () if kind == "kernel" else _views(work.reads + work.writes)
