@@ -56,6 +56,21 @@ def workloads(cg: ModuleType) -> dict[str, tuple[Callable[[], None], int, str]]:
             g.close()
         return run
 
+    def phase(n: int, which: int) -> Callable[[], None]:
+        """A capture of n launches that reports one phase: 0 launches, 1 end, 2 close (ms)."""
+        def run() -> None:
+            t = [0.0] * 4
+            with cg.capture() as g:
+                t[0] = time.perf_counter()
+                for _ in range(n):
+                    k.launch(1, 1, x)
+                t[1] = time.perf_counter()
+            t[2] = time.perf_counter()
+            g.close()
+            t[3] = time.perf_counter()
+            run.last = (t[which + 1] - t[which]) * 1e3  # type: ignore[attr-defined]
+        return run
+
     def replay() -> None:
         g10.replay()
         dev.synchronize()
@@ -78,6 +93,9 @@ def workloads(cg: ModuleType) -> dict[str, tuple[Callable[[], None], int, str]]:
         "replay call, 10 nodes (us CPU)": (replay_call, 1, "median"),
         "capture+instantiate 100 (ms)": (capture(100), 5, "ms"),
         "capture+instantiate 1000 (ms)": (capture(1000), 2, "ms"),
+        "capture 1000: the launches (ms)": (phase(1000, 0), 1, "median"),
+        "capture 1000: end + instantiate (ms)": (phase(1000, 1), 1, "median"),
+        "capture 1000: close (ms)": (phase(1000, 2), 1, "median"),
     }
     out["_keep"] = (lambda: keep, 0, "")  # type: ignore[assignment]
     return out

@@ -218,10 +218,11 @@ class Recording:
             raise
         owners, keep = self.memory.owners, self.keep
         for o in work.reads + work.writes + work.keep:
-            if isinstance(o, BY_VALUE):
-                continue  # numbers and structs are copied into the graph
             block = getattr(o, "_block", None)
-            if block is None or block._ref.owner not in owners:
+            if block is not None:  # an array: kept unless the capture owns its memory
+                if block._ref.owner not in owners:
+                    keep.append(o)
+            elif not isinstance(o, BY_VALUE):  # numbers and structs are copied into the graph
                 keep.append(o)
         kind = work.kind
         if kind:  # (the record is built in C: this runs once per captured node)
