@@ -10,10 +10,13 @@ a raw C baseline is the same for both, that ratio is also the change of the
 row's ratio to raw C.
 
 Usage: PYTHONPATH=src python scripts/ab_inprocess.py [ROUNDS] [OLD_SRC]
+(AB_NOGC=1 in the environment disables the garbage collector after setup.)
 """
 from __future__ import annotations
 
+import gc
 import importlib.util
+import os
 import statistics
 import sys
 import time
@@ -125,6 +128,9 @@ def main(argv: list[str]) -> int:
         for tree, (cg, w) in trees.items():
             call, n, unit = w[name]
             sample(call, max(n // 5, 1), unit, cg.Device(0).synchronize)
+    if os.environ.get("AB_NOGC"):
+        gc.collect()
+        gc.disable()
     for r in range(rounds):
         order = ("old", "new") if r % 2 == 0 else ("new", "old")
         for name in names:
@@ -132,7 +138,7 @@ def main(argv: list[str]) -> int:
                 cg, w = trees[tree]
                 call, n, unit = w[name]
                 times[name][tree].append(sample(call, n, unit, cg.Device(0).synchronize))
-    print(f"{rounds} rounds, old = {old.__file__}, new = {new.__file__}")
+    print(f"{rounds} rounds, gc {'off' if os.environ.get('AB_NOGC') else 'on'}, old = {old.__file__}, new = {new.__file__}")
     print("| row | old (median) | new (median) | new/old (median of per-round ratios) |")
     print("|---|---|---|---|")
     for name in names:

@@ -354,8 +354,12 @@ class Kernel:
         written, reads = (tuple(args), ()) if writes is None else (tuple(args[:writes]),
                                                                     tuple(args[writes:]))
         launch = _tuple_new(KernelLaunch, (fn, grid, block, shared_mem, values, tuple(views)))
-        submit(stream, _tuple_new(Work, ("kernel", backend.launch, launch, reads, written, (),
-                                         self.name, (self, launch), None)))
+        work = _tuple_new(Work, ("kernel", backend.launch, launch, reads, written, (), self.name,
+                                 (self, launch), None))
+        if rec is None:
+            submit(stream, work)
+        else:  # what submit() does with work on a captured stream, one call sooner
+            rec.record(stream, work)
 
 
 _tuple_new = tuple.__new__

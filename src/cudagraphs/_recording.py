@@ -192,42 +192,41 @@ class Recording:
 
     def record(self, stream: Any, work: Work) -> Any:
         """Apply the capture rules to ``work`` on ``stream`` (one of ours) and record it."""
-        if self.thread != threading.get_ident():
+        kind, issue, arg, reads, writes, kept, name, patch, refuse = work  # (runs per node)
+        if self.thread != _get_ident():
             raise CaptureError(
-                f"{work.kind or 'work'} {work.name}".rstrip() + f" queued at {user_line()} on "
+                f"{kind or 'work'} {name}".rstrip() + f" queued at {user_line()} on "
                 f"stream 0x{stream.handle:x}, which thread {self.thread} is capturing: work "
                 "from another thread would land in its graph; use a stream of this thread "
                 "(device.create_stream())"
             )
         if self.invalid is not None:
             raise CaptureInvalidatedError(self.invalid)
-        if work.refuse is not None:
-            self.fail(work.refuse)
+        if refuse is not None:
+            self.fail(refuse)
         if self.frees:
             self.flush_frees()
-        raw = stream._raw
         try:
-            node = work.issue(raw, work.arg)
+            node = issue(stream._raw, arg)
         except CudaError as err:
             if err.code in (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED):
-                what = f"{work.kind} {work.name}".strip()
+                what = f"{kind} {name}".strip()
                 self.invalid = self.invalid or (
                     f"the driver refused {what} ({err.name}) queued at {user_line()}; the "
                     f"capture on stream 0x{self.stream.handle:x} is now invalid")
                 raise CaptureInvalidatedError(self.invalid) from err
             raise
         owners, keep = self.memory.owners, self.keep
-        for o in work.reads + work.writes + work.keep:
+        for o in reads + writes + kept:
             block = getattr(o, "_block", None)
             if block is not None:  # an array: kept unless the capture owns its memory
                 if block._ref.owner not in owners:
                     keep.append(o)
             elif not isinstance(o, BY_VALUE):  # numbers and structs are copied into the graph
                 keep.append(o)
-        kind = work.kind
-        if kind:  # (the record is built in C: this runs once per captured node)
-            views = () if kind == "kernel" else _views(work.reads + work.writes)
-            self.nodes.append(_tuple_new(NodeRecord, (node, kind, work.name, views, work.patch,
+        if kind:  # (the record is built in C)
+            views = () if kind == "kernel" else _views(reads + writes)
+            self.nodes.append(_tuple_new(NodeRecord, (node, kind, name, views, patch,
                                                       stream is self.stream)))
         return node
 
@@ -451,6 +450,7 @@ def forbid(device: Any, stream: Any, what: str, *, device_wide: bool = False,
 _lock = threading.RLock()
 _ACTIVE: dict[Any, list[Recording]] = {}
 _tuple_new = tuple.__new__
+_get_ident = threading.get_ident
 
 _QUEUE: collections.deque[tuple[Any, Callable[..., Any], tuple[Any, ...]]] = collections.deque()
 _draining = threading.local()
