@@ -74,6 +74,26 @@ def workloads(cg: ModuleType) -> dict[str, tuple[Callable[[], None], int, str]]:
             run.last = (t[which + 1] - t[which]) * 1e3  # type: ignore[attr-defined]
         return run
 
+    def launches1000() -> None:
+        for _ in range(1000):
+            k.launch(1, 1, x)
+
+    target, rebound = cg.capture(launches1000), cg.capture(launches1000)
+    keep += [target, rebound]
+    pair = [x, cg.zeros(1, "float32")]
+
+    def update() -> None:  # times g.update(source) alone
+        source = cg.capture(launches1000, instantiate=False)
+        t0 = time.perf_counter()
+        target.update(source)
+        update.last = (time.perf_counter() - t0) * 1e3  # type: ignore[attr-defined]
+
+    def rebind() -> None:  # µs per node
+        t0 = time.perf_counter()
+        rebound.rebind(pair[0], pair[1])
+        rebind.last = (time.perf_counter() - t0) * 1e3  # type: ignore[attr-defined]
+        pair.reverse()
+
     def replay() -> None:
         g10.replay()
         dev.synchronize()
@@ -99,6 +119,8 @@ def workloads(cg: ModuleType) -> dict[str, tuple[Callable[[], None], int, str]]:
         "capture 1000: the launches (ms)": (phase(1000, 0), 1, "median"),
         "capture 1000: end + instantiate (ms)": (phase(1000, 1), 1, "median"),
         "capture 1000: close (ms)": (phase(1000, 2), 1, "median"),
+        "whole-graph update, 1000 nodes (ms)": (update, 1, "median"),
+        "rebind, 1000-node graph (µs per node)": (rebind, 1, "median"),
     }
     out["_keep"] = (lambda: keep, 0, "")  # type: ignore[assignment]
     return out

@@ -37,6 +37,16 @@ def _spec(a: Any) -> ArrayArg:
     return a._view_spec()
 
 
+def _used(r: Any) -> tuple[Any, ...]:
+    """The views a record's node uses (with None for arguments that are not arrays)."""
+    if r.kind == "kernel" and r.patch is not None:
+        return r.patch[1].views  # type: ignore[no-any-return]
+    return r.views  # type: ignore[no-any-return]
+
+
+_tuple_new = tuple.__new__
+
+
 def rebind(graph: Any, exec_: Any, old: Any, new: Any) -> None:
     """See :meth:`cudagraphs.Graph.rebind`."""
     for name, a in (("old", old), ("new", new)):
@@ -49,7 +59,7 @@ def rebind(graph: Any, exec_: Any, old: Any, new: Any) -> None:
         )
     key, spec = _spec(old), _spec(new)
     records = _records(graph)
-    hits = [i for i, r in enumerate(records) if key in r.arrays()]
+    hits = [i for i, r in enumerate(records) if key in _used(r)]
     if not hits:
         raise ValueError("rebind: this graph does not use that array")
     for i in hits:
@@ -71,11 +81,12 @@ def rebind(graph: Any, exec_: Any, old: Any, new: Any) -> None:
             records[i] = r._replace(patch=copy, views=tuple(spec if v == key else v for v in r.views))
             continue
         kernel, launch = r.patch
-        values = tuple(new.ptr if v == key else x for x, v in zip(launch.values, launch.views))
-        views = tuple(spec if v == key else v for v in launch.views)
-        launch = launch._replace(values=values, views=views)
+        fn, grid, block, shared_mem, values, views = launch
+        values = tuple([new.ptr if v == key else x for x, v in zip(values, views)])
+        views = tuple([spec if v == key else v for v in views])
+        launch = _tuple_new(KernelLaunch, (fn, grid, block, shared_mem, values, views))
         backend.graph_update(exec_, r.handle, launch)
-        records[i] = r._replace(patch=(kernel, launch))
+        records[i] = _tuple_new(type(r), (*r[:4], (kernel, launch), r[5]))  # patch replaced
     graph._res.keep.append(new)
     graph._patched = True
 

@@ -129,12 +129,6 @@ class NodeRecord(NamedTuple):
     patch: Any
     top: bool  # recorded in the graph itself, not in the body of a conditional node
 
-    def arrays(self) -> tuple[ArrayArg, ...]:
-        """The views of the arrays the node uses."""
-        if self.kind == "kernel" and self.patch is not None:
-            return tuple(v for v in self.patch[1].views if v is not None)
-        return self.views
-
 
 def _views(objs: tuple[Any, ...]) -> tuple[ArrayArg, ...]:
     out = []
