@@ -56,12 +56,20 @@ def timed(cg, dev, k, x, how, n=1000):
 
 
 trees = {"old": (old, *setup(old)), "new": (new, *setup(new))}
-res = {(t, h): [] for t in trees for h in ("primitive", "Kernel.launch")}
-for r in range(25):
-    for t in (("old", "new") if r % 2 else ("new", "old")):
-        for h in ("primitive", "Kernel.launch"):
-            res[(t, h)].append(timed(*trees[t], h))
-print("| per captured launch (µs) | old | new |")
-print("|---|---|---|")
-for h in ("primitive", "Kernel.launch"):
-    print(f"| {h} | {statistics.median(res[('old', h)]):.3f} | {statistics.median(res[('new', h)]):.3f} |")
+
+
+def main() -> None:
+    res = {(t, h): [] for t in trees for h in ("primitive", "Kernel.launch")}
+    for r in range(25):
+        for t in (("old", "new") if r % 2 else ("new", "old")):
+            for h in ("primitive", "Kernel.launch"):
+                res[(t, h)].append(timed(*trees[t], h))
+    print("| per captured launch (µs) | old | new |")
+    print("|---|---|---|")
+    for h in ("primitive", "Kernel.launch"):
+        print(f"| {h} | {statistics.median(res[('old', h)]):.3f} | "
+              f"{statistics.median(res[('new', h)]):.3f} |")
+
+
+if __name__ == "__main__":
+    main()

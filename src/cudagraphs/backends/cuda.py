@@ -340,15 +340,13 @@ class CudaBackend:
         return _Function(fn, _Packer(params), name, ordinal)
 
     def launch(self, stream: Any, launch: KernelLaunch) -> None:
-        f = launch[0]
-        g, b = launch[1], launch[2]
+        f, (gx, gy, gz), (bx, by, bz), shared_mem, values, _ = launch  # (the hot path)
         with f.lock:  # the driver copies the arguments before returning
-            f.pack(f.buf, 0, *launch[4])
-            (err,) = f.call(f.fn, g[0], g[1], g[2], b[0], b[1], b[2], launch[3], stream, f.address, 0)
+            f.pack(f.buf, 0, *values)
+            (err,) = f.call(f.fn, gx, gy, gz, bx, by, bz, shared_mem, stream, f.address, 0)
             if err:
                 self._retry(err, f"cuLaunchKernel({f.name})", lambda: f.call(
-                    f.fn, g[0], g[1], g[2], b[0], b[1], b[2], launch[3], stream, f.address, 0),
-                    f.ordinal)
+                    f.fn, gx, gy, gz, bx, by, bz, shared_mem, stream, f.address, 0), f.ordinal)
 
     def launch_host(self, stream: Any, fn: Callable[[], None]) -> object:
         """Queue ``fn()`` on the host after the stream's work (a host node when captured).
