@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # A/B of the hot paths, earlier tree (.baseline/src) against this one, alternating
 # processes ROUNDS times in one machine session (order effects cancel out).
-# Every process is pinned to one CPU (PIN_CPU, default 2) when taskset exists, so
-# the two trees run on the same core. Reports the median and the minimum per row.
+# PIN_CPUS=2-7 pins every process to those CPUs. Reports the median and the minimum
+# per row. (scripts/ab_inprocess.py is more exact: both trees in one process.)
 # Usage (on a GPU): bash scripts/ab_hot_paths.sh [ROUNDS]
 set -u
 ROUNDS=${1:-4}
-PIN=""; command -v taskset >/dev/null && PIN="taskset -c ${PIN_CPU:-2}"
+PIN=""; [ -n "${PIN_CPUS:-}" ] && command -v taskset >/dev/null && PIN="taskset -c $PIN_CPUS"
 export CUDAGRAPHS_BACKEND=${CUDAGRAPHS_BACKEND:-cuda} PYTHONUNBUFFERED=1
 for i in $(seq "$ROUNDS"); do
   for tree in new old; do
