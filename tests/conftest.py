@@ -74,3 +74,67 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def live_blocks(dev: cg.Device) -> str:
+    """Who holds the device's live blocks (for the message of a failed memory check)."""
+    from cudagraphs import _allocator
+
+    def name(o: object) -> str:
+        if type(o).__name__ == "frame":
+            return f"frame {o.f_code.co_name} ({o.f_code.co_filename.rsplit('/', 1)[-1]}:{o.f_lineno})"  # type: ignore[attr-defined]
+        return type(o).__name__
+
+    lines = []
+    for ref in list(_allocator._refs):
+        block = ref()
+        if block is None or block.device is not dev:
+            continue
+        holders = [h for h in gc.get_referrers(block) if h is not ref]
+        for h in holders[:3]:
+            up = gc.get_referrers(h)
+            lines.append(f"block 0x{block.ptr:x} ({block.nbytes} B) <- {name(h)} <- "
+                         f"{[name(u) for u in up][:6]}")
+            frames = [u for u in up if type(u).__name__ == "frame"]
+            if frames:  # what keeps a finished frame alive: a traceback of an exception?
+                lines.append("  " + _frame_owner(frames))
+    return "\n".join(lines[:20]) or "no live block"
+
+
+def _frame_owner(frames: list) -> str:
+    import types
+
+    wanted = {id(f) for f in frames}
+    tbs = [o for o in gc.get_objects() if isinstance(o, types.TracebackType)]
+    hit = [tb for tb in tbs if id(tb.tb_frame) in wanted]
+    found = []
+    for o in gc.get_objects():
+        if isinstance(o, BaseException):
+            tb = o.__traceback__
+            while tb is not None:
+                if any(tb is h for h in hit):
+                    found.append(f"{type(o).__name__}: {str(o)[:160]}")
+                    break
+                tb = tb.tb_next
+    stacks = [f.f_code.co_name for f in frames]
+    # the innermost live frame below them (frames link outward through f_back)
+    inner = frames[0]
+    for _ in range(30):
+        deeper = [r for r in gc.get_referrers(inner)
+                  if type(r).__name__ == "frame" and r.f_back is inner]
+        if not deeper:
+            break
+        inner = deeper[0]
+        del deeper
+    held = []
+    for r in gc.get_referrers(inner):
+        if type(r) is list and len(r) < 50 and any(x is inner for x in r):
+            held.append(f"list of {len(r)} ({[type(x).__name__ for x in r][:5]})")
+        elif type(r).__name__ == "cell":  # a closure's cell (or one held by C code)
+            owners = [t for t in gc.get_referrers(r) if type(t) is tuple]
+            held.append(f"cell ({len(owners)} closure(s) of Python functions hold it)")
+        elif type(r).__name__ not in ("frame",):
+            held.append(f"{type(r).__name__} {r!r:.100}")
+    return (f"frames {stacks}: tracebacks {len(hit)}, held by exceptions {found[:3]}; innermost "
+            f"live frame {inner.f_code.co_name} ({inner.f_code.co_filename}:{inner.f_lineno}) "
+            f"held by {held[:4]}")

@@ -9,7 +9,7 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import random_array
+from conftest import live_blocks, random_array
 
 import cudagraphs as cg
 
@@ -30,7 +30,8 @@ def assert_clean(dev: cg.Device, before: cg.AllocatorStats) -> None:
     gc.collect()
     assert cg.capture_status(dev.stream) == "none"
     assert not dev.captures
-    assert dev.allocator.stats().in_use == before.in_use
+    in_use = dev.allocator.stats().in_use
+    assert in_use == before.in_use, live_blocks(dev)
     probe = cg.asarray(np.arange(4, dtype=np.float32))
     np.testing.assert_array_equal(cg.ops.scale(2.0, probe).get(), [0, 2, 4, 6])
     dev.synchronize()
