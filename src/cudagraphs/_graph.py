@@ -171,7 +171,7 @@ class Graph:
         g._rec = rec  # the Recording while capturing
         g._auto_free = False
         g._patched = False
-        g._traced: list[tuple[str, str]] = []  # (node type, kernel name), set when captured
+        g._traced: list[tuple[str, str]] | None = None  # (node type, kernel name) per node
         return g
 
     def _ready_from(self, raw_graph: Any, rec: Recording, auto_free: bool, instantiate: bool) -> None:
@@ -180,9 +180,9 @@ class Graph:
         res = Resources(self.device, raw_graph, list(rec.keep), [self.pool], [self.stream])
         rec.keep.clear()
         # handles are found on first use (see _recording.resolve_handles)
-        self._records = [r if r.handle is None else r._replace(handle=None)
-                         for r in rec.nodes if r.top]
-        self._traced = list(map(_KIND_NAME, self._records))
+        self._records = rec.nodes if rec.plain else [
+            r if r.handle is None else r._replace(handle=None) for r in rec.nodes if r.top]
+        self._traced = None  # made from the records when an update compares graphs
         self._auto_free = auto_free
         self._res = res
         self._finalizer = weakref.finalize(self, _recording.later, self.device, release_resources, res)
@@ -244,7 +244,7 @@ class Graph:
             raise ValueError(f"the source graph is on {source.device}, this one on {self.device}")
         if source.state not in (GraphState.READY, GraphState.CAPTURED):
             raise RuntimeError(f"the source graph is {source.state}; it cannot be used for an update")
-        mine, theirs = self._traced, source._traced
+        mine, theirs = self._trace(), source._trace()
         if mine != theirs:
             why = _difference(mine, theirs)
             if why is not None:
@@ -279,6 +279,13 @@ class Graph:
         self._traced = source._traced
         self._nodes = None
         return self
+
+    def _trace(self) -> list[tuple[str, str]]:
+        """(node type, kernel name) of each recorded node (made once, on first use)."""
+        traced = self._traced
+        if traced is None:
+            traced = self._traced = list(map(_KIND_NAME, self._records))
+        return traced
 
     def _signature(self) -> list[tuple[str, str]]:
         return [(n.type, n.name) for n in self.nodes]

@@ -158,6 +158,9 @@ class Recording:
         What the graph must keep alive.
     nodes : list of NodeRecord
         The nodes recorded through :func:`submit`, in order.
+    plain : bool
+        Whether every node is top-level (not in a conditional body) and was
+        recorded without a handle.
     invalid : str or None
         Why the capture can no longer succeed.
     """
@@ -170,6 +173,7 @@ class Recording:
         self.thread = threading.get_ident()
         self.keep: list[Any] = []
         self.nodes: list[NodeRecord] = []
+        self.plain = True  # every node is top-level and has no handle yet
         self.streams: list[Any] = [stream]  # innermost capturing stream last (bodies)
         self.invalid: str | None = None
         self.active = False
@@ -220,8 +224,10 @@ class Recording:
                 keep.append(o)
         if kind:  # (the record is built in C)
             views = () if kind == "kernel" else _views(reads + writes)
-            self.nodes.append(_tuple_new(NodeRecord, (node, kind, name, views, patch,
-                                                      stream is self.stream)))
+            top = stream is self.stream
+            if node is not None or not top:
+                self.plain = False
+            self.nodes.append(_tuple_new(NodeRecord, (node, kind, name, views, patch, top)))
         return node
 
     # graph memory (alloc="graph") ---------------------------------------------------
