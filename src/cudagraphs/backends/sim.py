@@ -19,8 +19,10 @@ It is the living spec of the library's behaviour on machines without a GPU:
 from __future__ import annotations
 
 import bisect
+import collections
 import ctypes
 import itertools
+import random
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -42,6 +44,7 @@ __all__ = ["RULES", "SimBackend", "set_conditional"]
 
 POISON = 0xCD
 _ALIGN = 512
+_MAX_PENDING = 4096  # queued items per stream before the simulated device catches up
 _BASE_ADDRESS = 0x7F00_0000_0000
 
 RULES: dict[str, str] = {
@@ -202,13 +205,16 @@ class _SimExec:
 
 class _SimStream:
     __slots__ = ("address", "ordinal", "alive", "capture", "mode", "invalidated", "deps",
-                 "thread", "owned")
+                 "thread", "owned", "queue", "issued", "done")
 
     def __init__(self, address: int, ordinal: int, owned: bool = True) -> None:
         self.address = address
         self.ordinal = ordinal
         self.alive = True
         self.owned = owned
+        self.queue: collections.deque[Callable[[], None]] = collections.deque()  # pending work
+        self.issued = 0  # items ever queued
+        self.done = 0  # items run
         self.capture: _SimGraph | None = None  # the graph being recorded
         self.mode = "thread_local"
         self.invalidated = False
@@ -229,7 +235,7 @@ class _SimStream:
 
 
 class _SimEvent:
-    __slots__ = ("ordinal", "timing", "time", "recorded", "alive")
+    __slots__ = ("ordinal", "timing", "time", "recorded", "alive", "stream", "seq")
 
     def __init__(self, ordinal: int, timing: bool) -> None:
         self.ordinal = ordinal
@@ -237,6 +243,8 @@ class _SimEvent:
         self.time = 0.0
         self.recorded = False
         self.alive = True
+        self.stream: _SimStream | None = None  # where it was last recorded (uncaptured)
+        self.seq = 0  # and after how many of that stream's items it completes
 
 
 class _SimFunction:
@@ -316,6 +324,61 @@ class SimBackend:
         self._lock = threading.Lock()
         self._capturing: set[_SimStream] = set()
         self._thread = threading.local()  # this thread's capture-mode setting
+        self._streams: list[_SimStream] = []  # every live stream (for device synchronize)
+        self._running = threading.local()
+        self._sticky: CudaError | None = None  # a fault that broke the context (see reset)
+        self.seed = settings().sim_seed
+        self._order = random.Random(self.seed)
+
+    # the queues -------------------------------------------------------------
+    def _queue(self, stream: _SimStream, work: Callable[[], None]) -> int:
+        """Queue ``work`` on ``stream``; returns the count its completion reaches."""
+        stream.queue.append(work)
+        stream.issued += 1
+        if len(stream.queue) > _MAX_PENDING:  # memory pressure: the device catches up
+            self._run(stream)
+        return stream.issued
+
+    def _run(self, stream: _SimStream, upto: int | None = None) -> None:
+        """Run ``stream``'s queued work (up to its ``upto``-th item)."""
+        self._check_context()
+        queue = stream.queue
+        while queue and (upto is None or stream.done < upto):
+            work = queue.popleft()
+            stream.done += 1
+            try:
+                work()
+            except CudaError as err:
+                if err.code == CUDA_ERROR_ILLEGAL_ADDRESS:  # a device fault: the context is lost
+                    self._sticky = _error(
+                        CUDA_ERROR_ILLEGAL_ADDRESS, err.call,
+                        f"an earlier kernel or copy touched memory it does not own ({err}); "
+                        "the sim context is unusable until it is reset (as a GPU's is until "
+                        "the process restarts): call cudagraphs.backends.sim.reset()")
+                    for st in self._streams:
+                        st.queue.clear()
+                raise
+
+    def _run_device(self, ordinal: int) -> None:
+        """Run every stream of the device to its end, in a seeded interleaving."""
+        self._check_context()
+        while True:
+            ready = [st for st in self._streams if st.ordinal == ordinal and st.queue]
+            if not ready:
+                return
+            st = ready[self._order.randrange(len(ready))] if len(ready) > 1 else ready[0]
+            self._run(st, st.done + 1)
+
+    def _check_context(self) -> None:
+        if self._sticky is not None:
+            raise self._sticky
+
+    def reset(self) -> None:
+        """Make a context lost to a device fault usable again (queued work is dropped)."""
+        self._sticky = None
+        for st in self._streams:
+            st.queue.clear()
+            st.done = st.issued
 
     # devices ------------------------------------------------------------
     def device_count(self) -> int:
@@ -362,9 +425,11 @@ class SimBackend:
 
     # streams and events -------------------------------------------------
     def stream_create(self, ordinal: int, address: int | None = None) -> _SimStream:
-        if address is not None:
-            return _SimStream(address, ordinal, owned=False)
-        return _SimStream(next(self._addresses), ordinal)
+        stream = (_SimStream(address, ordinal, owned=False) if address is not None
+                  else _SimStream(next(self._addresses), ordinal))
+        with self._lock:
+            self._streams.append(stream)
+        return stream
 
     def event_create(self, ordinal: int, timing: bool) -> _SimEvent:
         return _SimEvent(ordinal, timing)
@@ -391,7 +456,11 @@ class SimBackend:
             if handle.capture is not None:
                 self._invalidate([handle], "cuStreamDestroy")
             self._unsafe(handle.ordinal, "cuStreamDestroy")
+            self._run(handle)  # the driver lets queued work finish
             handle.alive = False
+            with self._lock:
+                if handle in self._streams:
+                    self._streams.remove(handle)
         else:
             raise _error(CUDA_ERROR_INVALID_HANDLE, "destroy", f"not a sim handle: {handle!r}")
 
@@ -403,6 +472,7 @@ class SimBackend:
                     st.invalidated = True
                 raise _error(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "cuCtxSynchronize",
                              "operation not permitted when stream is capturing")
+            self._run_device(target)
             return True
         if isinstance(target, _SimStream):
             call = "cuStreamSynchronize" if block else "cuStreamQuery"
@@ -411,11 +481,14 @@ class SimBackend:
                 self._invalidate([target], call)
             if block:
                 self._unsafe(target.ordinal, call)
+            self._run(target)  # a query forces the work too (the device makes progress)
             return True
         call = "cuEventSynchronize" if block else "cuEventQuery"
         self._live(target, call)
         if block:
             self._unsafe(target.ordinal, call)
+        if target.stream is not None:
+            self._run(target.stream, target.seq)
         return True
 
     def event_record(self, event: _SimEvent, stream: _SimStream, external: bool = False) -> None:
@@ -429,14 +502,25 @@ class SimBackend:
             self._submit(stream, "cuEventRecordWithFlags", "event_record", "", work)
         elif stream.capture is None:
             self._live(stream, "cuEventRecord")
-            work()
+            self._check_context()
+            event.recorded = False
+            event.stream, event.seq = stream, self._queue(stream, work)
 
     def stream_wait_event(self, stream: _SimStream, event: _SimEvent, external: bool = False) -> None:
         self._live(event, "cuStreamWaitEvent")
         if stream.capture is not None and external:
             self._submit(stream, "cuStreamWaitEvent", "event_wait", "", None)
-        else:
-            self._live(stream, "cuStreamWaitEvent")
+            return
+        self._live(stream, "cuStreamWaitEvent")
+        if stream.capture is not None or event.stream is None:
+            return  # (a capture joins through its dependencies; a never-recorded event is done)
+        other, seq, run = event.stream, event.seq, self._run
+
+        def wait() -> None:  # the other stream first runs up to the event
+            run(other, seq)
+
+        self._check_context()
+        self._queue(stream, wait)
 
     def event_elapsed_ms(self, start: _SimEvent, end: _SimEvent) -> float:
         for ev in (start, end):
@@ -451,8 +535,9 @@ class SimBackend:
         """Run ``work`` now, or record it as a node when ``stream`` is capturing."""
         self._live(stream, call)
         if stream.capture is None:
+            self._check_context()
             if work is not None:
-                work()
+                self._queue(stream, work)
         elif stream.invalidated:
             raise _error(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, call,
                          "the capture was invalidated by an earlier illegal call")
@@ -514,18 +599,21 @@ class SimBackend:
         if stream.capture is not None and not self.is_pinned(host, nbytes):
             self._invalidate([stream], call)  # a graph cannot re-read pageable memory
         device = dst if kind == "htod" else src
-        self._memory.resolve(device, nbytes, call)
         resolve = self._memory.resolve
+        pageable = stream.capture is None and not self.is_pinned(host, nbytes)
+        # the driver stages pageable memory: an upload reads it before returning
+        staged = _host_bytes(host, nbytes).copy() if pageable and kind == "htod" else None
 
-        def work() -> None:  # addresses are resolved when the copy runs
+        def work() -> None:  # device addresses are resolved when the copy runs
             buf, off = resolve(device, nbytes, call)
-            data = _host_bytes(host, nbytes)
             if kind == "htod":
-                buf[off: off + nbytes] = data
+                buf[off: off + nbytes] = _host_bytes(host, nbytes) if staged is None else staged
             else:
-                data[...] = buf[off: off + nbytes]
+                _host_bytes(host, nbytes)[...] = buf[off: off + nbytes]
 
         self._submit(stream, call, "memcpy", "", work)
+        if pageable and kind == "dtoh":  # into pageable memory: done when the call returns
+            self._run(stream)
 
     def _dtod(self, dst: int, src: int, nbytes: int) -> Callable[[], None]:
         call = "cuMemcpyDtoDAsync"
@@ -754,4 +842,8 @@ class SimBackend:
         self._live(exec_, "cuGraphLaunch")
         if stream.capture is not None:
             self._invalidate([stream], "cuGraphLaunch")
-        self._submit(stream, "cuGraphLaunch", "child", "", exec_.run)
+        # the launch runs the executable as it is now: later node updates and
+        # whole-graph updates apply to later launches only, as on the driver
+        nodes, works, conditions = list(exec_.nodes), dict(exec_.works), list(exec_.conditions)
+        self._submit(stream, "cuGraphLaunch", "child", "",
+                     lambda: _run_nodes(nodes, works, conditions))
