@@ -184,3 +184,18 @@ def test_dropped_builder_ends_its_capture(dev: cg.Device) -> None:
     gc.collect()
     assert cg.capture_status(stream) == "none" and not dev.captures
     assert np.all(x.get() == 0)  # the abandoned graph never ran
+
+
+def test_event_record_node_keeps_its_event(dev: cg.Device) -> None:
+    x = cg.zeros(16, "float32")
+    bld = cg.GraphBuilder()
+    first = bld.fill(x, 1.0)
+    bld.event_record(cg.Event(dev), after=[first])  # only the graph holds the event
+    g = bld.instantiate()
+    del bld
+    gc.collect()
+    dev.synchronize()
+    g.replay()
+    g.replay()
+    np.testing.assert_array_equal(x.get(), np.ones(16))
+    g.close()

@@ -90,3 +90,54 @@ def test_zero_size_copies(backend: str) -> None:
     assert x.get_async().result().shape == (0, 3)
     x.set(np.zeros((0, 3)))
     cg.ops.copy(x, cg.zeros((0, 3)))
+
+
+def test_get_async_source_memory_is_not_reused_before_the_copy_reads_it(
+        device: cg.Device, rng: np.random.Generator) -> None:
+    x_h = random_array(rng, 1024, "float32")
+    x = cg.asarray(x_h)
+    pending = x.get_async()  # reads x on the copy stream, later
+    del x
+    gc.collect()
+    y = cg.empty(1024, "float32")  # may take x's memory from the cache
+    cg.ops.fill(y, 9.0)  # must wait for the copy (record_stream) before writing
+    device.stream.synchronize()
+    np.testing.assert_array_equal(pending.result(), x_h)
+
+
+def test_memory_freed_by_one_stream_and_reused_by_another_waits_for_the_first(
+        device: cg.Device, rng: np.random.Generator) -> None:
+    a, b = device.create_stream(), device.create_stream()
+    x_h = random_array(rng, 1024, "float32")
+    x = cg.asarray(x_h, stream=a)
+    x.record_stream(b)
+    out = cg.zeros(1024, "float32", stream=b)
+    device.synchronize()
+    cg.ops.copy(out, x, stream=b)  # b reads x, later
+    del x
+    gc.collect()  # back to a's cache, with an event on b
+    z = cg.empty(1024, "float32", stream=a)
+    cg.ops.fill(z, 5.0, stream=a)  # must wait for b's read of the old contents
+    a.synchronize()
+    np.testing.assert_array_equal(out.get(stream=b), x_h)
+    a.close()
+    b.close()
+
+
+def test_a_block_taken_from_another_streams_cache_waits_for_that_stream(
+        device: cg.Device, rng: np.random.Generator) -> None:
+    a, b = device.create_stream(), device.create_stream()
+    device.synchronize()
+    device.allocator.empty_cache()
+    x_h = random_array(rng, 2048, "float32")
+    x = cg.asarray(x_h, stream=a)
+    out = cg.zeros(2048, "float32", stream=a)
+    cg.ops.copy(out, x, stream=a)  # a reads x, later
+    del x
+    gc.collect()  # x's block goes back to a's cache
+    y = cg.empty(2048, "float32", stream=b)  # a miss on b: takes a's block, after a's work
+    cg.ops.fill(y, 7.0, stream=b)
+    b.synchronize()
+    np.testing.assert_array_equal(out.get(stream=a), x_h)
+    a.close()
+    b.close()

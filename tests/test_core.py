@@ -633,3 +633,35 @@ def test_sim_refuses_unused_conditions_like_the_driver(dev: cg.Device) -> None:
         backend.graph_instantiate(graph, False)
     backend.destroy(graph)
     s.close()
+
+
+def test_builder_child_keeps_what_its_graph_used(dev: cg.Device, rng: np.random.Generator) -> None:
+    data = random_array(rng, 4096, "float32")
+    x, y = cg.asarray(data), cg.zeros(4096, "float32")
+    inner = cg.capture(lambda: cg.ops.scale(2.0, x, out=y))
+    bld = cg.GraphBuilder()
+    bld.child(inner)
+    g = bld.instantiate()
+    inner.close()
+    del inner, x
+    settle(dev)
+    z = cg.full(4096, 100.0, "float32")  # would take x's memory, were it freed
+    g.replay()
+    np.testing.assert_allclose(y.get(), 2 * data, rtol=1e-6)
+    del z
+    g.close()
+
+
+def test_builder_host_node_runs_on_every_replay_with_nothing_else_holding_it(
+        dev: cg.Device) -> None:
+    seen: list[int] = []
+    bld = cg.GraphBuilder()
+    bld.host(lambda n: seen.append(n), 5)  # only the graph holds the function and callback
+    g = bld.instantiate()
+    del bld
+    gc.collect()
+    g.replay()
+    g.replay()
+    dev.synchronize()
+    assert seen == [5, 5]
+    g.close()

@@ -172,15 +172,21 @@ class GraphBuilder:
             "host", issue, keep=(callbacks, fn, *args))))
 
     def child(self, graph: Graph, *, after: Sequence[BuilderNode] | None = None) -> BuilderNode:
-        """A child-graph node running ``graph``'s nodes (which stays alive with this one)."""
+        """A child-graph node running a copy of ``graph``'s nodes.
+
+        The driver copies the graph into the node, so ``graph`` may be closed
+        or updated later; what its nodes use now (its arrays) stays alive
+        with this graph.
+        """
         if not isinstance(graph, Graph) or graph.state not in (GraphState.READY, GraphState.CAPTURED):
             raise TypeError(f"child takes a ready or captured Graph, got {graph!r}")
         res = graph._res
         assert res is not None
         child = res.params_graph if res.params_graph is not None else res.graph
-        backend = self._backend
+        backend, used = self._backend, tuple(res.keep)  # what the copied nodes use, as of now
         return self._node("child", after, lambda: submit(self.stream, Work(
-            "child", lambda raw, _: backend.capture_node(raw, "child", child), keep=(graph,))))
+            "child", lambda raw, _: backend.capture_node(raw, "child", child),
+            keep=(graph, *used))))
 
     def event_record(self, event: Event, *, after: Sequence[BuilderNode] | None = None) -> BuilderNode:
         """An event-record node: ``event`` completes when the node runs."""

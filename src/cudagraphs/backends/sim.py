@@ -7,8 +7,21 @@ It is the living spec of the library's behaviour on machines without a GPU:
   instead of silently reading someone else's data;
 * fresh allocations are filled with a poison byte, as real device memory
   holds whatever was there before;
-* work runs in stream order (each call completes before it returns, which is
-  one legal schedule of CUDA's stream semantics), events complete when recorded;
+* streams are queues: queued work runs only when something forces it (a
+  synchronize or query of the stream, device or event, a download into
+  pageable memory, a wait on an event of another stream, which first runs
+  that stream up to the event, destroying the stream, or more than
+  ``_MAX_PENDING`` items pending); a device synchronize runs the streams in
+  an interleaving drawn from ``CUDAGRAPHS_SIM_SEED``, so a missing wait
+  between two streams gives wrong results instead of passing by luck;
+* device addresses are resolved when work runs: touching freed memory then
+  raises CUDA_ERROR_ILLEGAL_ADDRESS and, as on a GPU, leaves the context
+  unusable until :meth:`SimBackend.reset` (tests reset it);
+* pageable host memory is staged when an upload is queued, and a download
+  into it completes before the call returns (the driver's rules); pinned
+  memory is read and written when the copy runs;
+* a graph launch runs the executable as it was at launch time (node and
+  whole-graph updates apply to later launches);
 * kernels run their host implementation on numpy views of device memory;
 * while a stream is captured, work is recorded as graph nodes instead of run,
   and the calls the driver refuses during a capture (the table ``RULES``)
@@ -25,6 +38,7 @@ import itertools
 import random
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -247,6 +261,15 @@ class _SimEvent:
         self.seq = 0  # and after how many of that stream's items it completes
 
 
+class _HostCallback:
+    """What :meth:`SimBackend.launch_host` returns (the driver's C callback)."""
+
+    __slots__ = ("fn", "__weakref__")
+
+    def __init__(self, fn: Callable[[], None]) -> None:
+        self.fn = fn
+
+
 class _SimFunction:
     __slots__ = ("name", "params", "host")
 
@@ -373,6 +396,11 @@ class SimBackend:
         if self._sticky is not None:
             raise self._sticky
 
+    def reseed(self, seed: int) -> None:
+        """Restart the interleaving of stream queues from ``seed`` (to replay an order)."""
+        self.seed = seed
+        self._order = random.Random(seed)
+
     def reset(self) -> None:
         """Make a context lost to a device fault usable again (queued work is dropped)."""
         self._sticky = None
@@ -494,12 +522,18 @@ class SimBackend:
     def event_record(self, event: _SimEvent, stream: _SimStream, external: bool = False) -> None:
         self._live(event, "cuEventRecord")
 
-        def work() -> None:
+        def work() -> None:  # (an event destroyed after its record completes when it runs)
             event.recorded = True
             event.time = time.perf_counter()
 
+        def node() -> None:  # a graph node needs its event alive whenever it runs
+            if not event.alive:
+                raise _error(CUDA_ERROR_INVALID_HANDLE, "cuEventRecord",
+                             "the event of this event-record node was destroyed")
+            work()
+
         if stream.capture is not None and external:
-            self._submit(stream, "cuEventRecordWithFlags", "event_record", "", work)
+            self._submit(stream, "cuEventRecordWithFlags", "event_record", "", node)
         elif stream.capture is None:
             self._live(stream, "cuEventRecord")
             self._check_context()
@@ -509,7 +543,12 @@ class SimBackend:
     def stream_wait_event(self, stream: _SimStream, event: _SimEvent, external: bool = False) -> None:
         self._live(event, "cuStreamWaitEvent")
         if stream.capture is not None and external:
-            self._submit(stream, "cuStreamWaitEvent", "event_wait", "", None)
+            def check() -> None:
+                if not event.alive:
+                    raise _error(CUDA_ERROR_INVALID_HANDLE, "cuStreamWaitEvent",
+                                 "the event of this event-wait node was destroyed")
+
+            self._submit(stream, "cuStreamWaitEvent", "event_wait", "", check)
             return
         self._live(stream, "cuStreamWaitEvent")
         if stream.capture is not None or event.stream is None:
@@ -617,9 +656,7 @@ class SimBackend:
 
     def _dtod(self, dst: int, src: int, nbytes: int) -> Callable[[], None]:
         call = "cuMemcpyDtoDAsync"
-        self._memory.resolve(src, nbytes, call)
-        self._memory.resolve(dst, nbytes, call)
-        resolve = self._memory.resolve
+        resolve = self._memory.resolve  # addresses are resolved when the copy runs
 
         def work() -> None:
             sbuf, soff = resolve(src, nbytes, call)
@@ -632,8 +669,7 @@ class SimBackend:
 
     def memset(self, dst: int, value: int, nbytes: int, stream: _SimStream) -> None:
         call = "cuMemsetD8Async"
-        self._memory.resolve(dst, nbytes, call)
-        resolve = self._memory.resolve
+        resolve = self._memory.resolve  # the address is resolved when the memset runs
 
         def work() -> None:
             buf, off = resolve(dst, nbytes, call)
@@ -696,8 +732,21 @@ class SimBackend:
         self._submit(stream, "cuLaunchKernel", "kernel", fn.name, self._kernel_work(launch))
 
     def launch_host(self, stream: _SimStream, fn: Callable[[], None]) -> object:
-        self._submit(stream, "cuLaunchHostFunc", "host", "", fn)
-        return fn
+        # as the driver, keep only a pointer to the callback: the caller keeps the
+        # returned object alive as long as the work (or the graph node) may run
+        callback = _HostCallback(fn)
+        ref = weakref.ref(callback)
+
+        def work() -> None:
+            alive = ref()
+            if alive is None:
+                raise _error(CUDA_ERROR_ILLEGAL_ADDRESS, "cuLaunchHostFunc",
+                             "the host function was freed before it ran: keep the object "
+                             "launch_host returned alive while its work or node may run")
+            alive.fn()
+
+        self._submit(stream, "cuLaunchHostFunc", "host", "", work)
+        return callback
 
     # stream capture -------------------------------------------------------
     def capture_begin(self, stream: _SimStream, mode: str, graph: Any = None) -> None:

@@ -1,0 +1,110 @@
+"""The simulator fails where a GPU fails: stream queues, run-time addresses, device faults.
+
+These test the ``sim`` backend itself (its model of the driver), so they run
+on sim only; the library's behaviour on both backends is tested elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+import cudagraphs as cg
+from cudagraphs._errors import CudaError
+from cudagraphs.backends.base import CUDA_ERROR_ILLEGAL_ADDRESS, Copy
+
+
+@pytest.fixture
+def sim(device: cg.Device) -> Iterator[cg.Device]:
+    if device.backend.name != "sim":
+        pytest.skip("tests of the simulator's model")
+    device.synchronize()
+    yield device
+    device.backend.reset()
+    device.backend.reseed(cg.settings().sim_seed)
+
+
+def test_work_waits_in_its_stream_until_something_forces_it(sim: cg.Device) -> None:
+    s = sim.create_stream()
+    x = cg.zeros(16, "int32", stream=s)
+    s.synchronize()
+    backend = sim.backend
+    cg.ops.fill(x, 7, stream=s)
+    view = backend.view(x.ptr, x.shape, x.strides, x.dtype)
+    assert np.all(view == 0)  # queued, not run
+    assert s.query()  # a query makes progress, as a device does on its own
+    assert np.all(view == 7)
+    s.close()
+
+
+def test_a_missing_wait_between_streams_shows_under_some_interleaving(sim: cg.Device) -> None:
+    a, b = sim.create_stream(), sim.create_stream()
+    x, y = cg.zeros(64, "float32", stream=a), cg.zeros(64, "float32", stream=b)
+    sim.synchronize()
+
+    def run(seed: int, wait: bool) -> bool:
+        sim.backend.reseed(seed)
+        cg.ops.fill(x, 0.0, stream=a)
+        cg.ops.fill(y, 0.0, stream=b)
+        sim.synchronize()
+        cg.ops.fill(x, 1.0, stream=a)
+        if wait:
+            b.wait(a)
+        cg.ops.copy(y, x, stream=b)
+        sim.synchronize()
+        return bool(np.all(y.get() == 1.0))
+
+    assert all(run(seed, wait=True) for seed in range(12))
+    assert not all(run(seed, wait=False) for seed in range(12))  # some order exposes it
+    a.close()
+    b.close()
+
+
+def test_a_fault_is_raised_when_the_work_runs_and_sticks_until_reset(sim: cg.Device) -> None:
+    backend, s = sim.backend, sim.create_stream()
+    ptr = backend.mem_alloc(sim.index, 256, s._raw)
+    backend.mem_free(ptr, s._raw)
+    backend.memset(ptr, 1, 256, s._raw)  # queued: nothing is checked yet, as on a GPU
+    with pytest.raises(CudaError) as err:
+        s.synchronize()
+    assert err.value.code == CUDA_ERROR_ILLEGAL_ADDRESS
+    with pytest.raises(CudaError, match="unusable until it is reset") as again:
+        cg.zeros(4, "float32").get()  # every later call fails too
+    assert again.value.code == CUDA_ERROR_ILLEGAL_ADDRESS
+    backend.reset()
+    np.testing.assert_array_equal(cg.full(4, 2.0, "float32").get(), [2, 2, 2, 2])
+
+
+def test_pageable_uploads_are_staged_and_pinned_ones_read_when_run(sim: cg.Device) -> None:
+    s = sim.create_stream()
+    x = cg.zeros(4, "float32", stream=s)
+    s.synchronize()
+    host = np.arange(4, dtype=np.float32)
+    backend = sim.backend
+    backend.memcpy(s._raw, Copy(x.ptr, host.ctypes.data, host.nbytes, "htod"))
+    host[:] = -1  # the driver copied pageable memory before returning
+    s.synchronize()
+    np.testing.assert_array_equal(x.get(stream=s), [0, 1, 2, 3])
+    slot = cg.HostSlot(4, "float32")
+    slot.array[:] = 5
+    backend.memcpy(s._raw, Copy(x.ptr, slot.array.ctypes.data, 16, "htod"))
+    slot.array[:] = 9  # pinned memory is read when the copy runs
+    np.testing.assert_array_equal(x.get(stream=s), [9, 9, 9, 9])
+    s.close()
+
+
+def test_a_launched_graph_runs_as_it_was_when_launched(sim: cg.Device) -> None:
+    x, y = cg.ones(8, "float32"), cg.zeros(8, "float32")
+    g = cg.capture(lambda: cg.ops.copy(y, x))
+    g.replay()  # queued
+    x2 = cg.full(8, 3.0, "float32")
+    sim.stream.synchronize()
+    y.set(np.zeros(8, np.float32))
+    g.replay()
+    g.rebind(x, x2)  # applies to later launches only
+    np.testing.assert_array_equal(y.get(), np.ones(8))
+    g.replay()
+    np.testing.assert_array_equal(y.get(), np.full(8, 3.0))
+    g.close()
