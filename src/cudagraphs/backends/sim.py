@@ -453,6 +453,11 @@ class SimBackend:
 
     # streams and events -------------------------------------------------
     def stream_create(self, ordinal: int, address: int | None = None) -> _SimStream:
+        if address is not None:  # a stream made elsewhere: the same queue as its maker's
+            with self._lock:
+                known = next((st for st in self._streams if st.address == address), None)
+            if known is not None:
+                return known
         stream = (_SimStream(address, ordinal, owned=False) if address is not None
                   else _SimStream(next(self._addresses), ordinal))
         with self._lock:
