@@ -49,12 +49,13 @@ from .._errors import BackendUnavailableError, CudaError, UpdateError
 from . import base
 from .base import (
     CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_ILLEGAL_STATE, CUDA_ERROR_INVALID_HANDLE,
+    CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,
     CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
     CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, Capabilities, Copy, DeviceProperties, KernelLaunch,
     NodeInfo,
 )
 
-__all__ = ["RULES", "SimBackend", "set_conditional"]
+__all__ = ["FAULTS", "RULES", "SimBackend", "set_conditional"]
 
 POISON = 0xCD
 _ALIGN = 512
@@ -334,6 +335,22 @@ def _host_bytes(address: int, nbytes: int) -> np.ndarray:
     return np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(address))
 
 
+FAULTS: dict[str, tuple[str, int]] = {
+    "alloc": ("cuMemAllocFromPoolAsync", CUDA_ERROR_OUT_OF_MEMORY),
+    "host_alloc": ("cuMemHostAlloc", CUDA_ERROR_OUT_OF_MEMORY),
+    "launch": ("cuLaunchKernel", CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES),
+    "copy": ("cuMemcpyAsync", CUDA_ERROR_INVALID_VALUE),
+    "memset": ("cuMemsetD8Async", CUDA_ERROR_INVALID_VALUE),
+    "event": ("cuEventCreate", CUDA_ERROR_OUT_OF_MEMORY),
+    "stream": ("cuStreamCreate", CUDA_ERROR_OUT_OF_MEMORY),
+    "instantiate": ("cuGraphInstantiate", CUDA_ERROR_OUT_OF_MEMORY),
+    "update": ("cuGraphExecUpdate", CUDA_ERROR_INVALID_VALUE),
+    "upload": ("cuGraphUpload", CUDA_ERROR_OUT_OF_MEMORY),
+    "graph_launch": ("cuGraphLaunch", CUDA_ERROR_OUT_OF_MEMORY),
+}
+"""The calls :meth:`SimBackend.inject` can make fail: kind -> (driver call, its code)."""
+
+
 class SimBackend:
     """CPU simulation of the CUDA primitives in :class:`~.base.Backend`."""
 
@@ -350,6 +367,7 @@ class SimBackend:
         self._streams: list[_SimStream] = []  # every live stream (for device synchronize)
         self._running = threading.local()
         self._sticky: CudaError | None = None  # a fault that broke the context (see reset)
+        self._faults: dict[str, int] = {}  # kind -> calls left until it fails (inject)
         self.seed = settings().sim_seed
         self._order = random.Random(self.seed)
 
@@ -395,6 +413,43 @@ class SimBackend:
     def _check_context(self) -> None:
         if self._sticky is not None:
             raise self._sticky
+
+    # fault injection ----------------------------------------------------------
+    def inject(self, kind: str, nth: int = 1) -> None:
+        """Make the ``nth`` next call of ``kind`` (see :data:`FAULTS`) fail with the driver's code.
+
+        The failing call raises as the driver's would and does nothing else;
+        later calls succeed. :meth:`injected` tells whether it fired.
+
+        Raises
+        ------
+        ValueError
+            For an unknown kind or an ``nth`` below 1.
+        """
+        if kind not in FAULTS:
+            raise ValueError(f"unknown fault kind {kind!r}; one of {', '.join(FAULTS)}")
+        if type(nth) is not int or nth < 1:
+            raise ValueError(f"nth must be an int >= 1, got {nth!r}")
+        self._faults[kind] = nth
+
+    def injected(self, kind: str) -> bool:
+        """Whether the fault injected for ``kind`` has fired (and is spent)."""
+        return kind not in self._faults
+
+    def clear_faults(self) -> None:
+        """Forget faults that have not fired."""
+        self._faults.clear()
+
+    def _fault(self, kind: str) -> None:
+        left = self._faults.get(kind)
+        if left is None:
+            return
+        if left > 1:
+            self._faults[kind] = left - 1
+            return
+        del self._faults[kind]
+        call, code = FAULTS[kind]
+        raise _error(code, call, f"injected fault ({kind})")
 
     def reseed(self, seed: int) -> None:
         """Restart the interleaving of stream queues from ``seed`` (to replay an order)."""
@@ -458,6 +513,8 @@ class SimBackend:
                 known = next((st for st in self._streams if st.address == address), None)
             if known is not None:
                 return known
+        if address is None:
+            self._fault("stream")
         stream = (_SimStream(address, ordinal, owned=False) if address is not None
                   else _SimStream(next(self._addresses), ordinal))
         with self._lock:
@@ -465,6 +522,7 @@ class SimBackend:
         return stream
 
     def event_create(self, ordinal: int, timing: bool) -> _SimEvent:
+        self._fault("event")
         return _SimEvent(ordinal, timing)
 
     def destroy(self, handle: Any) -> None:
@@ -590,6 +648,7 @@ class SimBackend:
 
     # memory -------------------------------------------------------------
     def mem_alloc(self, ordinal: int, nbytes: int, stream: _SimStream) -> int:
+        self._fault("alloc")
         self._live(stream, "cuMemAllocFromPoolAsync")
         if stream.capture is None:
             self._unsafe(ordinal, "cuMemAllocFromPoolAsync")
@@ -614,6 +673,7 @@ class SimBackend:
         return total - self._memory.used.get(ordinal, 0), total
 
     def host_alloc(self, nbytes: int) -> int:
+        self._fault("host_alloc")
         self._unsafe(0, "cuMemHostAlloc")
         arr = np.empty(max(nbytes, 1), dtype=np.uint8)
         ptr = arr.ctypes.data
@@ -634,6 +694,7 @@ class SimBackend:
                        for p, h in self._host.items())
 
     def memcpy(self, stream: _SimStream, copy: Copy) -> None:
+        self._fault("copy")
         dst, src, nbytes, kind = copy
         if kind == "dtod":
             self._submit(stream, "cuMemcpyDtoDAsync", "memcpy", "", self._dtod(dst, src, nbytes))
@@ -673,6 +734,7 @@ class SimBackend:
         return work
 
     def memset(self, dst: int, value: int, nbytes: int, stream: _SimStream) -> None:
+        self._fault("memset")
         call = "cuMemsetD8Async"
         resolve = self._memory.resolve  # the address is resolved when the memset runs
 
@@ -727,6 +789,7 @@ class SimBackend:
         return work
 
     def launch(self, stream: _SimStream, launch: KernelLaunch) -> None:
+        self._fault("launch")
         fn: _SimFunction = launch.function
         if fn.host is None:
             raise BackendUnavailableError(
@@ -835,6 +898,7 @@ class SimBackend:
         return nodes, edges
 
     def graph_instantiate(self, graph: _SimGraph, auto_free: bool) -> _SimExec:
+        self._fault("instantiate")
         self._live(graph, "cuGraphInstantiate")
         made, used = self._conditions(graph)
         if made - used:  # the driver refuses a handle no conditional node uses
@@ -857,6 +921,7 @@ class SimBackend:
 
     def graph_update(self, exec_: _SimExec, target: Any,
                      params: KernelLaunch | Copy | None = None) -> None:
+        self._fault("update")
         if params is None:  # whole-graph update: CUDA's checks, then the new nodes
             self._live(exec_, "cuGraphExecUpdate")
             self._live(target, "cuGraphExecUpdate")
@@ -889,6 +954,7 @@ class SimBackend:
             exec_.works[i] = self._dtod(params.dst, params.src, params.nbytes)
 
     def graph_launch(self, exec_: _SimExec, stream: _SimStream, upload: bool = False) -> None:
+        self._fault("upload" if upload else "graph_launch")
         if upload:
             self._live(exec_, "cuGraphUpload")
             self._live(stream, "cuGraphUpload")
