@@ -18,6 +18,23 @@ import cudagraphs as cg
 
 BACKENDS = [b.strip() for b in os.environ.get("CUDAGRAPHS_TEST_BACKENDS", "sim").split(",") if b.strip()]
 
+# the simulator runs several streams' queues in an order drawn from this seed: it varies
+# from run to run unless CUDAGRAPHS_SIM_SEED fixes it, and the report header prints it
+if not os.environ.get("CUDAGRAPHS_SIM_SEED"):
+    cg.configure(sim_seed=int.from_bytes(os.urandom(2), "little"))
+SIM_SEED = cg.settings().sim_seed
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return (f"cudagraphs sim seed: {SIM_SEED} (replay this run's stream interleavings with "
+            f"CUDAGRAPHS_SIM_SEED={SIM_SEED})")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.failed and "[sim" in report.nodeid:
+        report.sections.append(("cudagraphs", f"sim seed {SIM_SEED}: rerun with "
+                                              f"CUDAGRAPHS_SIM_SEED={SIM_SEED}"))
+
 
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> Iterator[str]:
