@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import dataclasses
 import ctypes
 import itertools
 import random
@@ -55,39 +56,70 @@ from .base import (
     NodeInfo,
 )
 
-__all__ = ["FAULTS", "RULES", "SimBackend", "set_conditional"]
+__all__ = ["FAULTS", "RULES", "Rule", "SimBackend", "set_conditional"]
 
 POISON = 0xCD
 _ALIGN = 512
 _MAX_PENDING = 4096  # queued items per stream before the simulated device catches up
 _BASE_ADDRESS = 0x7F00_0000_0000
 
-RULES: dict[str, str] = {
-    "cuCtxSynchronize": "refused while any capture is active on the device; invalidates "
-                        "the captures the calling thread may not disturb",
-    "cuStreamSynchronize": "refused on a capturing stream (invalidates it); on another "
-                           "stream, an unsafe call",
-    "cuStreamQuery": "refused on a capturing stream (invalidates it)",
-    "cuEventSynchronize": "an unsafe call",
-    "cuGraphExecDestroy": "an unsafe call",
-    "cuEventDestroy": "an unsafe call",
-    "cuStreamDestroy": "an unsafe call",
-    "cuMemAllocFromPoolAsync": "on a stream that is not capturing: an unsafe call",
-    "cuMemFreeAsync": "on a stream that is not capturing: an unsafe call",
-    "cuMemHostAlloc": "an unsafe call",
-    "cuMemFreeHost": "an unsafe call",
-    "cuMemcpyHtoDAsync": "from pageable host memory on a capturing stream: refused",
-    "cuMemcpyDtoHAsync": "to pageable host memory on a capturing stream: refused",
-    "cuGraphLaunch": "on a capturing stream: refused (embed a child graph instead)",
-}
-"""What the simulated driver refuses while a capture is active on the device.
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """One call the driver refuses while a capture is active.
 
-An *unsafe call* fails with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and
-invalidates every capture on the device whose mode forbids it to the calling
-thread: ``global`` captures from any thread, ``thread_local`` captures from
-their own thread, ``relaxed`` captures never; a thread whose capture mode was
-exchanged to ``relaxed`` may make unsafe calls. Compiling and loading kernels
-is legal during a capture (measured on an H200).
+    Attributes
+    ----------
+    call : str
+        The driver call.
+    target : str
+        What it acts on, relative to the capture (``"the capturing stream"``,
+        ``"another stream"``, ...).
+    refused_in : tuple of str
+        The capture modes, of a capture by the calling thread, in which the
+        call is refused (it succeeds in the others).
+    code : int
+        The error code of a refusal.
+    invalidates : bool
+        Whether a refusal also invalidates that capture (ending it then fails
+        with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED).
+    """
+
+    call: str
+    target: str
+    refused_in: tuple[str, ...]
+    code: int
+    invalidates: bool
+
+
+_ALL, _UNSAFE = ("global", "thread_local", "relaxed"), ("global", "thread_local")
+_NO = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+RULES: tuple[Rule, ...] = (
+    Rule("cuStreamSynchronize", "the capturing stream", _ALL, _NO, True),
+    Rule("cuStreamQuery", "the capturing stream", _ALL, _NO, True),
+    Rule("cuCtxSynchronize", "the device", _ALL, _NO, True),
+    Rule("cuStreamSynchronize", "another stream", _UNSAFE, _NO, True),
+    Rule("cuEventSynchronize", "an event recorded before the capture", _UNSAFE, _NO, True),
+    Rule("cuGraphExecDestroy", "another graph's executable", _UNSAFE, _NO, True),
+    Rule("cuEventDestroy", "an event", _UNSAFE, _NO, True),
+    Rule("cuStreamDestroy", "another stream", _UNSAFE, _NO, True),
+    Rule("cuMemAllocFromPoolAsync", "another stream", _UNSAFE, _NO, True),
+    Rule("cuMemFreeAsync", "another stream", _UNSAFE, _NO, True),
+    Rule("cuMemHostAlloc", "host memory", _UNSAFE, _NO, True),
+    Rule("cuMemFreeHost", "host memory", _UNSAFE, _NO, True),
+    Rule("cuMemcpyHtoDAsync", "the capturing stream, from pageable memory", _ALL, _NO, True),
+    Rule("cuMemcpyDtoHAsync", "the capturing stream, to pageable memory", _ALL, _NO, True),
+    Rule("cuGraphLaunch", "the capturing stream", _ALL, _NO, True),
+    Rule("cuModuleLoadData", "a new module (compiling and loading a kernel)", (), _NO, False),
+)
+"""What the simulated driver refuses while a capture is active, one row per call.
+
+A call refused in ``global`` and ``thread_local`` mode only is an *unsafe
+call* in CUDA's terms: it fails with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+and invalidates every capture on the device whose mode forbids it to the
+calling thread (``global`` captures from any thread, ``thread_local``
+captures from their own thread, ``relaxed`` captures never); a thread whose
+capture mode was exchanged to ``relaxed`` may make unsafe calls. Every row is
+checked against the driver by ``tests/test_rules.py`` on a GPU.
 """
 
 
@@ -558,8 +590,11 @@ class SimBackend:
     def synchronize(self, target: Any, block: bool = True) -> bool:
         if isinstance(target, int):  # a device
             if self._capturing and any(st.ordinal == target for st in self._capturing):
-                blocked = self._blocked(target)
-                for st in blocked:
+                # it would wait for the capturing streams: refused in every mode; it
+                # invalidates this thread's captures and those an unsafe call breaks
+                me = threading.get_ident()
+                for st in self._blocked(target) + [st for st in self._capturing
+                                                   if st.ordinal == target and st.thread == me]:
                     st.invalidated = True
                 raise _error(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "cuCtxSynchronize",
                              "operation not permitted when stream is capturing")

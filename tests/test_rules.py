@@ -1,0 +1,157 @@
+"""The driver's rules during a capture: every row of ``backends/sim.py``'s ``RULES``.
+
+Each row runs in each capture mode on every backend under test, through the
+backend's primitives: a capture by this thread on a fresh stream, the call,
+then whether it was refused (with which code) and whether the capture is
+still valid. On a GPU this checks the table against the driver; on sim it
+checks that the simulator follows its own table.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+import cudagraphs as cg
+from cudagraphs._errors import CudaError
+from cudagraphs.backends.base import CAPTURE_MODES, Copy
+from cudagraphs.backends.sim import RULES, Rule
+
+_fresh = itertools.count()
+
+
+class Case:
+    """What one row's call needs, made before the capture begins, and undone after."""
+
+    def __init__(self, dev: cg.Device) -> None:
+        self.dev, self.b = dev, dev.backend
+        b, i = self.b, dev.index
+        self.s = b.stream_create(i)  # captured
+        self.other = b.stream_create(i)
+        self.spare = b.stream_create(i)  # destroyed by the cuStreamDestroy row
+        self.event = b.event_create(i, False)
+        b.event_record(self.event, self.other)
+        self.spare_event = b.event_create(i, False)
+        self.ptr = b.mem_alloc(i, 512, self.other)
+        self.spare_ptr = b.mem_alloc(i, 512, self.other)
+        self.host = b.host_alloc(4096)
+        self.pageable = np.zeros(16, np.float32)
+        x = cg.zeros(4, "float32")
+        self.graph = cg.capture(lambda: cg.ops.fill(x, 1.0))
+        self.x = x
+        b.synchronize(i)
+        self.made: list[tuple[str, Any]] = []  # what a call that succeeded made
+        self.gone: set[str] = set()  # what a call that succeeded destroyed
+
+    def call(self, rule: Rule) -> Callable[[], Any]:
+        b, i, s = self.b, self.dev.index, self.s
+        key = (rule.call, rule.target)
+
+        def destroy(what: str, handle: Any) -> Callable[[], None]:
+            def run() -> None:
+                b.destroy(handle)
+                self.gone.add(what)
+            return run
+
+        def free(what: str, fn: Callable[[], None]) -> Callable[[], None]:
+            def run() -> None:
+                fn()
+                self.gone.add(what)
+            return run
+
+        calls: dict[tuple[str, str], Callable[[], Any]] = {
+            ("cuStreamSynchronize", "the capturing stream"): lambda: b.synchronize(s),
+            ("cuStreamQuery", "the capturing stream"): lambda: b.synchronize(s, block=False),
+            ("cuCtxSynchronize", "the device"): lambda: b.synchronize(i),
+            ("cuStreamSynchronize", "another stream"): lambda: b.synchronize(self.other),
+            ("cuEventSynchronize", "an event recorded before the capture"):
+                lambda: b.synchronize(self.event),
+            ("cuGraphExecDestroy", "another graph's executable"):
+                destroy("exec", self.graph._exec),
+            ("cuEventDestroy", "an event"): destroy("event", self.spare_event),
+            ("cuStreamDestroy", "another stream"): destroy("stream", self.spare),
+            ("cuMemAllocFromPoolAsync", "another stream"):
+                lambda: self.made.append(("ptr", b.mem_alloc(i, 512, self.other))),
+            ("cuMemFreeAsync", "another stream"):
+                free("ptr", lambda: b.mem_free(self.spare_ptr, self.other)),
+            ("cuMemHostAlloc", "host memory"): lambda: self.made.append(("host", b.host_alloc(64))),
+            ("cuMemFreeHost", "host memory"): free("host", lambda: b.host_free(self.host)),
+            ("cuMemcpyHtoDAsync", "the capturing stream, from pageable memory"):
+                lambda: b.memcpy(s, Copy(self.ptr, self.pageable.ctypes.data, 64, "htod")),
+            ("cuMemcpyDtoHAsync", "the capturing stream, to pageable memory"):
+                lambda: b.memcpy(s, Copy(self.pageable.ctypes.data, self.ptr, 64, "dtoh")),
+            ("cuGraphLaunch", "the capturing stream"): lambda: b.graph_launch(self.graph._exec, s),
+            ("cuModuleLoadData", "a new module (compiling and loading a kernel)"):
+                lambda: cg.Kernel(f'extern "C" __global__ void k{next(_fresh)}(float* p) {{ p[0] = 1; }}',
+                                  f"k{next(_fresh) - 1}", host=lambda p: None).function(self.dev),
+        }
+        return calls[key]
+
+    def close(self) -> None:
+        b, i = self.b, self.dev.index
+        b.synchronize(i)
+        for kind, handle in self.made:
+            (b.host_free if kind == "host" else lambda p: b.mem_free(p, self.other))(handle)
+        if "exec" in self.gone:
+            self.graph._exec = self.graph._res.exec = None  # the row destroyed it
+        self.graph.close()
+        b.mem_free(self.ptr, self.other)
+        if "ptr" not in self.gone:
+            b.mem_free(self.spare_ptr, self.other)
+        if "host" not in self.gone:
+            b.host_free(self.host)
+        for what, handle in (("event", self.spare_event), ("stream", self.spare)):
+            if what not in self.gone:
+                b.destroy(handle)
+        b.synchronize(i)
+        for handle in (self.event, self.s, self.other):
+            b.destroy(handle)
+
+
+@pytest.fixture
+def case(device: cg.Device) -> Iterator[Case]:
+    cg.ops.preload(["float32"], device)
+    c = Case(device)
+    yield c
+    c.close()
+
+
+@pytest.mark.parametrize("mode", CAPTURE_MODES)
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: f"{r.call}({r.target})")
+def test_the_driver_refuses_what_the_table_says(case: Case, rule: Rule, mode: str) -> None:
+    b, s = case.b, case.s
+    call = case.call(rule)
+    b.capture_begin(s, mode)
+    error: CudaError | None = None
+    try:
+        call()
+    except CudaError as exc:
+        error = exc
+    status = b.capture_info(s)[0]
+    try:
+        graph = b.capture_end(s)
+    except CudaError:
+        graph = None
+    if graph is not None:
+        b.destroy(graph)
+    refused = mode in rule.refused_in
+    if refused:
+        assert error is not None and error.code == rule.code, (
+            f"{rule.call} on {rule.target} in a {mode} capture: expected code {rule.code}, got {error!r}")
+        assert status == ("invalidated" if rule.invalidates else "active"), (
+            f"{rule.call} on {rule.target} in a {mode} capture left it {status}")
+    else:
+        assert error is None, f"{rule.call} on {rule.target} in a {mode} capture: {error!r}"
+        assert status == "active", f"{rule.call} on {rule.target} in a {mode} capture left it {status}"
+
+
+def test_every_row_is_in_the_readme() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    for rule in RULES:
+        assert f"| `{rule.call}` | {rule.target} |" in readme, rule
