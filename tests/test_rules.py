@@ -149,9 +149,14 @@ def test_the_driver_refuses_what_the_table_says(case: Case, rule: Rule, mode: st
         assert status == "active", f"{rule.call} on {rule.target} in a {mode} capture left it {status}"
 
 
-def test_every_row_is_in_the_readme() -> None:
+def test_the_readme_shows_the_tables_as_they_are() -> None:
+    import sys
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    for rule in RULES:
-        assert f"| `{rule.call}` | {rule.target} |" in readme, rule
+    root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root / "scripts"))
+    from rules_table import faults_table, rules_table
+
+    readme = (root / "README.md").read_text()
+    assert rules_table() in readme, "regenerate with scripts/rules_table.py"
+    assert faults_table() in readme, "regenerate with scripts/rules_table.py"
