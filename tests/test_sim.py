@@ -108,3 +108,27 @@ def test_a_launched_graph_runs_as_it_was_when_launched(sim: cg.Device) -> None:
     g.replay()
     np.testing.assert_array_equal(y.get(), np.full(8, 3.0))
     g.close()
+
+
+@pytest.mark.parametrize("grid, block, shared", [
+    ((1, 1, 1), (1025, 1, 1), 0), ((1, 1, 1), (32, 32, 2), 0), ((1, 1, 1), (1, 1, 65), 0),
+    ((1, 65536, 1), (1, 1, 1), 0), ((1, 1, 1), (32, 1, 1), 64 << 10),
+])
+def test_launch_limits_are_the_devices(device: cg.Device, grid: tuple[int, int, int],
+                                       block: tuple[int, int, int], shared: int) -> None:
+    """Both drivers refuse a launch beyond an H100's limits with CUDA_ERROR_INVALID_VALUE.
+
+    (``Kernel.launch`` refuses bad dimensions itself, with a ValueError; this is
+    the driver's answer under it.)
+    """
+    from cudagraphs.backends.base import KernelLaunch
+
+    k = cg.Kernel('extern "C" __global__ void touch(float* p) { }', "touch", host=lambda p: None)
+    x = cg.zeros(1, "float32")
+    fn, backend, raw = k.function(device), device.backend, device.stream._raw
+    with pytest.raises(CudaError) as err:
+        backend.launch(raw, KernelLaunch(fn, grid, block, shared, (x.ptr,), (x._view_spec(),)))
+        device.synchronize()
+    assert err.value.code == 1  # CUDA_ERROR_INVALID_VALUE
+    k.launch(1, 1, x)  # the device keeps working
+    device.synchronize()

@@ -297,6 +297,28 @@ class _SimEvent:
         self.seq = 0  # and after how many of that stream's items it completes
 
 
+# an H100's launch limits (the driver answers CUDA_ERROR_INVALID_VALUE beyond them)
+MAX_GRID = (2**31 - 1, 65535, 65535)
+MAX_BLOCK = (1024, 1024, 64)
+MAX_THREADS_PER_BLOCK = 1024
+MAX_SHARED_MEM = 48 << 10  # per block, without opting in to more
+
+
+def _check_dims(launch: KernelLaunch) -> None:
+    grid, block, shared = launch.grid, launch.block, launch.shared_mem
+    why = None
+    if any(g > m for g, m in zip(grid, MAX_GRID)):
+        why = f"grid {grid} exceeds the device's {MAX_GRID}"
+    elif any(b > m for b, m in zip(block, MAX_BLOCK)):
+        why = f"block {block} exceeds the device's {MAX_BLOCK}"
+    elif block[0] * block[1] * block[2] > MAX_THREADS_PER_BLOCK:
+        why = f"block {block} has more than {MAX_THREADS_PER_BLOCK} threads"
+    elif shared > MAX_SHARED_MEM:
+        why = f"{shared} B of shared memory exceeds the {MAX_SHARED_MEM} B a block gets"
+    if why is not None:
+        raise _error(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel", why)
+
+
 class _HostCallback:
     """What :meth:`SimBackend.launch_host` returns (the driver's C callback)."""
 
@@ -831,6 +853,7 @@ class SimBackend:
                 "on the sim backend: pass host=<numpy function> to cg.Kernel, "
                 "or run on the cuda backend"
             )
+        _check_dims(launch)
         self._submit(stream, "cuLaunchKernel", "kernel", fn.name, self._kernel_work(launch))
 
     def launch_host(self, stream: _SimStream, fn: Callable[[], None]) -> object:
