@@ -132,6 +132,7 @@ def test_a_block_taken_from_another_streams_cache_waits_for_that_stream(
     x_h = random_array(rng, 2048, "float32")
     x = cg.asarray(x_h, stream=a)
     out = cg.zeros(2048, "float32", stream=a)
+    a.synchronize()
     cg.ops.copy(out, x, stream=a)  # a reads x, later
     del x
     gc.collect()  # x's block goes back to a's cache

@@ -146,7 +146,9 @@ def test_rebind_repoints_inputs_and_outputs(dev: cg.Device, rng: np.random.Gener
     assert g.rebind(y1, y2) is g
     del x2
     gc.collect()  # the graph keeps the new input alive
+    z = cg.full(200, 100.0, "float32")  # would take x2's memory, were it freed
     g.replay()
+    del z
     np.testing.assert_array_equal(y1.get(), np.zeros(200, np.float32))
     np.testing.assert_allclose(y2.get(), 3 * x2_h, rtol=1e-6)
     g.close()
