@@ -105,12 +105,22 @@ def _pinned(dev: cg.Device) -> int:
     return len(dev.backend._host)
 
 
-def _clean(dev: cg.Device, before: cg.AllocatorStats, pinned_before: int) -> None:
+def _handles(dev: cg.Device) -> dict[str, int]:
+    gc.collect()
+    dev.allocator.stats()  # a safe point: deferred releases run
+    return dev.backend.live_handles()  # type: ignore[no-any-return]
+
+
+def _clean(dev: cg.Device, before: cg.AllocatorStats, pinned_before: int,
+           handles_before: dict[str, int]) -> None:
     gc.collect()
     dev.synchronize()
     assert cg.capture_status(dev.stream) == "none"
     assert dev.allocator.stats().in_use == before.in_use, "device memory leaked"
     assert _pinned(dev) <= pinned_before, "pinned memory leaked"
+    handles = _handles(dev)
+    assert all(n <= handles_before.get(k, 0) for k, n in handles.items()), (
+        f"driver handles leaked: {handles} after, {handles_before} before")
     _capture_replay(dev)  # the stream works and the next capture succeeds
 
 
@@ -123,7 +133,7 @@ def test_every_call_of_the_path_fails_once_and_nothing_breaks(sim: cg.Device, pa
     gc.collect()
     sim.synchronize()
     pinned_before = _pinned(sim)
-    before = sim.allocator.stats()
+    before, handles_before = sim.allocator.stats(), _handles(sim)
     for nth in range(1, 200):
         sim.allocator.empty_cache()  # so that the path allocates from the driver too
         backend.inject(kind, nth)
@@ -142,7 +152,7 @@ def test_every_call_of_the_path_fails_once_and_nothing_breaks(sim: cg.Device, pa
         if not fired:  # the path makes fewer calls of this kind than nth
             break
         COUNTS[path] = COUNTS.get(path, 0) + 1
-        _clean(sim, before, pinned_before)
+        _clean(sim, before, pinned_before, handles_before)
 
 
 def test_the_sweep_injected_faults(sim: cg.Device) -> None:

@@ -425,6 +425,7 @@ class SimBackend:
         self._running = threading.local()
         self._sticky: CudaError | None = None  # a fault that broke the context (see reset)
         self._faults: dict[str, int] = {}  # kind -> calls left until it fails (inject)
+        self._handles: dict[int, Any] = {}  # id -> graphs, executables, events, streams made
         self.seed = settings().sim_seed
         self._order = random.Random(self.seed)
 
@@ -466,6 +467,25 @@ class SimBackend:
                 return
             st = ready[self._order.randrange(len(ready))] if len(ready) > 1 else ready[0]
             self._run(st, st.done + 1)
+
+    def _track(self, handle: Any) -> Any:
+        """Count ``handle`` as live until it is destroyed (see :meth:`live_handles`)."""
+        with self._lock:
+            self._handles[id(handle)] = handle
+        return handle
+
+    def live_handles(self) -> dict[str, int]:
+        """How many graphs, executables, events and streams were made and not destroyed.
+
+        A handle the library forgets to destroy stays here (the driver would
+        leak it), even after its Python wrapper is collected.
+        """
+        counts: dict[str, int] = {}
+        with self._lock:
+            for h in self._handles.values():
+                name = type(h).__name__.lstrip("_").replace("Sim", "").lower()
+                counts[name] = counts.get(name, 0) + 1
+        return counts
 
     def _check_context(self) -> None:
         if self._sticky is not None:
@@ -576,13 +596,18 @@ class SimBackend:
                   else _SimStream(next(self._addresses), ordinal))
         with self._lock:
             self._streams.append(stream)
-        return stream
+        return self._track(stream) if stream.owned else stream
 
     def event_create(self, ordinal: int, timing: bool) -> _SimEvent:
         self._fault("event")
-        return _SimEvent(ordinal, timing)
+        return self._track(_SimEvent(ordinal, timing))
 
     def destroy(self, handle: Any) -> None:
+        self._destroy(handle)
+        with self._lock:
+            self._handles.pop(id(handle), None)
+
+    def _destroy(self, handle: Any) -> None:
         if isinstance(handle, _SimExec):
             self._live(handle, "cuGraphExecDestroy")
             self._unsafe(0, "cuGraphExecDestroy")
@@ -878,7 +903,7 @@ class SimBackend:
         self._live(stream, "cuStreamBeginCapture")
         if stream.capture is not None:
             raise _error(CUDA_ERROR_ILLEGAL_STATE, "cuStreamBeginCapture", "stream is already capturing")
-        stream.capture = graph if graph is not None else _SimGraph()
+        stream.capture = graph if graph is not None else self._track(_SimGraph())
         stream.deps = []
         stream.mode = mode
         stream.invalidated = False
@@ -961,7 +986,7 @@ class SimBackend:
         if made - used:  # the driver refuses a handle no conditional node uses
             raise _error(CUDA_ERROR_INVALID_VALUE, "cuGraphInstantiate",
                          "a conditional handle is not used by any conditional node")
-        return _SimExec(graph)
+        return self._track(_SimExec(graph))
 
     def _conditions(self, graph: _SimGraph) -> tuple[set[int], set[int]]:
         """(handles made in ``graph`` and its bodies, handles their conditional nodes use)."""
