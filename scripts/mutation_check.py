@@ -103,6 +103,16 @@ MUTATIONS = [
     ("rebind keeps no new array", "src/cudagraphs/_patch.py",
      "    graph._res.keep.append(new)\n", ""),
 
+    ("builder memset keeps no array", "src/cudagraphs/_builder.py",
+     '"memset", lambda raw, _: backend.memset(ptr, value, nbytes, raw), None, (), (dst,))))',
+     '"memset", lambda raw, _: backend.memset(ptr, value, nbytes, raw), None, (), ())))'),
+    ("HostSlot download keeps no buffer", "src/cudagraphs/_scalar.py",
+     'submit(stream, Work("memcpy", backend.memcpy, copy, (x,), (), (buf,)))',
+     'submit(stream, Work("memcpy", backend.memcpy, copy, (x,), (), ()))'),
+    ("HostSlot upload keeps no buffer", "src/cudagraphs/_scalar.py",
+     'submit(stream, Work("memcpy", backend.memcpy, copy, (), (x,), (buf,)))',
+     'submit(stream, Work("memcpy", backend.memcpy, copy, (), (x,), ()))'),
+
 ]
 
 

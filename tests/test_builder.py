@@ -199,3 +199,17 @@ def test_event_record_node_keeps_its_event(dev: cg.Device) -> None:
     g.replay()
     np.testing.assert_array_equal(x.get(), np.ones(16))
     g.close()
+
+
+def test_memset_node_keeps_its_array(dev: cg.Device) -> None:
+    x = cg.full(256, 3.0, "float32")
+    bld = cg.GraphBuilder()
+    bld.memset(x, 0)
+    g = bld.instantiate()
+    del bld, x
+    gc.collect()
+    dev.synchronize()
+    z = cg.full(256, 5.0, "float32")  # would take x's memory, were it freed
+    g.replay()
+    np.testing.assert_array_equal(z.get(), np.full(256, 5.0))  # the memset did not hit z
+    g.close()

@@ -179,3 +179,30 @@ def test_picture_shows_the_conditional_node(dev: cg.Device) -> None:
     assert "subgraph cluster_n0_0_" in dot and 'label="body 0 of node 0"' in dot
     assert 'n0_0_0 [label="0: kernel\\ncg_fill' in dot
     assert "n0 -> n0_0_0 [style=dashed" in dot
+
+
+def test_an_updated_graph_resets_its_conditions_at_every_launch(dev: cg.Device) -> None:
+    """The loop's condition starts from its default at each replay, after update() too."""
+    count, minus, one = cg.zeros(1, "float32"), cg.full(1, -1, "int32"), cg.ones(1, "float32")
+    start, remaining = cg.full(1, 3, "int32"), cg.zeros(1, "int32")
+
+    def loop(counter: cg.DeviceArray) -> cg.Graph:
+        with cg.capture(instantiate=counter is not count) as g:
+            cg.ops.copy(remaining, start)
+            cond = g.condition(default=1)
+            with g.while_loop(cond):
+                cg.ops.add(counter, one, out=counter)
+                cg.ops.add(remaining, minus, out=remaining)
+                cg.ops.set_condition(cond, remaining)
+        return g
+
+    other = cg.zeros(1, "float32")
+    g = loop(other)
+    g.update(loop(count))  # now counts into `count`, with the source's condition
+    seen = []
+    for _ in range(3):
+        g.replay()
+        seen.append(int(count.get()[0]))
+    assert seen == [3, 6, 9]
+    assert other.get()[0] == 0
+    g.close()
