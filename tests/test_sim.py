@@ -132,3 +132,24 @@ def test_launch_limits_are_the_devices(device: cg.Device, grid: tuple[int, int, 
     assert err.value.code == 1  # CUDA_ERROR_INVALID_VALUE
     k.launch(1, 1, x)  # the device keeps working
     device.synchronize()
+
+
+def test_a_replay_into_freed_memory_fails_when_it_runs(sim: cg.Device) -> None:
+    backend, s = sim.backend, sim.create_stream()
+    ptr = backend.mem_alloc(sim.index, 256, s._raw)
+    backend.synchronize(s._raw)
+    backend.capture_begin(s._raw, "thread_local")
+    backend.memset(ptr, 7, 256, s._raw)  # a memset node: its address is not checked yet
+    graph = backend.capture_end(s._raw)
+    exec_ = backend.graph_instantiate(graph, False)
+    backend.graph_launch(exec_, s._raw)
+    backend.synchronize(s._raw)  # fine while the memory lives
+    backend.mem_free(ptr, s._raw)
+    backend.graph_launch(exec_, s._raw)  # queued: nothing is checked yet
+    with pytest.raises(CudaError) as err:
+        backend.synchronize(s._raw)
+    assert err.value.code == CUDA_ERROR_ILLEGAL_ADDRESS
+    backend.reset()
+    backend.destroy(exec_)
+    backend.destroy(graph)
+    s.close()
