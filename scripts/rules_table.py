@@ -8,10 +8,13 @@ from cudagraphs.backends.sim import FAULTS, RULES
 
 def rules_table() -> str:
     names = base.ERROR_NAMES
-    head = "| call | on | refused in | code | invalidates the capture |\n|---|---|---|---|---|\n"
+    head = ("| call | on | refused in (capturing thread) | code | invalidates the capture | "
+            "refused in (another thread) | invalidates it in |\n|---|---|---|---|---|---|---|\n")
     return head + "\n".join(
         f"| `{r.call}` | {r.target} | {', '.join(r.refused_in) or 'none (legal)'} | "
-        f"{names[r.code] if r.refused_in else '—'} | {'yes' if r.invalidates else 'no'} |"
+        f"{names[r.code] if r.refused_in or r.other_refused_in else '—'} | "
+        f"{'yes' if r.invalidates else 'no'} | {', '.join(r.other_refused_in) or 'none'} | "
+        f"{', '.join(r.other_invalidates_in) or 'none'} |"
         for r in RULES)
 
 

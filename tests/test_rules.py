@@ -10,6 +10,7 @@ checks that the simulator follows its own table.
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -147,6 +148,41 @@ def test_the_driver_refuses_what_the_table_says(case: Case, rule: Rule, mode: st
     else:
         assert error is None, f"{rule.call} on {rule.target} in a {mode} capture: {error!r}"
         assert status == "active", f"{rule.call} on {rule.target} in a {mode} capture left it {status}"
+
+
+@pytest.mark.parametrize("mode", CAPTURE_MODES)
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: f"{r.call}({r.target})")
+def test_the_same_call_from_another_thread(case: Case, rule: Rule, mode: str) -> None:
+    """What another thread's call does to this thread's capture (``other_*`` columns)."""
+    b, s = case.b, case.s
+    call = case.call(rule)
+    b.capture_begin(s, mode)
+    errors: list[BaseException] = []
+
+    def other() -> None:
+        try:
+            call()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    status = b.capture_info(s)[0]
+    try:
+        graph = b.capture_end(s)
+    except CudaError:
+        graph = None
+    if graph is not None:
+        b.destroy(graph)
+    error = errors[0] if errors else None
+    where = f"{rule.call} on {rule.target} from another thread during a {mode} capture"
+    if mode in rule.other_refused_in:
+        assert isinstance(error, CudaError) and error.code == rule.code, f"{where}: {error!r}"
+    else:
+        assert error is None, f"{where}: {error!r}"
+    expected = "invalidated" if mode in rule.other_invalidates_in else "active"
+    assert status == expected, f"{where} left it {status}"
 
 
 def test_the_readme_shows_the_tables_as_they_are() -> None:

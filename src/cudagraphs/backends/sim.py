@@ -82,6 +82,11 @@ class Rule:
     invalidates : bool
         Whether a refusal also invalidates that capture (ending it then fails
         with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED).
+    other_refused_in : tuple of str
+        The capture modes in which the same call made by *another* thread is
+        refused.
+    other_invalidates_in : tuple of str
+        The capture modes in which that refusal invalidates the capture.
     """
 
     call: str
@@ -89,26 +94,29 @@ class Rule:
     refused_in: tuple[str, ...]
     code: int
     invalidates: bool
+    other_refused_in: tuple[str, ...] = ()
+    other_invalidates_in: tuple[str, ...] = ()
 
 
-_ALL, _UNSAFE = ("global", "thread_local", "relaxed"), ("global", "thread_local")
+_ALL, _UNSAFE, _GLOBAL = ("global", "thread_local", "relaxed"), ("global", "thread_local"), ("global",)
 _NO = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
 RULES: tuple[Rule, ...] = (
-    Rule("cuStreamSynchronize", "the capturing stream", _ALL, _NO, True),
-    Rule("cuStreamQuery", "the capturing stream", _ALL, _NO, True),
-    Rule("cuCtxSynchronize", "the device", _ALL, _NO, True),
-    Rule("cuStreamSynchronize", "another stream", _UNSAFE, _NO, True),
-    Rule("cuEventSynchronize", "an event recorded before the capture", _UNSAFE, _NO, True),
-    Rule("cuGraphExecDestroy", "another graph's executable", _UNSAFE, _NO, True),
+    Rule("cuStreamSynchronize", "the capturing stream", _ALL, _NO, True, _ALL, _ALL),
+    Rule("cuStreamQuery", "the capturing stream", _ALL, _NO, True, _ALL, _ALL),
+    Rule("cuCtxSynchronize", "the device", _ALL, _NO, True, _ALL, _GLOBAL),
+    Rule("cuStreamSynchronize", "another stream", _UNSAFE, _NO, True, _GLOBAL, _GLOBAL),
+    Rule("cuEventSynchronize", "an event recorded before the capture", _UNSAFE, _NO, True,
+         _GLOBAL, _GLOBAL),
+    Rule("cuGraphExecDestroy", "another graph's executable", _UNSAFE, _NO, True, _GLOBAL, _GLOBAL),
     Rule("cuEventDestroy", "an event", (), _NO, False),
     Rule("cuStreamDestroy", "another stream", (), _NO, False),
-    Rule("cuMemAllocFromPoolAsync", "another stream", _UNSAFE, _NO, True),
-    Rule("cuMemFreeAsync", "another stream", _UNSAFE, _NO, True),
-    Rule("cuMemHostAlloc", "host memory", _UNSAFE, _NO, True),
-    Rule("cuMemFreeHost", "host memory", _UNSAFE, _NO, True),
+    Rule("cuMemAllocFromPoolAsync", "another stream", _UNSAFE, _NO, True, _GLOBAL, _GLOBAL),
+    Rule("cuMemFreeAsync", "another stream", _UNSAFE, _NO, True, _GLOBAL, _GLOBAL),
+    Rule("cuMemHostAlloc", "host memory", _UNSAFE, _NO, True, _GLOBAL, _GLOBAL),
+    Rule("cuMemFreeHost", "host memory", _UNSAFE, _NO, True, _GLOBAL, _GLOBAL),
     Rule("cuMemcpyHtoDAsync", "the capturing stream, from pageable memory", (), _NO, False),
     Rule("cuMemcpyDtoHAsync", "the capturing stream, to pageable memory", (), _NO, False),
-    Rule("cuGraphLaunch", "the capturing stream", _ALL, _NO, True),
+    Rule("cuGraphLaunch", "the capturing stream", _ALL, _NO, True, _ALL, _ALL),
     Rule("cuModuleLoadData", "a new module (compiling and loading a kernel)", (), _NO, False),
 )
 """What the simulated driver refuses while a capture is active, one row per call.
