@@ -103,7 +103,7 @@ _NO = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
 RULES: tuple[Rule, ...] = (
     Rule("cuStreamSynchronize", "the capturing stream", _ALL, _NO, True, _ALL, _ALL),
     Rule("cuStreamQuery", "the capturing stream", _ALL, _NO, True, _ALL, _ALL),
-    Rule("cuCtxSynchronize", "the device", _ALL, _NO, True, _ALL, _GLOBAL),
+    Rule("cuCtxSynchronize", "the device", _ALL, _NO, True, _ALL, _ALL),
     Rule("cuStreamSynchronize", "another stream", _UNSAFE, _NO, True, _GLOBAL, _GLOBAL),
     Rule("cuEventSynchronize", "an event recorded before the capture", _UNSAFE, _NO, True,
          _GLOBAL, _GLOBAL),
@@ -130,7 +130,10 @@ capture mode was exchanged to ``relaxed`` may make unsafe calls. Every row is
 checked against the driver by ``tests/test_rules.py`` on a GPU (measured on an
 H100, driver 580: destroying events and other streams and copying pageable
 memory are legal during a capture; the library still defers those releases
-and refuses pageable copies in captures, for lifetime reasons of its own).
+and refuses pageable copies in captures, for lifetime reasons of its own; a
+device synchronize from any thread invalidates every capture on the device,
+whatever its mode, which is why the library refuses it before the driver
+sees it).
 """
 
 
@@ -646,12 +649,11 @@ class SimBackend:
     def synchronize(self, target: Any, block: bool = True) -> bool:
         if isinstance(target, int):  # a device
             if self._capturing and any(st.ordinal == target for st in self._capturing):
-                # it would wait for the capturing streams: refused in every mode; it
-                # invalidates this thread's captures and those an unsafe call breaks
-                me = threading.get_ident()
-                for st in self._blocked(target) + [st for st in self._capturing
-                                                   if st.ordinal == target and st.thread == me]:
-                    st.invalidated = True
+                # it would wait for the capturing streams: refused in every mode, from
+                # any thread, and every capture on the device is invalidated (measured)
+                for st in self._capturing:
+                    if st.ordinal == target:
+                        st.invalidated = True
                 raise _error(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "cuCtxSynchronize",
                              "operation not permitted when stream is capturing")
             self._run_device(target)
