@@ -153,3 +153,21 @@ def test_a_replay_into_freed_memory_fails_when_it_runs(sim: cg.Device) -> None:
     backend.destroy(exec_)
     backend.destroy(graph)
     s.close()
+
+
+def test_a_misaligned_kernel_access_is_a_device_fault(sim: cg.Device) -> None:
+    from cudagraphs.backends.base import CUDA_ERROR_MISALIGNED_ADDRESS, ArrayArg, KernelLaunch
+
+    k = cg.Kernel('extern "C" __global__ void touch(float* p) { p[0] = 1.0f; }', "touch",
+                  host=lambda p: p.__setitem__(0, 1.0))
+    x = cg.zeros(8, "float32")
+    fn, backend, raw = k.function(sim), sim.backend, sim.stream._raw
+    view = ArrayArg(x.ptr + 2, (1,), (4,), np.dtype("float32"))  # 2 bytes into a float
+    backend.launch(raw, KernelLaunch(fn, (1, 1, 1), (1, 1, 1), 0, (x.ptr + 2,), (view,)))
+    with pytest.raises(CudaError) as err:
+        sim.synchronize()
+    assert err.value.code == CUDA_ERROR_MISALIGNED_ADDRESS
+    with pytest.raises(CudaError, match="unusable until it is reset"):
+        x.get()
+    backend.reset()
+    np.testing.assert_array_equal(x.get(), np.zeros(8))

@@ -50,7 +50,7 @@ from .._errors import BackendUnavailableError, CudaError, UpdateError
 from . import base
 from .base import (
     CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_ILLEGAL_STATE, CUDA_ERROR_INVALID_HANDLE,
-    CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,
+    CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, CUDA_ERROR_MISALIGNED_ADDRESS,
     CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
     CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, Capabilities, Copy, DeviceProperties, KernelLaunch,
     NodeInfo,
@@ -459,12 +459,13 @@ class SimBackend:
             try:
                 work()
             except CudaError as err:
-                if err.code == CUDA_ERROR_ILLEGAL_ADDRESS:  # a device fault: the context is lost
+                if err.code in (CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_MISALIGNED_ADDRESS):
+                    # a device fault: the context is lost
                     self._sticky = _error(
-                        CUDA_ERROR_ILLEGAL_ADDRESS, err.call,
-                        f"an earlier kernel or copy touched memory it does not own ({err}); "
-                        "the sim context is unusable until it is reset (as a GPU's is until "
-                        "the process restarts): call cudagraphs.backends.sim.reset()")
+                        err.code, err.call,
+                        f"an earlier kernel or copy faulted ({err}); the sim context is "
+                        "unusable until it is reset (a GPU's, until the process restarts): "
+                        "call device.backend.reset()")
                     for st in self._streams:
                         st.queue.clear()
                 raise
@@ -837,7 +838,16 @@ class SimBackend:
 
     def view(self, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...],
              dtype: np.dtype) -> np.ndarray:
-        """A writable numpy view of simulated device memory."""
+        """A writable numpy view of simulated device memory.
+
+        A kernel reads elements at their natural alignment: a misaligned
+        address (or stride) fails with CUDA_ERROR_MISALIGNED_ADDRESS, a
+        device fault, as on a GPU.
+        """
+        align = dtype.itemsize if dtype.itemsize in (2, 4, 8, 16) else 1
+        if align > 1 and (ptr % align or any(st % align for st in strides)):
+            raise _error(CUDA_ERROR_MISALIGNED_ADDRESS, "kernel access",
+                         f"0x{ptr:x} (strides {strides}) is not {align}-byte aligned for {dtype}")
         if not shape or 0 not in shape:
             lo = sum(s * (n - 1) for s, n in zip(strides, shape) if s < 0)
             hi = sum(s * (n - 1) for s, n in zip(strides, shape) if s > 0) + dtype.itemsize
