@@ -171,3 +171,26 @@ def test_a_misaligned_kernel_access_is_a_device_fault(sim: cg.Device) -> None:
         x.get()
     backend.reset()
     np.testing.assert_array_equal(x.get(), np.zeros(8))
+
+
+def test_graph_memory_left_unfreed_needs_auto_free_to_relaunch(device: cg.Device) -> None:
+    """Both drivers: a relaunch with the last launch's graph memory unfreed is refused."""
+    sim = device
+    backend, s = sim.backend, sim.create_stream()
+    for auto_free in (False, True):
+        backend.capture_begin(s._raw, "thread_local")
+        ptr = backend.mem_alloc(sim.index, 256, s._raw)  # a mem_alloc node, no mem_free node
+        backend.memset(ptr, 7, 256, s._raw)
+        graph = backend.capture_end(s._raw)
+        exec_ = backend.graph_instantiate(graph, auto_free)
+        backend.graph_launch(exec_, s._raw)
+        if auto_free:
+            backend.graph_launch(exec_, s._raw)  # the last launch's memory is freed first
+        else:
+            with pytest.raises(CudaError) as err:
+                backend.graph_launch(exec_, s._raw)
+            assert err.value.code == 1  # CUDA_ERROR_INVALID_VALUE
+        backend.synchronize(s._raw)
+        backend.destroy(exec_)
+        backend.destroy(graph)
+    s.close()

@@ -191,11 +191,12 @@ class _SimNode:
 class _SimGraph:
     """A recorded graph: nodes in creation order, a valid order to run them in."""
 
-    __slots__ = ("nodes", "allocations", "conditions", "alive")
+    __slots__ = ("nodes", "allocations", "freed", "conditions", "alive")
 
     def __init__(self) -> None:
         self.nodes: list[_SimNode] = []
         self.allocations: list[int] = []  # graph-owned memory (mem_alloc nodes)
+        self.freed: list[int] = []  # those a mem_free node of the graph frees
         self.conditions: list[tuple[int, int]] = []  # (handle, default) created in it
         self.alive = True
 
@@ -250,10 +251,16 @@ def _run_conditional(node: _SimNode) -> None:
 class _SimExec:
     """An instantiated graph: its own node list, patched by node updates."""
 
-    __slots__ = ("nodes", "position", "works", "conditions", "alive")
+    __slots__ = ("nodes", "position", "works", "conditions", "alive", "unfreed", "auto_free",
+                 "outstanding")
 
-    def __init__(self, graph: _SimGraph) -> None:
+    def __init__(self, graph: _SimGraph, auto_free: bool = False) -> None:
         self.nodes = list(graph.nodes)
+        # graph memory no node of the graph frees: it outlives a launch, and a
+        # relaunch needs it freed first (by the user, or by auto_free)
+        self.unfreed = [p for p in graph.allocations if p not in graph.freed]
+        self.auto_free = auto_free
+        self.outstanding = False
         self.position = {id(n): i for i, n in enumerate(graph.nodes)}  # instantiated-from nodes
         self.works: dict[int, Callable[[], None]] = {}
         self.conditions = list(graph.conditions)
@@ -757,6 +764,7 @@ class SimBackend:
         graph = stream.capture
         if graph is not None and ptr in graph.allocations:
             stream.record("mem_free", "", None)  # freed with the graph
+            graph.freed.append(ptr)
             return
         self._unsafe(stream.ordinal, "cuMemFreeAsync")
         self._memory.free(ptr)
@@ -1006,7 +1014,7 @@ class SimBackend:
         if made - used:  # the driver refuses a handle no conditional node uses
             raise _error(CUDA_ERROR_INVALID_VALUE, "cuGraphInstantiate",
                          "a conditional handle is not used by any conditional node")
-        return self._track(_SimExec(graph))
+        return self._track(_SimExec(graph, auto_free))
 
     def _conditions(self, graph: _SimGraph) -> tuple[set[int], set[int]]:
         """(handles made in ``graph`` and its bodies, handles their conditional nodes use)."""
@@ -1064,6 +1072,17 @@ class SimBackend:
         self._live(exec_, "cuGraphLaunch")
         if stream.capture is not None:
             self._invalidate([stream], "cuGraphLaunch")
+        if exec_.unfreed:
+            if exec_.outstanding and not exec_.auto_free:
+                raise _error(CUDA_ERROR_INVALID_VALUE, "cuGraphLaunch",
+                             "the graph's memory from its last launch was not freed: free it, "
+                             "or instantiate with auto-free on launch")
+            if exec_.outstanding:  # auto-free: freed, then allocated anew (contents lost)
+                for ptr in exec_.unfreed:
+                    buf = self._memory.buffers.get(ptr)
+                    if buf is not None:
+                        buf.fill(POISON)
+            exec_.outstanding = True
         # the launch runs the executable as it is now: later node updates and
         # whole-graph updates apply to later launches only, as on the driver
         nodes, works, conditions = list(exec_.nodes), dict(exec_.works), list(exec_.conditions)
