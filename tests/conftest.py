@@ -48,11 +48,14 @@ def backend(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 @pytest.fixture
-def device(backend: str) -> cg.Device:
+def device(backend: str) -> Iterator[cg.Device]:
     """Device 0 of the backend under test, idle."""
     dev = cg.Device(0)
     dev.synchronize()
-    return dev
+    yield dev
+    reset = getattr(dev.backend, "reset", None)  # sim: a device fault of this test ends here
+    if reset is not None:
+        reset()
 
 
 @pytest.fixture

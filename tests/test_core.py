@@ -666,3 +666,19 @@ def test_builder_host_node_runs_on_every_replay_with_nothing_else_holding_it(
     dev.synchronize()
     assert seen == [5, 5]
     g.close()
+
+
+def test_closed_host_slot_stays_alive_for_a_graph_that_downloads_into_it(
+        dev: cg.Device, rng: np.random.Generator) -> None:
+    slot = cg.HostSlot(64, "float32")
+    x = cg.asarray(random_array(rng, 64, "float32"))
+    with cg.capture() as g:
+        slot.copy_from(x)
+    slot.close()
+    del slot
+    settle(dev)
+    others = [cg.HostSlot(64, "float32") for _ in range(4)]  # would reuse freed pinned memory
+    g.replay()
+    dev.synchronize()  # (sim: a download into freed pinned memory is a device fault)
+    del others
+    g.close()

@@ -791,9 +791,13 @@ class SimBackend:
 
     def is_pinned(self, address: int, nbytes: int) -> bool:
         """Whether ``[address, address + nbytes)`` lies in live pinned host memory."""
+        return self._pinned_at(address, nbytes) is not None
+
+    def _pinned_at(self, address: int, nbytes: int) -> np.ndarray | None:
+        """The live pinned allocation holding ``[address, address + nbytes)``, if any."""
         with self._lock:
-            return any(p <= address and address + nbytes <= p + h.nbytes
-                       for p, h in self._host.items())
+            return next((h for p, h in self._host.items()
+                         if p <= address and address + nbytes <= p + h.nbytes), None)
 
     def memcpy(self, stream: _SimStream, copy: Copy) -> None:
         self._fault("copy")
@@ -805,11 +809,17 @@ class SimBackend:
         host = src if kind == "htod" else dst
         device = dst if kind == "htod" else src
         resolve = self._memory.resolve
-        pageable = stream.capture is None and not self.is_pinned(host, nbytes)
+        pinned = self._pinned_at(host, nbytes)  # the allocation, not just its address
+        pageable = stream.capture is None and pinned is None
         # the driver stages pageable memory: an upload reads it before returning
         staged = _host_bytes(host, nbytes).copy() if pageable and kind == "htod" else None
+        pinned_at = self._pinned_at
 
         def work() -> None:  # device addresses are resolved when the copy runs
+            if pinned is not None and pinned_at(host, nbytes) is not pinned:
+                # the DMA would touch freed host memory (or whatever reuses its address)
+                raise _error(CUDA_ERROR_ILLEGAL_ADDRESS, call,
+                             f"pinned host memory at 0x{host:x} was freed before the copy ran")
             buf, off = resolve(device, nbytes, call)
             if kind == "htod":
                 buf[off: off + nbytes] = _host_bytes(host, nbytes) if staged is None else staged
