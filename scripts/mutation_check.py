@@ -88,8 +88,8 @@ MUTATIONS = [
      "                if self._waits:\n                    self._wait_for(ptr, stream)", "                pass"),
     ("stolen block does not wait for its owner", "src/cudagraphs/_allocator.py",
      "                    self._backend.stream_wait_event(stream._raw, event)\n", ""),
-    # (not listed: the DLPack consumer's wait; sim memory cannot be exported, so only
-    # the GPU suite can check it: tests/test_gpu.py::test_dlpack_with_consumer_stream)
+    ("DLPack consumer does not wait", "src/cudagraphs/_dlpack.py",
+     "    device.backend.stream_wait_event(consumer, event._raw)\n", ""),
     # keep-alives of the nodes a capture records
     ("builder event-record node keeps no event", "src/cudagraphs/_builder.py",
      "backend.event_record(event._raw, raw, external=True),\n            keep=(event,))))",

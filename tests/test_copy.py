@@ -142,3 +142,20 @@ def test_a_block_taken_from_another_streams_cache_waits_for_that_stream(
     np.testing.assert_array_equal(out.get(stream=a), x_h)
     a.close()
     b.close()
+
+
+def test_a_dlpack_consumer_stream_waits_for_the_producers_work(
+        device: cg.Device, rng: np.random.Generator) -> None:
+    """The wait ``__dlpack__(stream=...)`` gives the consumer's stream (on both backends)."""
+    from cudagraphs._dlpack import order_consumer
+
+    consumer = device.create_stream()
+    x_h = random_array(rng, 2048, "float32")
+    x, out = cg.zeros(2048, "float32"), cg.zeros(2048, "float32", stream=consumer)
+    device.synchronize()
+    x.set(x_h)  # queued on the producer's (current) stream
+    order_consumer(device, consumer.handle)
+    cg.ops.copy(out, x, stream=consumer)  # the consumer reads x
+    consumer.synchronize()
+    np.testing.assert_array_equal(out.get(stream=consumer), x_h)
+    consumer.close()

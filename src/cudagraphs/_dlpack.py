@@ -91,6 +91,15 @@ def device_of(x: DeviceArray) -> tuple[int, int]:
     return kind, x.device.index
 
 
+def order_consumer(device: Any, stream: int) -> None:
+    """Make the consumer's stream (a driver stream address) wait for the work
+    queued so far on this thread's current stream of ``device``, as the DLPack
+    protocol asks of a producer."""
+    event = device.current_stream().record()
+    consumer = device.backend.stream_create(device.index, address=stream)
+    device.backend.stream_wait_event(consumer, event._raw)
+
+
 def export(x: DeviceArray, *, stream: int | None, dl_device: Any, copy: bool | None) -> object:
     """The DLPack capsule for ``x``; see ``DeviceArray.__dlpack__``.
 
@@ -109,11 +118,7 @@ def export(x: DeviceArray, *, stream: int | None, dl_device: Any, copy: bool | N
     if copy:
         raise BufferError("DLPack export with copy=True is not supported; the export is a view")
     if stream is not None and stream != -1:
-        # the consumer's stream must see the work queued on ours so far
-        device = x.device
-        event = device.current_stream().record()
-        consumer = device.backend.stream_create(device.index, address=stream)
-        device.backend.stream_wait_event(consumer, event._raw)
+        order_consumer(x.device, stream)
     itemsize = x.itemsize
     if any(s % itemsize for s in x.strides):
         raise BufferError("strides are not multiples of the item size; DLPack cannot express them")
