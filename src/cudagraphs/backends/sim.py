@@ -26,6 +26,13 @@ It is the living spec of the library's behaviour on machines without a GPU:
 * while a stream is captured, work is recorded as graph nodes instead of run,
   and the calls the driver refuses during a capture (the table ``RULES``)
   fail with the driver's code and invalidate the captures the driver would;
+* what the driver holds by pointer (host callbacks, the events of graph
+  nodes, pinned host memory of copy nodes) must still live when it is used;
+* an H100's launch limits, and graph memory that outlives a launch, are
+  refused as the driver refuses them;
+* :meth:`SimBackend.inject` makes the N-th call of a kind (``FAULTS``) fail
+  with the driver's code, and :meth:`SimBackend.live_handles` counts driver
+  objects made and not destroyed, for fault sweeps;
 * errors carry CUDA's result codes (invalid value, out of memory, ...).
 """
 
@@ -33,8 +40,8 @@ from __future__ import annotations
 
 import bisect
 import collections
-import dataclasses
 import ctypes
+import dataclasses
 import itertools
 import random
 import threading
