@@ -1,5 +1,6 @@
 """Where the eager-launch time goes: each layer of cudagraphs' launch path,
-timed alone on a one-thread kernel (run on a GPU; prints µs per call)."""
+timed alone on a one-thread kernel (run on a GPU; prints µs per call).
+"""
 
 from __future__ import annotations
 
@@ -8,11 +9,10 @@ import pstats
 import sys
 from pathlib import Path
 
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-import cudagraphs as cg  # noqa: E402
-from cudagraphs.backends.cuda import _driver  # noqa: E402
-from cudagraphs.bench.runner import per_call_us  # noqa: E402
+import cudagraphs as cg
+from cudagraphs.backends.cuda import _driver
+from cudagraphs.bench.runner import per_call_us
 
 N = 20000
 

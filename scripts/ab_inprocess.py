@@ -20,9 +20,9 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Callable
 
 TINY = 'extern "C" __global__ void inc(float* p) { p[0] += 1.0f; }'
 
@@ -39,7 +39,7 @@ def load_old(src: Path) -> ModuleType:
 
 
 def workloads(cg: ModuleType) -> dict[str, tuple[Callable[[], None], int, str]]:
-    """name -> (one call, calls per sample, unit)."""
+    """Name -> (one call, calls per sample, unit)."""
     dev = cg.Device(0)
     k = cg.Kernel(TINY, "inc", host=lambda p: p.__iadd__(1))
     cg.preload([k], dev)

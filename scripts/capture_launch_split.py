@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from ab_inprocess import TINY, load_old  # noqa: E402
+from ab_inprocess import TINY, load_old
 
-import cudagraphs as new  # noqa: E402
+import cudagraphs as new
 
 old = load_old(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(".baseline/src"))
 

@@ -1,7 +1,12 @@
 """cProfile of 5 x 1000 captured launches, earlier tree and this one in one process (see capture_launch_split)."""
-import cProfile, pstats, sys, io
+import cProfile
+import io
+import pstats
+import sys
+
 sys.path.insert(0, __import__("os").path.dirname(__file__))
 from capture_launch_split import trees
+
 for name, (cg, dev, k, x) in trees.items():
     p = cProfile.Profile()
     for _ in range(5):

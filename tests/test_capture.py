@@ -1,5 +1,6 @@
 """Stream capture and replay: forms, modes, memory policies, lifetime, host data,
-scalars, the safety rules, and recovery from failures at every stage."""
+scalars, the safety rules, and recovery from failures at every stage.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from conftest import live_blocks, random_array
 
 import cudagraphs as cg
+
 
 @pytest.fixture
 def dev(device: cg.Device) -> cg.Device:
@@ -128,9 +130,8 @@ def test_status_and_one_capture_per_stream(dev: cg.Device) -> None:
 
 def test_empty_capture_is_an_error(dev: cg.Device) -> None:
     before = baseline(dev)
-    with pytest.raises(cg.CaptureError, match="recorded nothing"):
-        with cg.capture():
-            pass
+    with pytest.raises(cg.CaptureError, match="recorded nothing"), cg.capture():
+        pass
     assert_clean(dev, before)
 
 
@@ -313,11 +314,10 @@ def test_device_scalar(dev: cg.Device, rng: np.random.Generator) -> None:
         i.set(1 << 40)
     with pytest.raises(TypeError, match="takes a number"):
         i.set("4")
-    with pytest.raises(cg.CaptureInvalidatedError):
-        with cg.capture():
-            cg.ops.axpy(s, x, y)
-            with pytest.raises(cg.CaptureError, match="would freeze the value into the graph"):
-                s.set(1.0)
+    with pytest.raises(cg.CaptureInvalidatedError), cg.capture():
+        cg.ops.axpy(s, x, y)
+        with pytest.raises(cg.CaptureError, match="would freeze the value into the graph"):
+            s.set(1.0)
 
 
 # safety ------------------------------------------------------------------------------
@@ -337,10 +337,9 @@ def test_illegal_work_names_the_call_and_line(dev: cg.Device, case: str) -> None
     call, name = ILLEGAL[case]
     before = baseline(dev)
     x = cg.ones(8, "float32")
-    with pytest.raises(cg.CaptureError) as info:
-        with cg.capture():
-            cg.ops.scale(2.0, x, out=x)
-            call(dev, x)
+    with pytest.raises(cg.CaptureError) as info, cg.capture():
+        cg.ops.scale(2.0, x, out=x)
+        call(dev, x)
     message = str(info.value)
     del info  # its traceback holds the frames that hold x
     assert name in message and "cannot be recorded in a graph" in message
@@ -353,13 +352,12 @@ def test_illegal_work_names_the_call_and_line(dev: cg.Device, case: str) -> None
 
 def test_swallowed_capture_error_still_invalidates(dev: cg.Device) -> None:
     x = cg.ones(8, "float32")
-    with pytest.raises(cg.CaptureInvalidatedError, match=r"DeviceArray.get\(\)"):
-        with cg.capture():
-            cg.ops.scale(2.0, x, out=x)
-            try:
-                x.get()
-            except cg.CaptureError:
-                pass
+    with pytest.raises(cg.CaptureInvalidatedError, match=r"DeviceArray.get\(\)"), cg.capture():
+        cg.ops.scale(2.0, x, out=x)
+        try:
+            x.get()
+        except cg.CaptureError:
+            pass
     assert cg.capture_status() == "none"
 
 
@@ -387,13 +385,12 @@ def test_user_exceptions_undo_everything(dev: cg.Device, stage: str) -> None:
     before = baseline(dev)
     x = cg.ones(64, "float32")
     error = KeyboardInterrupt if stage == "keyboard interrupt" else Boom
-    with pytest.raises(error):
-        with cg.capture():
-            if stage != "before first op":
-                t = cg.ops.scale(2.0, x)  # pool memory, then the failure
-                cg.ops.add(t, x, out=x)
-                del t
-            raise error()
+    with pytest.raises(error), cg.capture():
+        if stage != "before first op":
+            t = cg.ops.scale(2.0, x)  # pool memory, then the failure
+            cg.ops.add(t, x, out=x)
+            del t
+        raise error()
     assert np.all(x.get() == 1)
     del x
     assert_clean(dev, before)
@@ -411,11 +408,10 @@ def test_driver_failure_after_capture_undoes_everything(
         raise cg.CudaError(2, "CUDA_ERROR_OUT_OF_MEMORY", "cuGraphInstantiate", "injected")
 
     monkeypatch.setattr(dev.backend, name, broken)
-    with pytest.raises(cg.CudaError, match="injected"):
-        with cg.capture():
-            t = cg.ops.scale(2.0, x)
-            cg.ops.add(t, x, out=x)
-            del t
+    with pytest.raises(cg.CudaError, match="injected"), cg.capture():
+        t = cg.ops.scale(2.0, x)
+        cg.ops.add(t, x, out=x)
+        del t
     monkeypatch.undo()
     del x
     assert_clean(dev, before)

@@ -139,9 +139,8 @@ def test_misuse(dev: cg.Device) -> None:
         body = g.if_then(cond)
         with body:
             cg.ops.fill(x, 2.0)
-        with pytest.raises(RuntimeError, match="already captured"):
-            with body:
-                pass
+        with pytest.raises(RuntimeError, match="already captured"), body:
+            pass
     with cg.capture() as other:
         with pytest.raises(TypeError, match="made by this graph's condition"):
             other.while_loop(cond)
@@ -153,13 +152,12 @@ def test_exception_inside_a_body_undoes_everything(dev: cg.Device) -> None:
     before = dev.allocator.stats()
     stream = dev.stream
     x = cg.ones(8, "float32")
-    with pytest.raises(ZeroDivisionError):
-        with cg.capture() as g:
-            cond = g.condition(default=1)
-            with g.while_loop(cond):
-                t = cg.ops.scale(2.0, x)
-                del t
-                1 / 0
+    with pytest.raises(ZeroDivisionError), cg.capture() as g:
+        cond = g.condition(default=1)
+        with g.while_loop(cond):
+            t = cg.ops.scale(2.0, x)
+            del t
+            1 / 0
     assert dev.stream is stream  # the body's redirection is undone
     assert cg.capture_status() == "none" and not dev.captures
     del x

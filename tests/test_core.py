@@ -1,5 +1,6 @@
 """The core's contract: one submission path, layers, deferred release, threads,
-and a regression test for every defect of the core issue (both backends)."""
+and a regression test for every defect of the core issue (both backends).
+"""
 
 from __future__ import annotations
 
@@ -174,14 +175,13 @@ def test_keep_holds_anything_for_the_graphs_life(dev: cg.Device) -> None:
 
 def test_refused_work_invalidates_and_status_says_so(dev: cg.Device) -> None:
     x = cg.ones(8, "float32")
-    with pytest.raises(cg.CaptureInvalidatedError):
-        with cg.capture():
-            cg.ops.scale(2.0, x, out=x)
-            assert cg.is_capturing() and cg.capture_status() == "active"
-            with pytest.raises(cg.CaptureError):
-                dev.stream.synchronize()
-            assert cg.capture_status() == "invalidated"
-            assert not cg.is_capturing()
+    with pytest.raises(cg.CaptureInvalidatedError), cg.capture():
+        cg.ops.scale(2.0, x, out=x)
+        assert cg.is_capturing() and cg.capture_status() == "active"
+        with pytest.raises(cg.CaptureError):
+            dev.stream.synchronize()
+        assert cg.capture_status() == "invalidated"
+        assert not cg.is_capturing()
     assert cg.capture_status() == "none"
 
 
@@ -322,13 +322,11 @@ def test_outputs_allocated_during_capture_on_a_stream_come_from_the_graph(dev: c
         c = x.copy(stream=s)
     for out in (a, b, c):
         assert out._block._ref.owner is g.pool
-    with pytest.raises(cg.CaptureError, match="alloc='forbid'"):
-        with cg.capture(stream=s, alloc="forbid"):
-            cg.ops.add(x, x, stream=s)
-    with pytest.raises(cg.CaptureError, match="alloc='forbid'"):
-        with cg.capture(stream=s, alloc="forbid"):
-            with s:  # the current stream: ops that name none allocate on it
-                x.copy()
+    with pytest.raises(cg.CaptureError, match="alloc='forbid'"), cg.capture(stream=s, alloc="forbid"):
+        cg.ops.add(x, x, stream=s)
+    with pytest.raises(cg.CaptureError, match="alloc='forbid'"), cg.capture(stream=s, alloc="forbid"):
+        with s:  # the current stream: ops that name none allocate on it
+            x.copy()
     g.replay(stream=s)
     s.synchronize()
     assert np.all(a.get(stream=s) == 2) and np.all(b.get(stream=s) == 3)
@@ -344,9 +342,8 @@ def test_body_after_the_capture_ended_is_refused(dev: cg.Device) -> None:
         cond = g.condition(default=1)
         body = g.if_then(cond)
         cg.ops.fill(x, 1.0)
-    with pytest.raises(RuntimeError, match="has ended"):
-        with body:
-            cg.ops.fill(x, 5.0)
+    with pytest.raises(RuntimeError, match="has ended"), body:
+        cg.ops.fill(x, 5.0)
     g.replay()
     assert x.get()[0] == 1.0
 

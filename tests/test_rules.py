@@ -162,7 +162,7 @@ def test_the_same_call_from_another_thread(case: Case, rule: Rule, mode: str) ->
     def other() -> None:
         try:
             call()
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     t = threading.Thread(target=other)

@@ -10,7 +10,15 @@ from __future__ import annotations
 from . import ops
 from ._allocator import AllocatorStats, Block, CachingAllocator
 from ._array import (
-    DeviceArray, as_strided, asarray, empty, empty_like, full, full_like, ones, zeros,
+    DeviceArray,
+    as_strided,
+    asarray,
+    empty,
+    empty_like,
+    full,
+    full_like,
+    ones,
+    zeros,
     zeros_like,
 )
 from ._builder import BuilderNode, GraphBuilder
@@ -18,30 +26,78 @@ from ._capture import capture, capture_status, is_capturing
 from ._config import Settings, configure, override, settings
 from ._control import Body, Condition
 from ._device import Device, Event, Stream, current_device, current_stream
+from ._dtypes import SUPPORTED as SUPPORTED_DTYPES
+from ._errors import (
+    BackendUnavailableError,
+    CaptureError,
+    CaptureInvalidatedError,
+    CudaError,
+    CudaGraphsError,
+    KernelCompileError,
+    OutOfMemoryError,
+    UpdateError,
+)
 from ._graph import Graph, GraphState, Node
+from ._kernel import Kernel, preload
 from ._pool import GraphPool
 from ._scalar import DeviceScalar, HostSlot
 from ._transfer import PendingCopy
-from ._dtypes import SUPPORTED as SUPPORTED_DTYPES
-from ._errors import (
-    BackendUnavailableError, CaptureError, CaptureInvalidatedError, CudaError,
-    CudaGraphsError, KernelCompileError, OutOfMemoryError, UpdateError,
-)
-from ._kernel import Kernel, preload
 from .backends import is_cuda_available, resolve_name
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AllocatorStats", "BackendUnavailableError", "Block", "CachingAllocator",
-    "CaptureError", "CaptureInvalidatedError", "CudaError", "CudaGraphsError", "Device",
-    "DeviceArray", "Event", "Kernel", "KernelCompileError", "OutOfMemoryError",
-    "PendingCopy", "SUPPORTED_DTYPES", "DeviceScalar", "Graph", "GraphPool", "HostSlot", "Node",
-    "Body", "BuilderNode", "Condition", "GraphBuilder", "GraphState", "current_stream",
-    "capture", "capture_status", "is_capturing", "Settings", "Stream", "UpdateError", "__version__",
-    "as_strided", "asarray", "backend", "configure", "current_device", "empty",
-    "empty_like", "full", "full_like", "is_cuda_available", "ones", "ops", "override",
-    "preload", "settings", "zeros", "zeros_like",
+    "SUPPORTED_DTYPES",
+    "AllocatorStats",
+    "BackendUnavailableError",
+    "Block",
+    "Body",
+    "BuilderNode",
+    "CachingAllocator",
+    "CaptureError",
+    "CaptureInvalidatedError",
+    "Condition",
+    "CudaError",
+    "CudaGraphsError",
+    "Device",
+    "DeviceArray",
+    "DeviceScalar",
+    "Event",
+    "Graph",
+    "GraphBuilder",
+    "GraphPool",
+    "GraphState",
+    "HostSlot",
+    "Kernel",
+    "KernelCompileError",
+    "Node",
+    "OutOfMemoryError",
+    "PendingCopy",
+    "Settings",
+    "Stream",
+    "UpdateError",
+    "__version__",
+    "as_strided",
+    "asarray",
+    "backend",
+    "capture",
+    "capture_status",
+    "configure",
+    "current_device",
+    "current_stream",
+    "empty",
+    "empty_like",
+    "full",
+    "full_like",
+    "is_capturing",
+    "is_cuda_available",
+    "ones",
+    "ops",
+    "override",
+    "preload",
+    "settings",
+    "zeros",
+    "zeros_like",
 ]
 
 

@@ -107,7 +107,7 @@ class Block:
     device : Device
     """
 
-    __slots__ = ("ptr", "nbytes", "device", "_ref", "__weakref__")
+    __slots__ = ("__weakref__", "_ref", "device", "nbytes", "ptr")
 
     ptr: int
     nbytes: int
@@ -138,7 +138,7 @@ class _BlockRef(weakref.ref):
     block came from during a capture.
     """
 
-    __slots__ = ("ptr", "extra", "owner")
+    __slots__ = ("extra", "owner", "ptr")
 
     ptr: int
     extra: list[Stream] | None

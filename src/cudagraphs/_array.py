@@ -21,8 +21,8 @@ from ._builtin import fill_value as _fill_value
 from ._device import Device, Stream, current_device, resolve_stream
 from ._dtypes import normalize_dtype
 from ._recording import Work, submit
-from .backends.base import ArrayArg
 from ._transfer import PendingCopy, to_device, to_host
+from .backends.base import ArrayArg
 
 __all__ = [
     "DeviceArray", "as_strided", "asarray", "empty", "empty_like", "full",
@@ -109,8 +109,18 @@ class DeviceArray:
     backend only (simulated memory cannot be shared).
     """
 
-    __slots__ = ("_block", "ptr", "shape", "strides", "dtype", "device", "is_contiguous",
-                 "size", "_arg", "__weakref__")
+    __slots__ = (
+        "__weakref__",
+        "_arg",
+        "_block",
+        "device",
+        "dtype",
+        "is_contiguous",
+        "ptr",
+        "shape",
+        "size",
+        "strides",
+    )
 
     _block: Block
     ptr: int
@@ -176,7 +186,7 @@ class DeviceArray:
         return self.size * self.dtype.itemsize
 
     @property
-    def T(self) -> DeviceArray:  # noqa: N802 - numpy's name
+    def T(self) -> DeviceArray:
         """The transposed view."""
         return self.transpose()
 

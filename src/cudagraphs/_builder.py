@@ -23,8 +23,8 @@ from ._array import DeviceArray, Shape, _c_strides, _prod, _shape
 from ._capture import CaptureSession
 from ._control import Body, Condition
 from ._device import Device, Event, current_device
-from ._errors import CaptureError
 from ._dtypes import normalize_dtype
+from ._errors import CaptureError
 from ._graph import Graph, GraphState
 from ._kernel import Kernel
 from ._pool import GraphMemory, GraphPool

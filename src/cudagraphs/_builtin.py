@@ -107,7 +107,7 @@ def _make(source: str, name: str, host: Callable[..., None], params: Sequence[tu
     return kernel
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def builtin_kernel(name: str, dtype: np.dtype) -> Kernel:
     """The built-in kernel ``name`` for elements of ``dtype``.
 
@@ -141,7 +141,7 @@ def _host_loop_guard(handle: Any, count: np.ndarray, cap: Any) -> None:
         set_conditional(int(handle), 0)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def condition_kernel(name: str, dtype: np.dtype) -> Kernel:
     """The built-in kernel ``name`` that sets a condition from a ``dtype`` flag.
 
@@ -159,8 +159,18 @@ def condition_kernel(name: str, dtype: np.dtype) -> Kernel:
 class Scratch:
     """A contiguous temporary of the allocator, shaped like an array (below arrays)."""
 
-    __slots__ = ("_block", "ptr", "shape", "strides", "dtype", "device", "size", "nbytes",
-                 "itemsize", "is_contiguous")
+    __slots__ = (
+        "_block",
+        "device",
+        "dtype",
+        "is_contiguous",
+        "itemsize",
+        "nbytes",
+        "ptr",
+        "shape",
+        "size",
+        "strides",
+    )
 
     def __init__(self, block: Block, shape: tuple[int, ...], dtype: np.dtype) -> None:
         self._block, self.ptr, self.shape, self.dtype = block, block.ptr, shape, dtype

@@ -37,7 +37,7 @@ class Condition:
     takes ``default`` at the start of every launch of the graph.
     """
 
-    __slots__ = ("handle", "default", "graph")
+    __slots__ = ("default", "graph", "handle")
 
     def __init__(self, handle: int, default: int, graph: Any) -> None:
         self.handle = handle

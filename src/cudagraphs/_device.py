@@ -49,8 +49,15 @@ class Stream:
         third-party libraries; also exposed through ``__cuda_stream__``.
     """
 
-    __slots__ = ("device", "_raw", "handle", "_finalizer", "_recording", "_tokens",
-                 "__weakref__")
+    __slots__ = (
+        "__weakref__",
+        "_finalizer",
+        "_raw",
+        "_recording",
+        "_tokens",
+        "device",
+        "handle",
+    )
 
     def __init__(self, device: Device, raw: Any, owned: bool) -> None:
         self.device = device
@@ -176,7 +183,7 @@ class Event:
         Whether :meth:`elapsed_ms` may be used (timing events cost more).
     """
 
-    __slots__ = ("device", "_raw", "timing", "_finalizer", "__weakref__")
+    __slots__ = ("__weakref__", "_finalizer", "_raw", "device", "timing")
 
     def __init__(self, device: Device | None = None, timing: bool = False) -> None:
         self.device = device if device is not None else current_device()

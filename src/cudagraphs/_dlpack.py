@@ -94,7 +94,8 @@ def device_of(x: DeviceArray) -> tuple[int, int]:
 def order_consumer(device: Any, stream: int) -> None:
     """Make the consumer's stream (a driver stream address) wait for the work
     queued so far on this thread's current stream of ``device``, as the DLPack
-    protocol asks of a producer."""
+    protocol asks of a producer.
+    """
     event = device.current_stream().record()
     consumer = device.backend.stream_create(device.index, address=stream)
     device.backend.stream_wait_event(consumer, event._raw)

@@ -55,9 +55,9 @@ class GraphState(str, enum.Enum):
 class Node:
     """One node of a graph: its index, type (``"kernel"``, ``"memcpy"``, ...) and name."""
 
-    __slots__ = ("index", "type", "name")
+    __slots__ = ("index", "name", "type")
 
-    def __init__(self, index: int, type: str, name: str = "") -> None:  # noqa: A002
+    def __init__(self, index: int, type: str, name: str = "") -> None:
         self.index, self.type, self.name = index, type, name
 
     def __eq__(self, other: object) -> bool:
@@ -84,7 +84,7 @@ class Resources:
         executable now runs.
     """
 
-    __slots__ = ("device", "exec", "graph", "params_graph", "keep", "pools", "streams")
+    __slots__ = ("device", "exec", "graph", "keep", "params_graph", "pools", "streams")
 
     def __init__(self, device: Device, graph: Any, keep: list[Any], pools: list[GraphPool],
                  streams: list[Stream]) -> None:
@@ -150,9 +150,26 @@ class Graph:
     state : GraphState
     """
 
-    __slots__ = ("device", "stream", "output", "replays", "pool", "state", "_res", "_records",
-                 "_nodes", "_exec", "_launch", "_uploaded", "_finalizer", "_rec", "_auto_free",
-                 "_patched", "_traced", "__weakref__")
+    __slots__ = (
+        "__weakref__",
+        "_auto_free",
+        "_exec",
+        "_finalizer",
+        "_launch",
+        "_nodes",
+        "_patched",
+        "_rec",
+        "_records",
+        "_res",
+        "_traced",
+        "_uploaded",
+        "device",
+        "output",
+        "pool",
+        "replays",
+        "state",
+        "stream",
+    )
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("Graph objects are made by cg.capture(), not directly")

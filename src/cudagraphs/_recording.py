@@ -51,7 +51,9 @@ import numpy as np
 
 from ._errors import CaptureError, CaptureInvalidatedError, CudaError
 from .backends.base import (
-    CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, ArrayArg,
+    CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+    ArrayArg,
 )
 
 __all__ = [

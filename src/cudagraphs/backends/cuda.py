@@ -17,7 +17,6 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-
 from .._errors import BackendUnavailableError, CudaError, UpdateError
 from . import base
 from .base import Capabilities, Copy, DeviceProperties, KernelLaunch, NodeInfo
@@ -86,7 +85,7 @@ class _Packer:
     once, so a launch costs one ``struct.pack_into``.
     """
 
-    __slots__ = ("fmt", "buf", "ptrs", "address", "lock")
+    __slots__ = ("address", "buf", "fmt", "lock", "ptrs")
 
     def __init__(self, params: Sequence[base.Param]) -> None:
         fmt, offsets, offset = "<", [], 0
@@ -119,7 +118,7 @@ class _Function:
     ``cuLaunchKernel``.
     """
 
-    __slots__ = ("fn", "packer", "name", "ordinal", "pack", "buf", "address", "lock", "call")
+    __slots__ = ("address", "buf", "call", "fn", "lock", "name", "ordinal", "pack", "packer")
 
     def __init__(self, fn: Any, packer: _Packer, name: str, ordinal: int) -> None:
         self.fn, self.packer, self.name, self.ordinal = fn, packer, name, ordinal

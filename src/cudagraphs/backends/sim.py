@@ -56,10 +56,19 @@ from .._config import settings
 from .._errors import BackendUnavailableError, CudaError, UpdateError
 from . import base
 from .base import (
-    CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_ILLEGAL_STATE, CUDA_ERROR_INVALID_HANDLE,
-    CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, CUDA_ERROR_MISALIGNED_ADDRESS,
-    CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
-    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, Capabilities, Copy, DeviceProperties, KernelLaunch,
+    CUDA_ERROR_ILLEGAL_ADDRESS,
+    CUDA_ERROR_ILLEGAL_STATE,
+    CUDA_ERROR_INVALID_HANDLE,
+    CUDA_ERROR_INVALID_VALUE,
+    CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,
+    CUDA_ERROR_MISALIGNED_ADDRESS,
+    CUDA_ERROR_OUT_OF_MEMORY,
+    CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+    Capabilities,
+    Copy,
+    DeviceProperties,
+    KernelLaunch,
     NodeInfo,
 )
 
@@ -180,7 +189,7 @@ def _disown(conditions: Sequence[tuple[int, int]]) -> None:
 class _SimNode:
     """One node; immutable once recorded (executables patch copies of the work)."""
 
-    __slots__ = ("kind", "label", "work", "deps", "bodies", "cond")
+    __slots__ = ("bodies", "cond", "deps", "kind", "label", "work")
 
     def __init__(self, kind: str, label: str, work: Callable[[], None] | None,
                  deps: list[_SimNode]) -> None:
@@ -198,7 +207,7 @@ class _SimNode:
 class _SimGraph:
     """A recorded graph: nodes in creation order, a valid order to run them in."""
 
-    __slots__ = ("nodes", "allocations", "freed", "conditions", "alive")
+    __slots__ = ("alive", "allocations", "conditions", "freed", "nodes")
 
     def __init__(self) -> None:
         self.nodes: list[_SimNode] = []
@@ -258,8 +267,16 @@ def _run_conditional(node: _SimNode) -> None:
 class _SimExec:
     """An instantiated graph: its own node list, patched by node updates."""
 
-    __slots__ = ("nodes", "position", "works", "conditions", "alive", "unfreed", "auto_free",
-                 "outstanding")
+    __slots__ = (
+        "alive",
+        "auto_free",
+        "conditions",
+        "nodes",
+        "outstanding",
+        "position",
+        "unfreed",
+        "works",
+    )
 
     def __init__(self, graph: _SimGraph, auto_free: bool = False) -> None:
         self.nodes = list(graph.nodes)
@@ -279,8 +296,20 @@ class _SimExec:
 
 
 class _SimStream:
-    __slots__ = ("address", "ordinal", "alive", "capture", "mode", "invalidated", "deps",
-                 "thread", "owned", "queue", "issued", "done")
+    __slots__ = (
+        "address",
+        "alive",
+        "capture",
+        "deps",
+        "done",
+        "invalidated",
+        "issued",
+        "mode",
+        "ordinal",
+        "owned",
+        "queue",
+        "thread",
+    )
 
     def __init__(self, address: int, ordinal: int, owned: bool = True) -> None:
         self.address = address
@@ -310,7 +339,7 @@ class _SimStream:
 
 
 class _SimEvent:
-    __slots__ = ("ordinal", "timing", "time", "recorded", "alive", "stream", "seq")
+    __slots__ = ("alive", "ordinal", "recorded", "seq", "stream", "time", "timing")
 
     def __init__(self, ordinal: int, timing: bool) -> None:
         self.ordinal = ordinal
@@ -347,14 +376,14 @@ def _check_dims(launch: KernelLaunch) -> None:
 class _HostCallback:
     """What :meth:`SimBackend.launch_host` returns (the driver's C callback)."""
 
-    __slots__ = ("fn", "__weakref__")
+    __slots__ = ("__weakref__", "fn")
 
     def __init__(self, fn: Callable[[], None]) -> None:
         self.fn = fn
 
 
 class _SimFunction:
-    __slots__ = ("name", "params", "host")
+    __slots__ = ("host", "name", "params")
 
     def __init__(self, name: str, params: Sequence[base.Param], host: Callable[..., object] | None) -> None:
         self.name, self.params, self.host = name, list(params), host

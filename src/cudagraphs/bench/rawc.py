@@ -13,7 +13,7 @@ RAW = Path(__file__).resolve().parent / "raw"
 
 
 def run(source: str, args: tuple[str, ...] = (), repeats: int = 1) -> list[str]:
-    """stdout of ``repeats`` runs of ``raw/<source>`` built for this GPU.
+    """Stdout of ``repeats`` runs of ``raw/<source>`` built for this GPU.
 
     Empty when not on the cuda backend or nvcc is missing.
     """

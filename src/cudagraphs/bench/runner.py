@@ -29,6 +29,7 @@ import cudagraphs as cg
 TINY = 'extern "C" __global__ void inc(float* p) { p[0] += 1.0f; }'
 TARGETS = {"eager launch": 3.7, "alloc+free": 0.5}  # DESIGN.md section 6, microseconds
 from . import graphs, rawc
+
 Contender = tuple[str, Callable[[], None], Callable[[], None], bool]  # name, call, sync, ours
 
 
@@ -54,7 +55,8 @@ def eager_contenders() -> list[Contender]:
     if cg.backend() != "cuda":
         return out
     try:
-        from cuda.core import Device as CoreDevice, LaunchConfig, Program, ProgramOptions, launch
+        from cuda.core import Device as CoreDevice
+        from cuda.core import LaunchConfig, Program, ProgramOptions, launch
 
         cdev = CoreDevice(0)
         cdev.set_current()

@@ -42,8 +42,18 @@ import numpy as np
 
 from .._array import DeviceArray, empty
 from .._builtin import (
-    ARITH, FLAG_TYPES, KERNEL_NAMES, MAX_NDIM, builtin_kernel, check_same, condition_kernel,
-    copy_view, fill_value, fill_view, layout, run,
+    ARITH,
+    FLAG_TYPES,
+    KERNEL_NAMES,
+    MAX_NDIM,
+    builtin_kernel,
+    check_same,
+    condition_kernel,
+    copy_view,
+    fill_value,
+    fill_view,
+    layout,
+    run,
 )
 from .._control import Condition
 from .._device import Device, Stream, current_device, resolve_stream
