@@ -31,7 +31,8 @@ def load_old(src: Path) -> ModuleType:
     root = src / "cudagraphs"
     spec = importlib.util.spec_from_file_location(
         "cudagraphs_old", root / "__init__.py", submodule_search_locations=[str(root)])
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["cudagraphs_old"] = module
     spec.loader.exec_module(module)

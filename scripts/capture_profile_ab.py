@@ -7,7 +7,7 @@ import sys
 sys.path.insert(0, __import__("os").path.dirname(__file__))
 from capture_launch_split import trees
 
-for name, (cg, dev, k, x) in trees.items():
+for name, (cg, _dev, k, x) in trees.items():
     p = cProfile.Profile()
     for _ in range(5):
         with cg.capture() as g:

@@ -29,7 +29,8 @@ def test_freed_block_is_reused_on_the_same_stream(device: cg.Device) -> None:
     y = cg.empty(1000, "float32")
     after = alloc.stats()
     assert y.ptr == ptr
-    assert after.hits == before.hits + 1 and after.misses == before.misses
+    assert after.hits == before.hits + 1
+    assert after.misses == before.misses
 
 
 def test_stats_return_to_baseline(device: cg.Device) -> None:
@@ -117,7 +118,8 @@ def test_out_of_memory_is_clear_and_recoverable(device: cg.Device, rng: np.rando
         cg.empty(too_big, "uint8")
     err = info.value
     assert isinstance(err, MemoryError)
-    assert err.requested >= too_big and err.limit == device.total_memory
+    assert err.requested >= too_big
+    assert err.limit == device.total_memory
     assert err.in_use == before.in_use
     assert "out of memory on device 0: tried to allocate" in str(err)
     assert "free arrays you no longer need" in str(err)
@@ -133,10 +135,12 @@ def test_out_of_memory_is_clear_and_recoverable(device: cg.Device, rng: np.rando
 
 def test_allocator_knows_capture_state(device: cg.Device) -> None:
     s = device.create_stream()
-    assert not device.allocator.is_capturing() and not device.allocator.is_capturing(s)
+    assert not device.allocator.is_capturing()
+    assert not device.allocator.is_capturing(s)
     x = cg.ones(4, "float32", stream=s)
     with cg.capture(stream=s) as g:
-        assert device.allocator.is_capturing(s) and not device.allocator.is_capturing()
+        assert device.allocator.is_capturing(s)
+        assert not device.allocator.is_capturing()
         cg.ops.scale(2.0, x, out=x, stream=s)
     assert not device.allocator.is_capturing(s)
     g.close()

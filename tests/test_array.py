@@ -8,14 +8,15 @@ from conftest import random_array
 
 import cudagraphs as cg
 
-DTYPES = [d for d in cg.SUPPORTED_DTYPES]
+DTYPES = list(cg.SUPPORTED_DTYPES)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_round_trip_every_dtype(backend: str, rng: np.random.Generator, dtype: str) -> None:
     data = random_array(rng, (7, 5), dtype)
     x = cg.asarray(data)
-    assert x.dtype == np.dtype(dtype) and x.shape == (7, 5)
+    assert x.dtype == np.dtype(dtype)
+    assert x.shape == (7, 5)
     assert x.strides == data.strides
     np.testing.assert_array_equal(x.get(), data)
 
@@ -51,13 +52,15 @@ def test_constructors(backend: str, rng: np.random.Generator) -> None:
     assert np.all(cg.zeros((3, 2), "int32").get() == 0)
     assert np.all(cg.ones(4, "float32").get() == 1)
     f = cg.full((2, 2), 3.25, "float32")
-    assert f.dtype == np.float32 and np.all(f.get() == 3.25)
+    assert f.dtype == np.float32
+    assert np.all(f.get() == 3.25)
     assert cg.full(3, 7).dtype == np.int64  # inferred as numpy does
     data = random_array(rng, (4, 3), "float64")
     x = cg.asarray(data)
     assert cg.asarray(x) is x
     for like in (cg.empty_like(x), cg.zeros_like(data), cg.full_like(x, 2.0)):
-        assert like.shape == (4, 3) and like.dtype == np.float64
+        assert like.shape == (4, 3)
+        assert like.dtype == np.float64
     assert np.all(cg.zeros_like(x).get() == 0)
     assert np.all(cg.full_like(x, 2.0).get() == 2.0)
     assert cg.empty_like(x, "int8").dtype == np.int8
@@ -180,8 +183,11 @@ def test_interop_surface(device: cg.Device) -> None:
     x = cg.zeros((2, 3), "float32")
     if device.backend.name == "cuda":
         cai = x.__cuda_array_interface__
-        assert cai["version"] == 3 and cai["data"] == (x.ptr, False)
-        assert cai["shape"] == (2, 3) and cai["typestr"] == "<f4" and cai["strides"] is None
+        assert cai["version"] == 3
+        assert cai["data"] == (x.ptr, False)
+        assert cai["shape"] == (2, 3)
+        assert cai["typestr"] == "<f4"
+        assert cai["strides"] is None
         assert x.T.__cuda_array_interface__["strides"] == (4, 12)
         assert x.__dlpack_device__() == (2, 0)
         assert type(x.__dlpack__()).__name__ == "PyCapsule"

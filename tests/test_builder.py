@@ -38,7 +38,8 @@ def test_dag_with_roots_and_joins(dev: cg.Device, rng: np.random.Generator) -> N
     kinds = {n.type for n in (n1, n2, n3, n4)}
     assert kinds == {"memcpy", "kernel"}
     edges = g.edges
-    assert len(edges) == 3 and len({b for _, b in edges if _ is not None}) == 2  # add after both copies, fill after add
+    assert len(edges) == 3
+    assert len({b for _, b in edges if _ is not None}) == 2
     g.replay()
     np.testing.assert_array_equal(out.get(), a_h + b_h)
     assert np.all(x.get() == 0)
@@ -84,10 +85,12 @@ def test_event_nodes(dev: cg.Device) -> None:
     bld.event_wait(ev, after=[rec])
     g = bld.instantiate()
     types = [n.type for n in g.nodes]
-    assert "event_record" in types and "event_wait" in types
+    assert "event_record" in types
+    assert "event_wait" in types
     g.replay()
     ev.synchronize()
-    assert ev.query() and np.all(x.get() == 1)
+    assert ev.query()
+    assert np.all(x.get() == 1)
 
 
 def test_alloc_and_free_nodes(dev: cg.Device, rng: np.random.Generator) -> None:
@@ -100,7 +103,8 @@ def test_alloc_and_free_nodes(dev: cg.Device, rng: np.random.Generator) -> None:
     bld.free(t, after=[n2])
     g = bld.instantiate()
     types = [n.type for n in g.nodes]
-    assert "mem_alloc" in types and "mem_free" in types
+    assert "mem_alloc" in types
+    assert "mem_free" in types
     g.replay()
     g.replay()
     np.testing.assert_array_equal(out.get(), 2 * a_h)
@@ -121,7 +125,8 @@ def test_memset_and_host_data(dev: cg.Device) -> None:
     data[:] = -1
     g = bld.instantiate()
     g.replay()
-    assert np.all(x.get() == 0) and y.get().tolist() == list(range(8))
+    assert np.all(x.get() == 0)
+    assert y.get().tolist() == list(range(8))
 
 
 def test_while_loop_in_a_builder(dev: cg.Device) -> None:
@@ -171,7 +176,8 @@ def test_misuse_and_abandoning(dev: cg.Device) -> None:
     del x, foreign
     gc.collect()
     assert dev.allocator.stats().in_use == before.in_use
-    assert cg.capture_status(dev.stream) == "none" and not dev.captures
+    assert cg.capture_status(dev.stream) == "none"
+    assert not dev.captures
 
 
 def test_dropped_builder_ends_its_capture(dev: cg.Device) -> None:
@@ -182,7 +188,8 @@ def test_dropped_builder_ends_its_capture(dev: cg.Device) -> None:
     assert cg.capture_status(stream) == "active"
     del bld
     gc.collect()
-    assert cg.capture_status(stream) == "none" and not dev.captures
+    assert cg.capture_status(stream) == "none"
+    assert not dev.captures
     assert np.all(x.get() == 0)  # the abandoned graph never ran
 
 

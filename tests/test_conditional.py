@@ -35,7 +35,8 @@ def test_while_loop_runs_exactly_n_times(dev: cg.Device, n: int) -> None:
     assert [node.type for node in g.nodes].count("conditional") == 1
     assert count.get()[0] == 0  # capturing ran nothing
     g.replay()
-    assert count.get()[0] == n and remaining.get()[0] == 0
+    assert count.get()[0] == n
+    assert remaining.get()[0] == 0
     remaining.set(np.array([n], np.int32))
     g.replay()
     assert count.get()[0] == 2 * n
@@ -59,7 +60,8 @@ def test_nested_if_inside_while(dev: cg.Device) -> None:
             cg.ops.add(remaining, minus, out=remaining)
             cg.ops.set_condition(loop, remaining)
     g.replay()
-    assert count.get()[0] == 7 and hits.get()[0] == 4
+    assert count.get()[0] == 7
+    assert hits.get()[0] == 4
 
 
 def test_if_else_follows_a_device_scalar(dev: cg.Device) -> None:
@@ -113,7 +115,8 @@ def test_bodies_on_an_explicit_stream(dev: cg.Device) -> None:
     with cg.capture(stream=s) as g:
         cond = g.condition(default=1)
         with g.if_then(cond) as body:
-            assert body.stream is not s and dev.stream is not body.stream
+            assert body.stream is not s
+            assert dev.stream is not body.stream
             cg.ops.fill(out, 4.0, stream=body.stream)
     g.replay()
     s.synchronize()
@@ -159,7 +162,8 @@ def test_exception_inside_a_body_undoes_everything(dev: cg.Device) -> None:
             del t
             1 / 0
     assert dev.stream is stream  # the body's redirection is undone
-    assert cg.capture_status() == "none" and not dev.captures
+    assert cg.capture_status() == "none"
+    assert not dev.captures
     del x
     gc.collect()
     assert dev.allocator.stats().in_use == before.in_use
@@ -174,7 +178,8 @@ def test_picture_shows_the_conditional_node(dev: cg.Device) -> None:
             cg.ops.fill(out, 1.0)
     dot = g.to_dot()
     assert 'n0 [label="0: conditional"' in dot
-    assert "subgraph cluster_n0_0_" in dot and 'label="body 0 of node 0"' in dot
+    assert "subgraph cluster_n0_0_" in dot
+    assert 'label="body 0 of node 0"' in dot
     assert 'n0_0_0 [label="0: kernel\\ncg_fill' in dot
     assert "n0 -> n0_0_0 [style=dashed" in dot
 

@@ -78,9 +78,9 @@ def test_no_import_cycle_and_no_upward_imports() -> None:
         state[m] = 1
         for t in edges[m]:
             if state.get(t) == 1:
-                raise AssertionError("import cycle: " + " -> ".join(path[path.index(t):] + [t]))
+                raise AssertionError("import cycle: " + " -> ".join([*path[path.index(t):], t]))
             if t not in state:
-                visit(t, path + [t])
+                visit(t, [*path, t])
         state[m] = 2
 
     for m in edges:
@@ -177,7 +177,8 @@ def test_refused_work_invalidates_and_status_says_so(dev: cg.Device) -> None:
     x = cg.ones(8, "float32")
     with pytest.raises(cg.CaptureInvalidatedError), cg.capture():
         cg.ops.scale(2.0, x, out=x)
-        assert cg.is_capturing() and cg.capture_status() == "active"
+        assert cg.is_capturing()
+        assert cg.capture_status() == "active"
         with pytest.raises(cg.CaptureError):
             dev.stream.synchronize()
         assert cg.capture_status() == "invalidated"
@@ -227,7 +228,8 @@ def test_closing_graphs_streams_and_events_during_another_capture(dev: cg.Device
         old.close()  # destroying an executable now would invalidate this capture
         s.close()
         ev.close()
-        assert old.state == "closed" and s.closed
+        assert old.state == "closed"
+        assert s.closed
         cg.ops.scale(3.0, x, out=x)
     settle(dev)
     g.replay()
@@ -329,7 +331,8 @@ def test_outputs_allocated_during_capture_on_a_stream_come_from_the_graph(dev: c
             x.copy()
     g.replay(stream=s)
     s.synchronize()
-    assert np.all(a.get(stream=s) == 2) and np.all(b.get(stream=s) == 3)
+    assert np.all(a.get(stream=s) == 2)
+    assert np.all(b.get(stream=s) == 3)
     assert np.all(c.get(stream=s) == 1)
     g.close()
     s.close()
@@ -386,7 +389,7 @@ def test_as_strided_refuses_misaligned_views(dev: cg.Device) -> None:
     assert cg.as_strided(x, (4,), (8,), offset=4).shape == (4,)
 
 
-@pytest.mark.parametrize("dtype,value", [("int32", 2**31), ("int16", 70000), ("uint8", -1)])
+@pytest.mark.parametrize(("dtype", "value"), [("int32", 2**31), ("int16", 70000), ("uint8", -1)])
 def test_out_of_range_integers_are_refused(dev: cg.Device, dtype: str, value: int) -> None:
     x = cg.zeros(3, dtype)
     with pytest.raises(ValueError, match=f"cannot store {value}"):
@@ -492,7 +495,7 @@ def test_set_arg_checks_values_against_the_node(dev: cg.Device, rng: np.random.G
     np.testing.assert_allclose(y.get(), y_h + 0.5 * x2_h, rtol=1e-6)
 
 
-@pytest.mark.parametrize("grid,error", [("12", TypeError), ((1.9,), TypeError), (1.0, TypeError),
+@pytest.mark.parametrize(("grid", "error"), [("12", TypeError), ((1.9,), TypeError), (1.0, TypeError),
                                         ([2, 1.0], TypeError), (True, TypeError), ((1, 1, 1, 1), ValueError)])
 def test_grid_and_block_take_ints_only(dev: cg.Device, grid: object, error: type) -> None:
     k = cg.Kernel('extern "C" __global__ void nop(float* p) {}', "nop", host=lambda p: None)
@@ -534,9 +537,11 @@ def test_device_sync_from_another_thread_during_a_capture(dev: cg.Device) -> Non
         t.start()
         t.join()
         cg.ops.scale(2.0, x, out=x)  # this capture is still valid
-    assert len(errors) == 1 and isinstance(errors[0], cg.CaptureError)
+    assert len(errors) == 1
+    assert isinstance(errors[0], cg.CaptureError)
     message = str(errors[0])
-    assert "Device.synchronize()" in message and "test_core.py:" in message  # the call, the line
+    assert "Device.synchronize()" in message
+    assert "test_core.py:" in message
     assert "being captured" in message
     g.replay()
     assert np.all(x.get() == 4)
@@ -571,7 +576,8 @@ def test_current_stream_is_per_thread(dev: cg.Device) -> None:
             assert cg.current_stream() is dev.stream
         assert cg.current_stream() is s
     assert seen == [dev.stream]  # the other thread never saw s
-    assert cg.current_stream() is dev.stream and not s.closed  # `with` does not close
+    assert cg.current_stream() is dev.stream
+    assert not s.closed
     s.close()
 
 
@@ -587,9 +593,11 @@ def test_a_body_does_not_capture_another_threads_work(dev: cg.Device) -> None:
             t.join()
     # the other thread's op went to its own current stream (the default one),
     # which this capture records: refused, never silently recorded
-    assert len(errors) == 1 and isinstance(errors[0], cg.CaptureError)
+    assert len(errors) == 1
+    assert isinstance(errors[0], cg.CaptureError)
     g.replay()
-    assert x.get()[0] == 1.0 and other.get()[0] == 0.0
+    assert x.get()[0] == 1.0
+    assert other.get()[0] == 0.0
 
 
 def test_while_loop_iteration_cap(dev: cg.Device) -> None:
@@ -602,7 +610,8 @@ def test_while_loop_iteration_cap(dev: cg.Device) -> None:
     for launch in (1, 2):
         g.replay()
         assert count.get()[0] == 25 * launch
-        assert body.iterations is not None and int(body.iterations.get()[0]) == 25
+        assert body.iterations is not None
+        assert int(body.iterations.get()[0]) == 25
     with pytest.raises(cg.CaptureError, match=r"1 condition\(s\) made at .*test_core.py:\d+ drive no"):
         with cg.capture() as g2:
             cond = g2.condition()

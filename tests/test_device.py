@@ -22,7 +22,8 @@ def test_device_is_canonical_across_threads(backend: str) -> None:
         t.start()
     for t in threads:
         t.join()
-    assert len(seen) == 8 and all(d is cg.Device(0) for d in seen)
+    assert len(seen) == 8
+    assert all(d is cg.Device(0) for d in seen)
     assert cg.current_device() is cg.Device(0)
 
 

@@ -75,7 +75,8 @@ def _builder(dev: cg.Device) -> None:
     b.host(seen.append, 1, after=[n2])
     g = b.instantiate()
     g.replay()
-    assert np.array_equal(out.get(), 2 * np.arange(64)) and seen == [1]
+    assert np.array_equal(out.get(), 2 * np.arange(64))
+    assert seen == [1]
     g.close()
 
 
@@ -85,7 +86,8 @@ def _host_copies(dev: cg.Device) -> None:
     slot = cg.HostSlot(64, "float32")
     slot.copy_from(x)
     dev.synchronize()
-    assert np.array_equal(pending.result(), np.arange(64)) and np.array_equal(slot.array, np.arange(64))
+    assert np.array_equal(pending.result(), np.arange(64))
+    assert np.array_equal(slot.array, np.arange(64))
     slot.close()
 
 

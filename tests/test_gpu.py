@@ -36,7 +36,8 @@ def test_torch_from_dlpack_shares_memory_and_keeps_it_alive(cuda: cg.Device) -> 
     data = np.random.default_rng(6).standard_normal((8, 4))
     x = cg.asarray(data)
     t = torch.from_dlpack(x.T)
-    assert tuple(t.shape) == (4, 8) and t.stride() == (1, 4)
+    assert tuple(t.shape) == (4, 8)
+    assert t.stride() == (1, 4)
     del x
     gc.collect()
     junk = [cg.full((8, 4), 9.0) for _ in range(4)]  # would reuse x's block if freed early
@@ -93,7 +94,8 @@ def test_cupy_and_torch_kernels_inside_capture_replay_correctly(cuda: cg.Device)
         with torch.cuda.stream(torch_stream):
             tx.add_(1.0)  # PyTorch op on a preallocated tensor: x += 1
         cg.ops.scale(3.0, x, out=x, stream=s)  # ours: x *= 3
-    assert len(g.nodes) == 3 and all(n.type == "kernel" for n in g.nodes)
+    assert len(g.nodes) == 3
+    assert all(n.type == "kernel" for n in g.nodes)
     s.synchronize()
     np.testing.assert_array_equal(x.get(stream=s), data)  # capture ran nothing
     ref = data.copy()

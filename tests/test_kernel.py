@@ -42,7 +42,8 @@ def test_signature_parsing() -> None:
     assert [(p.name, p.pointer) for p in ps][:2] == [("a", True), ("n", False)]
     assert ps[0].pointee == np.float64
     assert [str(p.dtype) for p in ps[1:4]] == ["uint64", "uint64", "float16"]
-    assert ps[5].pointer and ps[5].pointee is None
+    assert ps[5].pointer
+    assert ps[5].pointee is None
     assert [str(p.dtype) for p in ps[6:]] == ["bool", "int64", "int16"]
     assert parse_params('extern "C" __global__ void e() {}', "e") == []
     with pytest.raises(ValueError, match="no `__global__ void missing"):
@@ -110,7 +111,8 @@ def test_syntax_error_raises_compile_error_with_log(device: cg.Device) -> None:
     with pytest.raises(cg.KernelCompileError) as info:
         cg.preload([bad], device)
     assert info.value.kernel == "broken"
-    assert "error" in info.value.log and "broken.cu" in info.value.log
+    assert "error" in info.value.log
+    assert "broken.cu" in info.value.log
     assert "failed to compile; NVRTC log:" in str(info.value)
     # the device, the allocator and the stream still work
     x = cg.asarray(np.arange(5.0))

@@ -29,7 +29,8 @@ def test_edges_and_dot(graph: cg.Graph) -> None:
     assert types == ["kernel", "memcpy", "kernel", "kernel"]
     assert graph.edges == [(0, 1), (1, 2), (2, 3)]
     dot = graph.to_dot()
-    assert dot.startswith("digraph cudagraphs {") and dot.rstrip().endswith("}")
+    assert dot.startswith("digraph cudagraphs {")
+    assert dot.rstrip().endswith("}")
     assert 'n0 [label="0: kernel\\ncg_axpy"' in dot
     assert 'n1 [label="1: memcpy"' in dot
     assert "n2 -> n3;" in dot
@@ -49,5 +50,6 @@ def test_save(graph: cg.Graph, tmp_path: Path) -> None:
 
 def test_closed_graph_has_no_picture(graph: cg.Graph) -> None:
     graph.close()
-    assert graph.nodes == () and graph.edges == []
+    assert graph.nodes == ()
+    assert graph.edges == []
     assert "0 nodes" in graph.to_dot()

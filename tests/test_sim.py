@@ -110,7 +110,7 @@ def test_a_launched_graph_runs_as_it_was_when_launched(sim: cg.Device) -> None:
     g.close()
 
 
-@pytest.mark.parametrize("grid, block, shared", [
+@pytest.mark.parametrize(("grid", "block", "shared"), [
     ((1, 1, 1), (1025, 1, 1), 0), ((1, 1, 1), (32, 32, 2), 0), ((1, 1, 1), (1, 1, 65), 0),
     ((1, 65536, 1), (1, 1, 1), 0), ((1, 1, 1), (32, 1, 1), 64 << 10),
 ])

@@ -106,7 +106,8 @@ class CaptureSession:
             If graph memory is still alive, or nothing was recorded.
         """
         rec, graph = self.rec, self.graph
-        assert rec is not None and graph is not None
+        assert rec is not None
+        assert graph is not None
         try:
             safe_point()  # graph-memory blocks that died during the capture get free nodes
             raw = rec.end()
@@ -152,7 +153,8 @@ class CaptureSession:
     def _undo(self, raw: Any) -> None:
         """Release what a failed capture held: its graph, staged data, pool."""
         rec, graph = self.rec, self.graph
-        assert rec is not None and graph is not None
+        assert rec is not None
+        assert graph is not None
         graph._failed()
         res = Resources(self.device, raw, list(rec.keep), [self.pool], [])
         rec.keep.clear()

@@ -154,7 +154,7 @@ class Stream:
         return self
 
     def __enter__(self) -> Stream:
-        self._tokens.append(_CURRENT.set(_CURRENT.get() + (self,)))
+        self._tokens.append(_CURRENT.set((*_CURRENT.get(), self)))
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -270,7 +270,8 @@ class Graph:
                 raise UpdateError(*why)
         backend = self.device.backend
         src = source._res
-        assert src is not None and self._res is not None
+        assert src is not None
+        assert self._res is not None
         try:
             backend.graph_update(exec_, src.graph)
         except UpdateError as err:
