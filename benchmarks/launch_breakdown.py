@@ -30,8 +30,9 @@ def main() -> None:
     from cudagraphs._recording import Work, submit
     from cudagraphs.backends.base import KernelLaunch
 
-    launch_spec = KernelLaunch(k.function(dev), (1, 1, 1), (256, 1, 1), 0,
-                               (x.ptr, x.ptr, zero.ptr, 1), (None,) * 4)
+    launch_spec = KernelLaunch(
+        k.function(dev), (1, 1, 1), (256, 1, 1), 0, (x.ptr, x.ptr, zero.ptr, 1), (None,) * 4
+    )
     backend, stream = dev.backend, dev.stream
     raw_stream = stream._raw
     cg.ops.add(x, zero, out=x)
@@ -39,8 +40,7 @@ def main() -> None:
         "pass (loop overhead)": lambda: None,
         "cuStreamQuery (a trivial driver call)": lambda: drv.cuStreamQuery(raw_stream),
         "backend launch (pack + cuLaunchKernel)": lambda: backend.launch(raw_stream, launch_spec),
-        "submit (Work + backend launch)": lambda: submit(stream, Work(
-            "kernel", backend.launch, launch_spec)),
+        "submit (Work + backend launch)": lambda: submit(stream, Work("kernel", backend.launch, launch_spec)),
         "Kernel.launch (checks args)": lambda: k.launch(1, 256, x, x, zero, 1),
         "ops.add": lambda: cg.ops.add(x, zero, out=x),
         "allocator raw_malloc+raw_free": lambda: dev.allocator.raw_free(dev.allocator.raw_malloc(512)),
@@ -53,17 +53,22 @@ def main() -> None:
 
         from cudagraphs._kernel import _IMAGES
 
-        image = next(v for (src, opts, _), v in _IMAGES.items()
-                     if v is not None and opts == k.options and src == k.source)
+        image = next(
+            v
+            for (src, opts, _), v in _IMAGES.items()
+            if v is not None and opts == k.options and src == k.source
+        )
         ck = ObjectCode.from_cubin(image).get_kernel("cg_add")
         cs = Stream.from_handle(dev.stream.handle)
         cfg = LaunchConfig(grid=1, block=256)
         p, n1 = np.uintp(x.ptr), np.int64(1)
         rows["cuda.core launch, same cubin, cached config"] = lambda: launch(cs, cfg, ck, p, p, p, n1)
         rows["cuda.core launch + LaunchConfig per call"] = lambda: launch(
-            cs, LaunchConfig(grid=1, block=256), ck, p, p, p, n1)
+            cs, LaunchConfig(grid=1, block=256), ck, p, p, p, n1
+        )
         rows["cuda.core launch + numpy scalar conversion"] = lambda: launch(
-            cs, cfg, ck, np.uintp(x.ptr), np.uintp(x.ptr), np.uintp(zero.ptr), np.int64(1))
+            cs, cfg, ck, np.uintp(x.ptr), np.uintp(x.ptr), np.uintp(zero.ptr), np.int64(1)
+        )
     except Exception as exc:  # reported, not fatal
         print(f"# cuda.core rows skipped: {exc}")
     for name, fn in rows.items():

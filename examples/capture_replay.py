@@ -69,7 +69,9 @@ t0 = time.perf_counter()
 step.replay()
 dev.synchronize()
 graph = time.perf_counter() - t0
-print(f"{2 * steps + 1} kernels: eager {eager * 1e6:.0f} us, one replay {graph * 1e6:.0f} us"
-      + (" (simulated)" if cg.backend() == "sim" else ""))
+print(
+    f"{2 * steps + 1} kernels: eager {eager * 1e6:.0f} us, one replay {graph * 1e6:.0f} us"
+    + (" (simulated)" if cg.backend() == "sim" else "")
+)
 step.close()
 print("OK")

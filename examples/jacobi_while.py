@@ -69,7 +69,9 @@ assert int(iterations.get()[0]) == graph_iterations
 assert np.allclose(x.get(), x_graph, rtol=0, atol=1e-12)
 
 note = " (simulated)" if cg.backend() == "sim" else ""
-print(f"{graph_iterations} Jacobi iterations on n={n}: eager with host checks "
-      f"{t_eager * 1e3:.2f} ms, one graph replay {t_graph * 1e3:.2f} ms "
-      f"({t_eager / t_graph:.1f}x){note}")
+print(
+    f"{graph_iterations} Jacobi iterations on n={n}: eager with host checks "
+    f"{t_eager * 1e3:.2f} ms, one graph replay {t_graph * 1e3:.2f} ms "
+    f"({t_eager / t_graph:.1f}x){note}"
+)
 print("OK")

@@ -17,7 +17,7 @@ x = cg.asarray(x_h)
 y = cg.zeros_like(x)
 
 # built-in ops (all work on strided views too)
-cg.ops.axpy(2.0, x, y)                  # y += 2 x
+cg.ops.axpy(2.0, x, y)  # y += 2 x
 cg.ops.scale(0.5, x[::2], out=y[1::2])  # odd rows of y = half the even rows of x
 expect = 2 * x_h
 expect[1::2] = 0.5 * x_h[::2]

@@ -12,6 +12,7 @@ row's ratio to raw C.
 Usage: PYTHONPATH=src python scripts/ab_inprocess.py [ROUNDS] [OLD_SRC]
 (AB_NOGC=1 in the environment disables the garbage collector after setup.)
 """
+
 from __future__ import annotations
 
 import gc
@@ -30,7 +31,8 @@ TINY = 'extern "C" __global__ void inc(float* p) { p[0] += 1.0f; }'
 def load_old(src: Path) -> ModuleType:
     root = src / "cudagraphs"
     spec = importlib.util.spec_from_file_location(
-        "cudagraphs_old", root / "__init__.py", submodule_search_locations=[str(root)])
+        "cudagraphs_old", root / "__init__.py", submodule_search_locations=[str(root)]
+    )
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -58,10 +60,12 @@ def workloads(cg: ModuleType) -> dict[str, tuple[Callable[[], None], int, str]]:
                 for _ in range(n):
                     k.launch(1, 1, x)
             g.close()
+
         return run
 
     def phase(n: int, which: int) -> Callable[[], None]:
         """A capture of n launches that reports one phase: 0 launches, 1 end, 2 close (ms)."""
+
         def run() -> None:
             t = [0.0] * 4
             with cg.capture() as g:
@@ -73,6 +77,7 @@ def workloads(cg: ModuleType) -> dict[str, tuple[Callable[[], None], int, str]]:
             g.close()
             t[3] = time.perf_counter()
             run.last = (t[which + 1] - t[which]) * 1e3  # type: ignore[attr-defined]
+
         return run
 
     def launches1000() -> None:
@@ -143,6 +148,7 @@ def main(argv: list[str]) -> int:
     rounds = int(argv[0]) if argv else 15
     old_src = Path(argv[1]) if len(argv) > 1 else Path(".baseline/src")
     import cudagraphs as new
+
     old = load_old(old_src)
     trees = {"old": (old, workloads(old)), "new": (new, workloads(new))}
     names = [n for n in trees["new"][1] if not n.startswith("_")]
@@ -161,7 +167,9 @@ def main(argv: list[str]) -> int:
                 cg, w = trees[tree]
                 call, n, unit = w[name]
                 times[name][tree].append(sample(call, n, unit, cg.Device(0).synchronize))
-    print(f"{rounds} rounds, gc {'off' if os.environ.get('AB_NOGC') else 'on'}, old = {old.__file__}, new = {new.__file__}")
+    print(
+        f"{rounds} rounds, gc {'off' if os.environ.get('AB_NOGC') else 'on'}, old = {old.__file__}, new = {new.__file__}"
+    )
     print("| row | old (median) | new (median) | new/old (median of per-round ratios) |")
     print("|---|---|---|---|")
     for name in names:

@@ -3,6 +3,7 @@
 Splits the capture path's cost into the driver's share and the library's.
 Usage: PYTHONPATH=src python scripts/capture_launch_split.py [OLD_SRC]
 """
+
 import statistics
 import sys
 import time
@@ -28,6 +29,7 @@ def setup(cg):
 def primitive(cg, dev, k, x):
     if cg is new:
         from cudagraphs.backends.base import KernelLaunch
+
         fn = dev.kernels[k]
         launch = KernelLaunch(fn, (1, 1, 1), (1, 1, 1), 0, (x.ptr,), ())
         call = dev.backend.launch
@@ -61,14 +63,15 @@ trees = {"old": (old, *setup(old)), "new": (new, *setup(new))}
 def main() -> None:
     res = {(t, h): [] for t in trees for h in ("primitive", "Kernel.launch")}
     for r in range(25):
-        for t in (("old", "new") if r % 2 else ("new", "old")):
+        for t in ("old", "new") if r % 2 else ("new", "old"):
             for h in ("primitive", "Kernel.launch"):
                 res[(t, h)].append(timed(*trees[t], h))
     print("| per captured launch (µs) | old | new |")
     print("|---|---|---|")
     for h in ("primitive", "Kernel.launch"):
-        print(f"| {h} | {statistics.median(res[('old', h)]):.3f} | "
-              f"{statistics.median(res[('new', h)]):.3f} |")
+        print(
+            f"| {h} | {statistics.median(res[('old', h)]):.3f} | {statistics.median(res[('new', h)]):.3f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ garbage collector (to tell its share apart).
 
 Usage: PYTHONPATH=src python scripts/capture_phases.py [nogc]
 """
+
 import gc
 import statistics
 import sys
@@ -13,8 +14,9 @@ import time
 
 import cudagraphs as cg
 
-k = cg.Kernel('extern "C" __global__ void inc(float* p) { p[0] += 1.0f; }', "inc",
-              host=lambda p: p.__iadd__(1))
+k = cg.Kernel(
+    'extern "C" __global__ void inc(float* p) { p[0] += 1.0f; }', "inc", host=lambda p: p.__iadd__(1)
+)
 x = cg.zeros(1, "float32")
 k.launch(1, 1, x)
 

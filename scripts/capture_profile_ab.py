@@ -1,4 +1,5 @@
 """cProfile of 5 x 1000 captured launches, earlier tree and this one in one process (see capture_launch_split)."""
+
 import cProfile
 import io
 import pstats
@@ -12,7 +13,11 @@ for name, (cg, _dev, k, x) in trees.items():
     for _ in range(5):
         with cg.capture() as g:
             p.enable()
-            for _ in range(1000): k.launch(1, 1, x)
+            for _ in range(1000):
+                k.launch(1, 1, x)
             p.disable()
         g.close()
-    s = io.StringIO(); pstats.Stats(p, stream=s).sort_stats("tottime").print_stats(16); print("==", name); print(s.getvalue()[-2600:])
+    s = io.StringIO()
+    pstats.Stats(p, stream=s).sort_stats("tottime").print_stats(16)
+    print("==", name)
+    print(s.getvalue()[-2600:])

@@ -5,6 +5,7 @@ terms), earlier version against this one.
 Usage: python scripts/compare_bench.py BASELINE/bench.json NEW/bench.json
 Prints a Markdown table; the last column is the change of the ratio (+10% = worse).
 """
+
 from __future__ import annotations
 
 import json

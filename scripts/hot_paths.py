@@ -8,6 +8,7 @@ Usage:
   python scripts/hot_paths.py profile launch   cProfile of 20000 eager launches
   (also: profile capture100 | empty | add, optionally a pstats sort key)
 """
+
 import cProfile
 import pstats
 import statistics
@@ -17,8 +18,9 @@ import time
 import cudagraphs as cg
 
 dev = cg.Device(0)
-k = cg.Kernel('extern "C" __global__ void inc(float* p) { p[0] += 1.0f; }', "inc",
-              host=lambda p: p.__iadd__(1))
+k = cg.Kernel(
+    'extern "C" __global__ void inc(float* p) { p[0] += 1.0f; }', "inc", host=lambda p: p.__iadd__(1)
+)
 cg.preload([k], dev)
 x, z = cg.zeros(1, "float32"), cg.zeros(1, "float32")
 cg.ops.add(x, z, out=x)
@@ -53,9 +55,13 @@ def launches(n: int = 20000) -> None:
 
 def main(argv: list[str]) -> None:
     if argv[:1] == ["profile"]:
-        work = {"capture": lambda: capture(1000), "capture100": lambda: [capture(100) for _ in range(10)],
-                "launch": launches, "empty": lambda: [cg.empty(128, "float32") for _ in range(20000)],
-                "add": lambda: [cg.ops.add(x, z, out=x) for _ in range(20000)]}[argv[1]]
+        work = {
+            "capture": lambda: capture(1000),
+            "capture100": lambda: [capture(100) for _ in range(10)],
+            "launch": launches,
+            "empty": lambda: [cg.empty(128, "float32") for _ in range(20000)],
+            "add": lambda: [cg.ops.add(x, z, out=x) for _ in range(20000)],
+        }[argv[1]]
         work()
         prof = cProfile.Profile()
         prof.enable()

@@ -20,109 +20,222 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # (name, file, code to delete or replace, replacement)
 MUTATIONS = [
-    ("deferred release runs at once", "src/cudagraphs/_recording.py",
-     "    if device in _ACTIVE:\n        _QUEUE.append((device, fn, args))\n    else:\n        fn(*args)",
-     "    fn(*args)"),
-    ("finalizers release inline", "src/cudagraphs/_recording.py",
-     '    """Queue ``fn(*args)`` for the next safe point (from finalizers: never blocks)."""\n    _QUEUE.append((device, fn, args))',
-     '    """Queue ``fn(*args)`` for the next safe point (from finalizers: never blocks)."""\n    fn(*args)'),
-    ("dead blocks released under any lock", "src/cudagraphs/_allocator.py",
-     "owner._lock.acquire(False):", "owner._lock.acquire():"),
-    ("capture keeps nothing alive", "src/cudagraphs/_recording.py",
-     "                if block._ref.owner not in owners:\n                    keep.append(o)",
-     "                pass"),
-    ("other threads' work recorded", "src/cudagraphs/_recording.py",
-     "        if self.thread != _get_ident():\n            raise CaptureError(\n                f\"{kind",
-     "        if False:\n            raise CaptureError(\n                f\"{kind"),
-    ("refused work recorded", "src/cudagraphs/_recording.py",
-     "        if refuse is not None:\n            self.fail(refuse)", ""),
-    ("device sync allowed during captures", "src/cudagraphs/_device.py",
-     '        _recording.forbid(self, None, "Device.synchronize()", device_wide=True)\n', ""),
-    ("stream closed while captured", "src/cudagraphs/_device.py",
-     "        if self._recording is not None:\n            raise CaptureError(\n                f\"Stream.close()",
-     "        if False:\n            raise CaptureError(\n                f\"Stream.close()"),
-    ("body after the end accepted", "src/cudagraphs/_recording.py",
-     "        if not self.active:\n            raise RuntimeError(", "        if False:\n            raise RuntimeError("),
-    ("embedded graph not kept", "src/cudagraphs/_graph.py",
-     '        submit(stream, Work("child", lambda raw, _: backend.capture_node(raw, "child", child),\n                            keep=(self,)))',
-     '        submit(stream, Work("child", lambda raw, _: backend.capture_node(raw, "child", child)))'),
-    ("strided views passed as pointers", "src/cudagraphs/_kernel.py",
-     "                if not a.is_contiguous:\n                    raise ValueError(",
-     "                if False:\n                    raise ValueError("),
-    ("misaligned views accepted", "src/cudagraphs/_array.py",
-     "    if offset % itemsize or any(s % itemsize for s in st):", "    if False:"),
-    ("integers wrap", "src/cudagraphs/_transfer.py",
-     "        if lo < info.min or hi > info.max:", "        if False:"),
-    ("update keeps old parameters", "src/cudagraphs/_graph.py",
-     "        _recording.later(self.device, release_resources, old)\n", ""),
-    ("pools never return memory", "src/cudagraphs/_pool.py",
-     "        _recording.release(self.device, _give_back, self.device.allocator, segments, streams)",
-     "        pass"),
-    ("sim keeps condition handles", "src/cudagraphs/backends/sim.py",
-     "                _COND_REFS.pop(handle, None)\n                CONDITIONS.pop(handle, None)",
-     "                _COND_REFS.pop(handle, None)"),
-    ("set_arg skips the shape check", "src/cudagraphs/_patch.py",
-     "        if (view.shape, view.strides, view.dtype) != (recorded.shape, recorded.strides, recorded.dtype):",
-     "        if False:"),
-    ("host slot frees with the slot", "src/cudagraphs/_scalar.py",
-     "        self._bytes: np.ndarray | None = pinned_array(dev, nbytes)",
-     "        self._bytes: np.ndarray | None = pinned_array(dev, nbytes).copy()"),
-    ("unused conditions reach the driver", "src/cudagraphs/_capture.py",
-     "            if rec.conditions:\n", "            if False:\n"),
-    ("loop guard omitted", "src/cudagraphs/_control.py",
-     "            if exc_type is None and self._guard is not None:", "            if False:"),
+    (
+        "deferred release runs at once",
+        "src/cudagraphs/_recording.py",
+        "    if device in _ACTIVE:\n        _QUEUE.append((device, fn, args))\n    else:\n        fn(*args)",
+        "    fn(*args)",
+    ),
+    (
+        "finalizers release inline",
+        "src/cudagraphs/_recording.py",
+        '    """Queue ``fn(*args)`` for the next safe point (from finalizers: never blocks)."""\n    _QUEUE.append((device, fn, args))',
+        '    """Queue ``fn(*args)`` for the next safe point (from finalizers: never blocks)."""\n    fn(*args)',
+    ),
+    (
+        "dead blocks released under any lock",
+        "src/cudagraphs/_allocator.py",
+        "owner._lock.acquire(False):",
+        "owner._lock.acquire():",
+    ),
+    (
+        "capture keeps nothing alive",
+        "src/cudagraphs/_recording.py",
+        "                if block._ref.owner not in owners:\n                    keep.append(o)",
+        "                pass",
+    ),
+    (
+        "other threads' work recorded",
+        "src/cudagraphs/_recording.py",
+        '        if self.thread != _get_ident():\n            raise CaptureError(\n                f"{kind',
+        '        if False:\n            raise CaptureError(\n                f"{kind',
+    ),
+    (
+        "refused work recorded",
+        "src/cudagraphs/_recording.py",
+        "        if refuse is not None:\n            self.fail(refuse)",
+        "",
+    ),
+    (
+        "device sync allowed during captures",
+        "src/cudagraphs/_device.py",
+        '        _recording.forbid(self, None, "Device.synchronize()", device_wide=True)\n',
+        "",
+    ),
+    (
+        "stream closed while captured",
+        "src/cudagraphs/_device.py",
+        '        if self._recording is not None:\n            raise CaptureError(\n                f"Stream.close()',
+        '        if False:\n            raise CaptureError(\n                f"Stream.close()',
+    ),
+    (
+        "body after the end accepted",
+        "src/cudagraphs/_recording.py",
+        "        if not self.active:\n            raise RuntimeError(",
+        "        if False:\n            raise RuntimeError(",
+    ),
+    (
+        "embedded graph not kept",
+        "src/cudagraphs/_graph.py",
+        '        submit(stream, Work("child", lambda raw, _: backend.capture_node(raw, "child", child),\n                            keep=(self,)))',
+        '        submit(stream, Work("child", lambda raw, _: backend.capture_node(raw, "child", child)))',
+    ),
+    (
+        "strided views passed as pointers",
+        "src/cudagraphs/_kernel.py",
+        "                if not a.is_contiguous:\n                    raise ValueError(",
+        "                if False:\n                    raise ValueError(",
+    ),
+    (
+        "misaligned views accepted",
+        "src/cudagraphs/_array.py",
+        "    if offset % itemsize or any(s % itemsize for s in st):",
+        "    if False:",
+    ),
+    (
+        "integers wrap",
+        "src/cudagraphs/_transfer.py",
+        "        if lo < info.min or hi > info.max:",
+        "        if False:",
+    ),
+    (
+        "update keeps old parameters",
+        "src/cudagraphs/_graph.py",
+        "        _recording.later(self.device, release_resources, old)\n",
+        "",
+    ),
+    (
+        "pools never return memory",
+        "src/cudagraphs/_pool.py",
+        "        _recording.release(self.device, _give_back, self.device.allocator, segments, streams)",
+        "        pass",
+    ),
+    (
+        "sim keeps condition handles",
+        "src/cudagraphs/backends/sim.py",
+        "                _COND_REFS.pop(handle, None)\n                CONDITIONS.pop(handle, None)",
+        "                _COND_REFS.pop(handle, None)",
+    ),
+    (
+        "set_arg skips the shape check",
+        "src/cudagraphs/_patch.py",
+        "        if (view.shape, view.strides, view.dtype) != (recorded.shape, recorded.strides, recorded.dtype):",
+        "        if False:",
+    ),
+    (
+        "host slot frees with the slot",
+        "src/cudagraphs/_scalar.py",
+        "        self._bytes: np.ndarray | None = pinned_array(dev, nbytes)",
+        "        self._bytes: np.ndarray | None = pinned_array(dev, nbytes).copy()",
+    ),
+    (
+        "unused conditions reach the driver",
+        "src/cudagraphs/_capture.py",
+        "            if rec.conditions:\n",
+        "            if False:\n",
+    ),
+    (
+        "loop guard omitted",
+        "src/cudagraphs/_control.py",
+        "            if exc_type is None and self._guard is not None:",
+        "            if False:",
+    ),
     # stream ordering (issue 9: each must be caught by sim's stream queues)
-    ("Stream.wait waits for nothing", "src/cudagraphs/_device.py",
-     '"", lambda raw, _: backend.stream_wait_event(raw, event), keep=(other,)))',
-     '"", lambda raw, _: None, keep=(other,)))'),
+    (
+        "Stream.wait waits for nothing",
+        "src/cudagraphs/_device.py",
+        '"", lambda raw, _: backend.stream_wait_event(raw, event), keep=(other,)))',
+        '"", lambda raw, _: None, keep=(other,)))',
+    ),
     # (not listed: get()'s synchronize after its download into a new numpy array, which
     # the driver already completes before returning for pageable memory, so deleting it
     # changes nothing on either backend)
-    ("get_async's copy does not wait for the array's stream", "src/cudagraphs/_transfer.py",
-     "        copy_stream.wait(stream)\n", ""),
-    ("get_async's result does not wait for the copy", "src/cudagraphs/_transfer.py",
-     "            self._done.synchronize()\n", ""),
+    (
+        "get_async's copy does not wait for the array's stream",
+        "src/cudagraphs/_transfer.py",
+        "        copy_stream.wait(stream)\n",
+        "",
+    ),
+    (
+        "get_async's result does not wait for the copy",
+        "src/cudagraphs/_transfer.py",
+        "            self._done.synchronize()\n",
+        "",
+    ),
     # (not listed: get_async's record_stream of its source; the handle holds the
     # source until its result is read, so the memory cannot be reused under the copy)
-    ("cache reuse does not wait for other streams", "src/cudagraphs/_allocator.py",
-     "                if self._waits:\n                    self._wait_for(ptr, stream)", "                pass"),
-    ("stolen block does not wait for its owner", "src/cudagraphs/_allocator.py",
-     "                    self._backend.stream_wait_event(stream._raw, event)\n", ""),
-    ("DLPack consumer does not wait", "src/cudagraphs/_dlpack.py",
-     "    device.backend.stream_wait_event(consumer, event._raw)\n", ""),
+    (
+        "cache reuse does not wait for other streams",
+        "src/cudagraphs/_allocator.py",
+        "                if self._waits:\n                    self._wait_for(ptr, stream)",
+        "                pass",
+    ),
+    (
+        "stolen block does not wait for its owner",
+        "src/cudagraphs/_allocator.py",
+        "                    self._backend.stream_wait_event(stream._raw, event)\n",
+        "",
+    ),
+    (
+        "DLPack consumer does not wait",
+        "src/cudagraphs/_dlpack.py",
+        "    device.backend.stream_wait_event(consumer, event._raw)\n",
+        "",
+    ),
     # keep-alives of the nodes a capture records
-    ("builder event-record node keeps no event", "src/cudagraphs/_builder.py",
-     "backend.event_record(event._raw, raw, external=True),\n            keep=(event,))))",
-     "backend.event_record(event._raw, raw, external=True))))"),
-    ("builder host node keeps nothing", "src/cudagraphs/_builder.py",
-     '"host", issue, keep=(callbacks, fn, *args))))', '"host", issue)))'),
-    ("builder child keeps nothing", "src/cudagraphs/_builder.py",
-     "            keep=(graph, *used))))", "            keep=())))"),
+    (
+        "builder event-record node keeps no event",
+        "src/cudagraphs/_builder.py",
+        "backend.event_record(event._raw, raw, external=True),\n            keep=(event,))))",
+        "backend.event_record(event._raw, raw, external=True))))",
+    ),
+    (
+        "builder host node keeps nothing",
+        "src/cudagraphs/_builder.py",
+        '"host", issue, keep=(callbacks, fn, *args))))',
+        '"host", issue)))',
+    ),
+    (
+        "builder child keeps nothing",
+        "src/cudagraphs/_builder.py",
+        "            keep=(graph, *used))))",
+        "            keep=())))",
+    ),
     # (not listed: the conditional node's keep of its Condition, a plain record of a
     # handle the graph owns on both backends; keeping it is free and changes nothing)
-    ("rebind keeps no new array", "src/cudagraphs/_patch.py",
-     "    graph._res.keep.append(new)\n", ""),
-
-    ("builder memset keeps no array", "src/cudagraphs/_builder.py",
-     '"memset", lambda raw, _: backend.memset(ptr, value, nbytes, raw), None, (), (dst,))))',
-     '"memset", lambda raw, _: backend.memset(ptr, value, nbytes, raw), None, (), ())))'),
-    ("HostSlot download keeps no buffer", "src/cudagraphs/_scalar.py",
-     'submit(stream, Work("memcpy", backend.memcpy, copy, (x,), (), (buf,)))',
-     'submit(stream, Work("memcpy", backend.memcpy, copy, (x,), (), ()))'),
-    ("HostSlot upload keeps no buffer", "src/cudagraphs/_scalar.py",
-     'submit(stream, Work("memcpy", backend.memcpy, copy, (), (x,), (buf,)))',
-     'submit(stream, Work("memcpy", backend.memcpy, copy, (), (x,), ()))'),
-
+    ("rebind keeps no new array", "src/cudagraphs/_patch.py", "    graph._res.keep.append(new)\n", ""),
+    (
+        "builder memset keeps no array",
+        "src/cudagraphs/_builder.py",
+        '"memset", lambda raw, _: backend.memset(ptr, value, nbytes, raw), None, (), (dst,))))',
+        '"memset", lambda raw, _: backend.memset(ptr, value, nbytes, raw), None, (), ())))',
+    ),
+    (
+        "HostSlot download keeps no buffer",
+        "src/cudagraphs/_scalar.py",
+        'submit(stream, Work("memcpy", backend.memcpy, copy, (x,), (), (buf,)))',
+        'submit(stream, Work("memcpy", backend.memcpy, copy, (x,), (), ()))',
+    ),
+    (
+        "HostSlot upload keeps no buffer",
+        "src/cudagraphs/_scalar.py",
+        'submit(stream, Work("memcpy", backend.memcpy, copy, (), (x,), (buf,)))',
+        'submit(stream, Work("memcpy", backend.memcpy, copy, (), (x,), ()))',
+    ),
 ]
 
 
 def _suite(tree: Path) -> bool:
     """Whether the suite passes on sim in ``tree`` (a hang counts as a failure)."""
     try:
-        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                            "--timeout=120", "tests"], cwd=tree, capture_output=True, text=True,
-                           env={"CUDAGRAPHS_BACKEND": "sim", "PATH": "/usr/bin:/bin",
-                                "PYTHONPATH": str(tree / "src")}, timeout=900)
+        r = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "--timeout=120", "tests"],
+            cwd=tree,
+            capture_output=True,
+            text=True,
+            env={"CUDAGRAPHS_BACKEND": "sim", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(tree / "src")},
+            timeout=900,
+        )
     except subprocess.TimeoutExpired:
         return False
     return r.returncode == 0
@@ -130,8 +243,7 @@ def _suite(tree: Path) -> bool:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("-k", action="append", help="only mutations whose name contains this "
-                        "(repeatable)")
+    parser.add_argument("-k", action="append", help="only mutations whose name contains this (repeatable)")
     args = parser.parse_args()
     survived = 0
     with tempfile.TemporaryDirectory() as tmp:

@@ -26,14 +26,17 @@ SIM_SEED = cg.settings().sim_seed
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    return (f"cudagraphs sim seed: {SIM_SEED} (replay this run's stream interleavings with "
-            f"CUDAGRAPHS_SIM_SEED={SIM_SEED})")
+    return (
+        f"cudagraphs sim seed: {SIM_SEED} (replay this run's stream interleavings with "
+        f"CUDAGRAPHS_SIM_SEED={SIM_SEED})"
+    )
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.failed and "[sim" in report.nodeid:
-        report.sections.append(("cudagraphs", f"sim seed {SIM_SEED}: rerun with "
-                                              f"CUDAGRAPHS_SIM_SEED={SIM_SEED}"))
+        report.sections.append(
+            ("cudagraphs", f"sim seed {SIM_SEED}: rerun with CUDAGRAPHS_SIM_SEED={SIM_SEED}")
+        )
 
 
 @pytest.fixture(params=BACKENDS)
@@ -113,8 +116,9 @@ def live_blocks(dev: cg.Device) -> str:
         holders = [h for h in gc.get_referrers(block) if h is not ref]
         for h in holders[:3]:
             up = gc.get_referrers(h)
-            lines.append(f"block 0x{block.ptr:x} ({block.nbytes} B) <- {name(h)} <- "
-                         f"{[name(u) for u in up][:6]}")
+            lines.append(
+                f"block 0x{block.ptr:x} ({block.nbytes} B) <- {name(h)} <- {[name(u) for u in up][:6]}"
+            )
             frames = [u for u in up if type(u).__name__ == "frame"]
             if frames:  # what keeps a finished frame alive: a traceback of an exception?
                 lines.append("  " + _frame_owner(frames))
@@ -140,8 +144,7 @@ def _frame_owner(frames: list) -> str:
     # the innermost live frame below them (frames link outward through f_back)
     inner = frames[0]
     for _ in range(30):
-        deeper = [r for r in gc.get_referrers(inner)
-                  if type(r).__name__ == "frame" and r.f_back is inner]
+        deeper = [r for r in gc.get_referrers(inner) if type(r).__name__ == "frame" and r.f_back is inner]
         if not deeper:
             break
         inner = deeper[0]
@@ -155,6 +158,8 @@ def _frame_owner(frames: list) -> str:
             held.append(f"cell ({len(owners)} closure(s) of Python functions hold it)")
         elif type(r).__name__ not in ("frame",):
             held.append(f"{type(r).__name__} {r!r:.100}")
-    return (f"frames {stacks}: tracebacks {len(hit)}, held by exceptions {found[:3]}; innermost "
-            f"live frame {inner.f_code.co_name} ({inner.f_code.co_filename}:{inner.f_lineno}) "
-            f"held by {held[:4]}")
+    return (
+        f"frames {stacks}: tracebacks {len(hit)}, held by exceptions {found[:3]}; innermost "
+        f"live frame {inner.f_code.co_name} ({inner.f_code.co_filename}:{inner.f_lineno}) "
+        f"held by {held[:4]}"
+    )

@@ -96,10 +96,7 @@ def test_release_threshold_comes_from_settings(backend: str) -> None:
     import subprocess
     import sys
 
-    code = (
-        "import cudagraphs as cg; print(cg.settings().pool_release_threshold_mb); "
-        "cg.Device(0)"
-    )
+    code = "import cudagraphs as cg; print(cg.settings().pool_release_threshold_mb); cg.Device(0)"
     env = {**os.environ, "CUDAGRAPHS_POOL_RELEASE_THRESHOLD_MB": "64", "CUDAGRAPHS_BACKEND": backend}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr

@@ -12,15 +12,57 @@ import pytest
 import cudagraphs as cg
 
 PUBLIC = {
-    "AllocatorStats", "BackendUnavailableError", "Block", "CachingAllocator", "CaptureError",
-    "CaptureInvalidatedError", "CudaError", "CudaGraphsError", "Device", "DeviceArray", "Event",
-    "Kernel", "KernelCompileError", "OutOfMemoryError", "PendingCopy", "SUPPORTED_DTYPES",
-    "Settings", "Stream", "UpdateError", "__version__", "as_strided", "asarray", "backend",
-    "configure", "current_device", "empty", "empty_like", "full", "full_like",
-    "is_cuda_available", "ones", "ops", "override", "preload", "settings", "zeros",
-    "zeros_like", "DeviceScalar", "Graph", "GraphPool", "HostSlot", "Node", "capture", "Body",
-    "Condition", "BuilderNode", "GraphBuilder",
-    "capture_status", "is_capturing", "GraphState", "current_stream",
+    "AllocatorStats",
+    "BackendUnavailableError",
+    "Block",
+    "CachingAllocator",
+    "CaptureError",
+    "CaptureInvalidatedError",
+    "CudaError",
+    "CudaGraphsError",
+    "Device",
+    "DeviceArray",
+    "Event",
+    "Kernel",
+    "KernelCompileError",
+    "OutOfMemoryError",
+    "PendingCopy",
+    "SUPPORTED_DTYPES",
+    "Settings",
+    "Stream",
+    "UpdateError",
+    "__version__",
+    "as_strided",
+    "asarray",
+    "backend",
+    "configure",
+    "current_device",
+    "empty",
+    "empty_like",
+    "full",
+    "full_like",
+    "is_cuda_available",
+    "ones",
+    "ops",
+    "override",
+    "preload",
+    "settings",
+    "zeros",
+    "zeros_like",
+    "DeviceScalar",
+    "Graph",
+    "GraphPool",
+    "HostSlot",
+    "Node",
+    "capture",
+    "Body",
+    "Condition",
+    "BuilderNode",
+    "GraphBuilder",
+    "capture_status",
+    "is_capturing",
+    "GraphState",
+    "current_stream",
 }
 
 
@@ -33,8 +75,11 @@ def test_all_is_exactly_the_public_api() -> None:
 def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, **env}
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-        env=full_env, timeout=120,
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=120,
     )
 
 
@@ -92,8 +137,14 @@ def test_unavailable_backend_is_a_clear_error() -> None:
 def test_error_hierarchy() -> None:
     assert issubclass(cg.CaptureInvalidatedError, cg.CaptureError)
     assert issubclass(cg.OutOfMemoryError, MemoryError)
-    for e in (cg.BackendUnavailableError, cg.CudaError, cg.CaptureError, cg.UpdateError,
-              cg.KernelCompileError, cg.OutOfMemoryError):
+    for e in (
+        cg.BackendUnavailableError,
+        cg.CudaError,
+        cg.CaptureError,
+        cg.UpdateError,
+        cg.KernelCompileError,
+        cg.OutOfMemoryError,
+    ):
         assert issubclass(e, cg.CudaGraphsError)
     err = cg.CudaError(1, "CUDA_ERROR_INVALID_VALUE", "cuX", "because")
     assert (err.code, err.name) == (1, "CUDA_ERROR_INVALID_VALUE")
@@ -101,8 +152,9 @@ def test_error_hierarchy() -> None:
 
 
 def test_cli_doctor_runs(backend: str) -> None:
-    r = _run("from cudagraphs.cli import main; raise SystemExit(main(['doctor']))",
-             CUDAGRAPHS_BACKEND=backend)
+    r = _run(
+        "from cudagraphs.cli import main; raise SystemExit(main(['doctor']))", CUDAGRAPHS_BACKEND=backend
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"backend in use: {backend}" in r.stdout
     assert "self-check (scale on the device): ok" in r.stdout

@@ -139,9 +139,7 @@ def test_as_strided_bounds(backend: str, rng: np.random.Generator) -> None:
     data = random_array(rng, 12, "float32")
     x = cg.asarray(data)
     v = cg.as_strided(x, (3, 2), (16, 4), offset=4)
-    np.testing.assert_array_equal(
-        v.get(), np.lib.stride_tricks.as_strided(data[1:], (3, 2), (16, 4))
-    )
+    np.testing.assert_array_equal(v.get(), np.lib.stride_tricks.as_strided(data[1:], (3, 2), (16, 4)))
     with pytest.raises(ValueError, match="view out of range: it reaches bytes \\[0, 52\\)"):
         cg.as_strided(x, (13,), (4,))
     with pytest.raises(ValueError, match="out of range"):

@@ -134,8 +134,9 @@ def test_while_loop_in_a_builder(dev: cg.Device) -> None:
     minus, one = cg.full(1, -1, "int32"), cg.ones(1, "float32")
     bld = cg.GraphBuilder()
     cond = bld.condition()
-    setter = bld.launch(cg.ops.condition_kernel("cg_set_condition_index", np.dtype("int32")),
-                        1, 1, cond.handle, remaining)
+    setter = bld.launch(
+        cg.ops.condition_kernel("cg_set_condition_index", np.dtype("int32")), 1, 1, cond.handle, remaining
+    )
     body = bld.while_loop(cond, after=[setter])
     with body:
         s = body.stream

@@ -4,6 +4,7 @@ scalars, the safety rules, and recovery from failures at every stage.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import sys
 import threading
@@ -13,7 +14,6 @@ import pytest
 from conftest import live_blocks, random_array
 
 import cudagraphs as cg
-import contextlib
 
 
 @pytest.fixture
@@ -168,7 +168,9 @@ def test_two_threads_capture_two_streams(dev: cg.Device, backend: str) -> None:
 
 
 # memory ----------------------------------------------------------------------
-def test_pool_allocations_live_after_capture_and_return_to_cache(dev: cg.Device, rng: np.random.Generator) -> None:
+def test_pool_allocations_live_after_capture_and_return_to_cache(
+    dev: cg.Device, rng: np.random.Generator
+) -> None:
     before = baseline(dev)
     x_h = random_array(rng, 256, "float32")
     x = cg.asarray(x_h)
@@ -214,10 +216,11 @@ def test_shared_pool_reuses_memory_between_graphs(dev: cg.Device) -> None:
 def test_forbid_policy(dev: cg.Device) -> None:
     before = baseline(dev)
     x = cg.ones(8, "float32")
-    with pytest.raises(cg.CaptureError, match=r"allocation of \d+ B during a capture with alloc='forbid'.*test_capture.py"):
-        with cg.capture(alloc="forbid"):
-            cg.ops.scale(2.0, x, out=x)  # no allocation: fine
-            cg.ops.scale(2.0, x)  # allocates: refused
+    with pytest.raises(
+        cg.CaptureError, match=r"allocation of \d+ B during a capture with alloc='forbid'.*test_capture.py"
+    ), cg.capture(alloc="forbid"):
+        cg.ops.scale(2.0, x, out=x)  # no allocation: fine
+        cg.ops.scale(2.0, x)  # allocates: refused
     del x
     assert_clean(dev, before)
 

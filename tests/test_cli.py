@@ -19,8 +19,14 @@ def cli(backend: str, *args: str, cwd: Path | None = None) -> subprocess.Complet
     here = str(Path(cg.__file__).resolve().parents[1])
     path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "CUDAGRAPHS_BACKEND": backend, "PYTHONPATH": path}
-    return subprocess.run([sys.executable, "-m", "cudagraphs", *args], capture_output=True,
-                          text=True, env=env, timeout=600, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "cudagraphs", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=cwd,
+    )
 
 
 def test_bench_quick_writes_json_markdown_and_plots(backend: str, tmp_path: Path) -> None:
@@ -45,7 +51,8 @@ def test_show_example_and_function(backend: str, tmp_path: Path) -> None:
     assert "jacobi_step" in dot
     assert "cluster_" in dot
     script = tmp_path / "work.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import cudagraphs as cg
         cg.ops.preload(["float32"])
         x = cg.ones(16, "float32")
@@ -53,13 +60,15 @@ def test_show_example_and_function(backend: str, tmp_path: Path) -> None:
         def step():
             cg.ops.scale(2.0, x, out=x)
             cg.ops.fill(x[::2], 0.0)
-    """))
+    """)
+    )
     r = cli(backend, "show", f"{script}:step", "--out", str(tmp_path / "s.dot"), cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "2 nodes (kernel 2)" in r.stdout
     assert "cg_fill_strided" in (tmp_path / "s.dot").read_text()
     fresh = tmp_path / "fresh.py"  # no preload: kernels compile inside the capture
-    fresh.write_text(textwrap.dedent("""
+    fresh.write_text(
+        textwrap.dedent("""
         import cudagraphs as cg
         k = cg.Kernel('extern "C" __global__ void neg(float* p) { p[threadIdx.x] = -p[threadIdx.x]; }',
                       "neg", host=lambda p: p.__imul__(-1))
@@ -68,15 +77,18 @@ def test_show_example_and_function(backend: str, tmp_path: Path) -> None:
         def step():
             k.launch(1, 16, x)
             cg.ops.axpy(2.0, x, x)
-    """))
+    """)
+    )
     r = cli(backend, "show", f"{fresh}:step", "--out", str(tmp_path / "f.dot"), cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "2 nodes (kernel 2)" in r.stdout
     assert "neg" in (tmp_path / "f.dot").read_text()
-    for bad, message in ((["show", "--example", "nope"], "unknown example"),
-                         (["show", "missing.py:f"], "no such Python file"),
-                         (["show", f"{script}:nothing"], "has no function 'nothing'"),
-                         (["show"], "needs FILE.py:function")):
+    for bad, message in (
+        (["show", "--example", "nope"], "unknown example"),
+        (["show", "missing.py:f"], "no such Python file"),
+        (["show", f"{script}:nothing"], "has no function 'nothing'"),
+        (["show"], "needs FILE.py:function"),
+    ):
         r = cli(backend, *bad)
         assert r.returncode == 2
         assert message in r.stderr

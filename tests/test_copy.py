@@ -93,7 +93,8 @@ def test_zero_size_copies(backend: str) -> None:
 
 
 def test_get_async_source_memory_is_not_reused_before_the_copy_reads_it(
-        device: cg.Device, rng: np.random.Generator) -> None:
+    device: cg.Device, rng: np.random.Generator
+) -> None:
     x_h = random_array(rng, 1024, "float32")
     x = cg.asarray(x_h)
     pending = x.get_async()  # reads x on the copy stream, later
@@ -106,7 +107,8 @@ def test_get_async_source_memory_is_not_reused_before_the_copy_reads_it(
 
 
 def test_memory_freed_by_one_stream_and_reused_by_another_waits_for_the_first(
-        device: cg.Device, rng: np.random.Generator) -> None:
+    device: cg.Device, rng: np.random.Generator
+) -> None:
     a, b = device.create_stream(), device.create_stream()
     x_h = random_array(rng, 1024, "float32")
     x = cg.asarray(x_h, stream=a)
@@ -125,7 +127,8 @@ def test_memory_freed_by_one_stream_and_reused_by_another_waits_for_the_first(
 
 
 def test_a_block_taken_from_another_streams_cache_waits_for_that_stream(
-        device: cg.Device, rng: np.random.Generator) -> None:
+    device: cg.Device, rng: np.random.Generator
+) -> None:
     a, b = device.create_stream(), device.create_stream()
     device.synchronize()
     device.allocator.empty_cache()
@@ -145,7 +148,8 @@ def test_a_block_taken_from_another_streams_cache_waits_for_that_stream(
 
 
 def test_a_dlpack_consumer_stream_waits_for_the_producers_work(
-        device: cg.Device, rng: np.random.Generator) -> None:
+    device: cg.Device, rng: np.random.Generator
+) -> None:
     """The wait ``__dlpack__(stream=...)`` gives the consumer's stream (on both backends)."""
     from cudagraphs._dlpack import order_consumer
 

@@ -59,7 +59,9 @@ def _module_graph() -> dict[str, set[str]]:
                 base = m.split(".") if is_pkg else m.split(".")[:-1]
                 if node.level > 1:
                     base = base[: len(base) - node.level + 1]
-                prefix = ".".join(base + ([node.module] if node.module else [])) if node.level else node.module
+                prefix = (
+                    ".".join(base + ([node.module] if node.module else [])) if node.level else node.module
+                )
                 subs = [f"{prefix}.{a.name}" for a in node.names if f"{prefix}.{a.name}" in mods]
                 targets = subs + ([prefix] if len(subs) < len(node.names) else [])
             for t in targets:
@@ -78,7 +80,7 @@ def test_no_import_cycle_and_no_upward_imports() -> None:
         state[m] = 1
         for t in edges[m]:
             if state.get(t) == 1:
-                raise AssertionError("import cycle: " + " -> ".join([*path[path.index(t):], t]))
+                raise AssertionError("import cycle: " + " -> ".join([*path[path.index(t) :], t]))
             if t not in state:
                 visit(t, [*path, t])
         state[m] = 2
@@ -87,8 +89,10 @@ def test_no_import_cycle_and_no_upward_imports() -> None:
         if m not in state:
             visit(m, [m])
     # the capture state sits below devices: it knows them only by duck type
-    assert not any(t.startswith(("cudagraphs._device", "cudagraphs._array", "cudagraphs._graph"))
-                   for t in edges["cudagraphs._recording"])
+    assert not any(
+        t.startswith(("cudagraphs._device", "cudagraphs._array", "cudagraphs._graph"))
+        for t in edges["cudagraphs._recording"]
+    )
     assert not any(t.startswith("cudagraphs.ops") for t in edges["cudagraphs._array"])
 
 
@@ -110,8 +114,10 @@ def test_backend_interface_is_small() -> None:
 
 # one submission path -------------------------------------------------------------------
 def test_a_new_op_written_the_documented_way_gets_the_rules_for_free(
-        dev: cg.Device, rng: np.random.Generator) -> None:
+    dev: cg.Device, rng: np.random.Generator
+) -> None:
     """An op that only describes its work (no capture code of its own)."""
+
     def add_one(x: cg.DeviceArray, stream: cg.Stream | None = None) -> None:
         stream = stream if stream is not None else dev.current_stream()
         backend, nbytes = dev.backend, x.nbytes
@@ -187,8 +193,10 @@ def test_refused_work_invalidates_and_status_says_so(dev: cg.Device) -> None:
 
 
 def test_compiling_inside_a_capture_is_allowed(dev: cg.Device, rng: np.random.Generator) -> None:
-    src = 'extern "C" __global__ void triple(float* p, int n) {' \
-          ' int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) p[i] *= 3.0f; }'
+    src = (
+        'extern "C" __global__ void triple(float* p, int n) {'
+        " int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) p[i] *= 3.0f; }"
+    )
     k = cg.Kernel(src, "triple", host=lambda p, n: p.__imul__(3))
     assert k not in dev.kernels
     data = random_array(rng, 100, "float32")
@@ -370,8 +378,11 @@ def test_replay_inside_another_capture_embeds_a_child(dev: cg.Device, rng: np.ra
 
 # kernel arguments -------------------------------------------------------------------------
 def test_strided_views_are_refused_for_pointer_parameters(dev: cg.Device) -> None:
-    k = cg.Kernel('extern "C" __global__ void put(float* p) { p[0] = 1.0f; }', "put",
-                  host=lambda p: p.__setitem__(0, 1.0))
+    k = cg.Kernel(
+        'extern "C" __global__ void put(float* p) { p[0] = 1.0f; }',
+        "put",
+        host=lambda p: p.__setitem__(0, 1.0),
+    )
     x = cg.zeros(8, "float32")
     for view in (x[::2], x[::-1]):
         with pytest.raises(ValueError, match="strided view"):
@@ -433,7 +444,7 @@ def test_pool_memory_returns_for_later_captures(backend: str) -> None:
             g.close()
             del t
             settle(dev)
-        assert x.get()[0] == 3.0 ** 6
+        assert x.get()[0] == 3.0**6
         if backend == "sim":
             with cg.capture() as g:
                 a = cg.ops.scale(2.0, x)
@@ -495,8 +506,17 @@ def test_set_arg_checks_values_against_the_node(dev: cg.Device, rng: np.random.G
     np.testing.assert_allclose(y.get(), y_h + 0.5 * x2_h, rtol=1e-6)
 
 
-@pytest.mark.parametrize(("grid", "error"), [("12", TypeError), ((1.9,), TypeError), (1.0, TypeError),
-                                        ([2, 1.0], TypeError), (True, TypeError), ((1, 1, 1, 1), ValueError)])
+@pytest.mark.parametrize(
+    ("grid", "error"),
+    [
+        ("12", TypeError),
+        ((1.9,), TypeError),
+        (1.0, TypeError),
+        ([2, 1.0], TypeError),
+        (True, TypeError),
+        ((1, 1, 1, 1), ValueError),
+    ],
+)
 def test_grid_and_block_take_ints_only(dev: cg.Device, grid: object, error: type) -> None:
     k = cg.Kernel('extern "C" __global__ void nop(float* p) {}', "nop", host=lambda p: None)
     x = cg.zeros(1, "float32")
@@ -511,10 +531,16 @@ def test_bad_streams_are_type_errors(dev: cg.Device) -> None:
     k = cg.Kernel('extern "C" __global__ void nop(float* p) {}', "nop", host=lambda p: None)
     x = cg.zeros(1, "float32")
     s = cg.DeviceScalar(1.0)
-    for call in (lambda: k.launch(1, 1, x, stream="s"), lambda: s.set(2.0, stream="s"),
-                 lambda: cg.capture_status("s"), lambda: x.get(stream="s"),
-                 lambda: cg.zeros(3, stream="s"), lambda: cg.capture(stream="s"),
-                 lambda: cg.ops.add(x, x, stream="s"), lambda: dev.is_capturing("s")):
+    for call in (
+        lambda: k.launch(1, 1, x, stream="s"),
+        lambda: s.set(2.0, stream="s"),
+        lambda: cg.capture_status("s"),
+        lambda: x.get(stream="s"),
+        lambda: cg.zeros(3, stream="s"),
+        lambda: cg.capture(stream="s"),
+        lambda: cg.ops.add(x, x, stream="s"),
+        lambda: dev.is_capturing("s"),
+    ):
         with pytest.raises(TypeError, match="Stream"):
             call()
 
@@ -659,8 +685,7 @@ def test_builder_child_keeps_what_its_graph_used(dev: cg.Device, rng: np.random.
     g.close()
 
 
-def test_builder_host_node_runs_on_every_replay_with_nothing_else_holding_it(
-        dev: cg.Device) -> None:
+def test_builder_host_node_runs_on_every_replay_with_nothing_else_holding_it(dev: cg.Device) -> None:
     seen: list[int] = []
     bld = cg.GraphBuilder()
     bld.host(lambda n: seen.append(n), 5)  # only the graph holds the function and callback
@@ -675,7 +700,8 @@ def test_builder_host_node_runs_on_every_replay_with_nothing_else_holding_it(
 
 
 def test_closed_host_slot_stays_alive_for_a_graph_that_downloads_into_it(
-        dev: cg.Device, rng: np.random.Generator) -> None:
+    dev: cg.Device, rng: np.random.Generator
+) -> None:
     slot = cg.HostSlot(64, "float32")
     x = cg.asarray(random_array(rng, 64, "float32"))
     with cg.capture() as g:

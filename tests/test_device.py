@@ -73,7 +73,9 @@ def test_events_order_streams_and_time(device: cg.Device, rng: np.random.Generat
     cg.ops.scale(2.0, x, out=y)
     end.record()
     s.wait(end)  # work on s now runs after the scale
-    z = cg.empty_like(x, )
+    z = cg.empty_like(
+        x,
+    )
     cg.ops.copy(z, y, stream=s)
     y.record_stream(s)
     s.synchronize()

@@ -70,8 +70,7 @@ def _builder(dev: cg.Device) -> None:
     seen: list[int] = []
     b = cg.GraphBuilder()
     n1 = b.memcpy(x, a)
-    n2 = b.launch(cg.ops.elementwise_kernel("cg_add", np.dtype("float32")), 1, 64,
-                  out, x, x, 64, after=[n1])
+    n2 = b.launch(cg.ops.elementwise_kernel("cg_add", np.dtype("float32")), 1, 64, out, x, x, 64, after=[n1])
     b.host(seen.append, 1, after=[n2])
     g = b.instantiate()
     g.replay()
@@ -92,8 +91,11 @@ def _host_copies(dev: cg.Device) -> None:
 
 
 PATHS: dict[str, Callable[[cg.Device], None]] = {
-    "eager ops": _eager, "capture and replay": _capture_replay, "update and rebind": _update_rebind,
-    "builder": _builder, "host copies": _host_copies,
+    "eager ops": _eager,
+    "capture and replay": _capture_replay,
+    "update and rebind": _update_rebind,
+    "builder": _builder,
+    "host copies": _host_copies,
 }
 
 
@@ -113,8 +115,9 @@ def _handles(dev: cg.Device) -> dict[str, int]:
     return dev.backend.live_handles()  # type: ignore[no-any-return]
 
 
-def _clean(dev: cg.Device, before: cg.AllocatorStats, pinned_before: int,
-           handles_before: dict[str, int]) -> None:
+def _clean(
+    dev: cg.Device, before: cg.AllocatorStats, pinned_before: int, handles_before: dict[str, int]
+) -> None:
     gc.collect()
     dev.synchronize()
     assert cg.capture_status(dev.stream) == "none"
@@ -122,14 +125,14 @@ def _clean(dev: cg.Device, before: cg.AllocatorStats, pinned_before: int,
     assert _pinned(dev) <= pinned_before, "pinned memory leaked"
     handles = _handles(dev)
     assert all(n <= handles_before.get(k, 0) for k, n in handles.items()), (
-        f"driver handles leaked: {handles} after, {handles_before} before")
+        f"driver handles leaked: {handles} after, {handles_before} before"
+    )
     _capture_replay(dev)  # the stream works and the next capture succeeds
 
 
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("kind", FAULTS)
-def test_every_call_of_the_path_fails_once_and_nothing_breaks(sim: cg.Device, path: str,
-                                                              kind: str) -> None:
+def test_every_call_of_the_path_fails_once_and_nothing_breaks(sim: cg.Device, path: str, kind: str) -> None:
     run, backend = PATHS[path], sim.backend
     run(sim)  # warm: compiled kernels, cached blocks
     gc.collect()

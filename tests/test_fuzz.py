@@ -18,8 +18,12 @@ from hypothesis import strategies as st
 import cudagraphs as cg
 
 EXAMPLES = int(os.environ.get("CUDAGRAPHS_FUZZ_EXAMPLES", "60"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=False,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=False,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 DTYPES = ("float32", "float64", "int32", "int64")
 
 
@@ -138,10 +142,12 @@ def _run(program: list[tuple[Any, ...]], xs: list[cg.DeviceArray], alpha: cg.Dev
 
 
 @FUZZ
-@given(program=st.lists(STEP, min_size=1, max_size=12), replays=st.integers(1, 3),
-       seed=st.integers(0, 2**32 - 1))
-def test_random_capture_programs_replay_like_eager_runs(dev: cg.Device, program: list[Any],
-                                                        replays: int, seed: int) -> None:
+@given(
+    program=st.lists(STEP, min_size=1, max_size=12), replays=st.integers(1, 3), seed=st.integers(0, 2**32 - 1)
+)
+def test_random_capture_programs_replay_like_eager_runs(
+    dev: cg.Device, program: list[Any], replays: int, seed: int
+) -> None:
     start = np.random.default_rng(seed).integers(-3, 4, size=(N_ARRAYS, SIZE)).astype(np.float64)
     eager = [cg.asarray(row) for row in start]
     graphed = [cg.asarray(row) for row in start]
@@ -154,6 +160,7 @@ def test_random_capture_programs_replay_like_eager_runs(dev: cg.Device, program:
     np.testing.assert_array_equal(np.stack([x.get() for x in graphed]), start)
     for _ in range(replays):
         g.replay()
-    np.testing.assert_allclose(np.stack([x.get() for x in graphed]),
-                               np.stack([x.get() for x in eager]), rtol=1e-12)
+    np.testing.assert_allclose(
+        np.stack([x.get() for x in graphed]), np.stack([x.get() for x in eager]), rtol=1e-12
+    )
     g.close()

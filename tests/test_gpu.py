@@ -73,7 +73,9 @@ def test_cupy_and_torch_kernels_inside_capture_replay_correctly(cuda: cg.Device)
     cp = pytest.importorskip("cupy")
     torch = pytest.importorskip("torch")
     cg.ops.preload(["float32"], cuda)
-    source = 'extern "C" __global__ void twice(float* p, int n) { int i = threadIdx.x; if (i < n) p[i] *= 2.0f; }'
+    source = (
+        'extern "C" __global__ void twice(float* p, int n) { int i = threadIdx.x; if (i < n) p[i] *= 2.0f; }'
+    )
     raw = cp.RawKernel(source, "twice")
     data = np.random.default_rng(8).standard_normal(64).astype(np.float32)
     x = cg.asarray(data)

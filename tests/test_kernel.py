@@ -106,8 +106,12 @@ def test_argument_errors(backend: str) -> None:
 def test_syntax_error_raises_compile_error_with_log(device: cg.Device) -> None:
     if not nvrtc_available(device):
         pytest.skip("NVRTC is not installed (pip install nvidia-cuda-nvrtc)")
-    bad = cg.Kernel('extern "C" __global__ void broken(float* x { x[0] = 1; }', "broken",
-                    host=lambda x: None, signature=["float32*"])
+    bad = cg.Kernel(
+        'extern "C" __global__ void broken(float* x { x[0] = 1; }',
+        "broken",
+        host=lambda x: None,
+        signature=["float32*"],
+    )
     with pytest.raises(cg.KernelCompileError) as info:
         cg.preload([bad], device)
     assert info.value.kernel == "broken"

@@ -56,12 +56,14 @@ class Case:
             def run() -> None:
                 b.destroy(handle)
                 self.gone.add(what)
+
             return run
 
         def free(what: str, fn: Callable[[], None]) -> Callable[[], None]:
             def run() -> None:
                 fn()
                 self.gone.add(what)
+
             return run
 
         calls: dict[tuple[str, str], Callable[[], Any]] = {
@@ -69,26 +71,28 @@ class Case:
             ("cuStreamQuery", "the capturing stream"): lambda: b.synchronize(s, block=False),
             ("cuCtxSynchronize", "the device"): lambda: b.synchronize(i),
             ("cuStreamSynchronize", "another stream"): lambda: b.synchronize(self.other),
-            ("cuEventSynchronize", "an event recorded before the capture"):
-                lambda: b.synchronize(self.event),
-            ("cuGraphExecDestroy", "another graph's executable"):
-                destroy("exec", self.graph._exec),
+            ("cuEventSynchronize", "an event recorded before the capture"): lambda: b.synchronize(self.event),
+            ("cuGraphExecDestroy", "another graph's executable"): destroy("exec", self.graph._exec),
             ("cuEventDestroy", "an event"): destroy("event", self.spare_event),
             ("cuStreamDestroy", "another stream"): destroy("stream", self.spare),
-            ("cuMemAllocFromPoolAsync", "another stream"):
-                lambda: self.made.append(("ptr", b.mem_alloc(i, 512, self.other))),
-            ("cuMemFreeAsync", "another stream"):
-                free("ptr", lambda: b.mem_free(self.spare_ptr, self.other)),
+            ("cuMemAllocFromPoolAsync", "another stream"): lambda: self.made.append(
+                ("ptr", b.mem_alloc(i, 512, self.other))
+            ),
+            ("cuMemFreeAsync", "another stream"): free("ptr", lambda: b.mem_free(self.spare_ptr, self.other)),
             ("cuMemHostAlloc", "host memory"): lambda: self.made.append(("host", b.host_alloc(64))),
             ("cuMemFreeHost", "host memory"): free("host", lambda: b.host_free(self.host)),
-            ("cuMemcpyHtoDAsync", "the capturing stream, from pageable memory"):
-                lambda: b.memcpy(s, Copy(self.ptr, self.pageable.ctypes.data, 64, "htod")),
-            ("cuMemcpyDtoHAsync", "the capturing stream, to pageable memory"):
-                lambda: b.memcpy(s, Copy(self.pageable.ctypes.data, self.ptr, 64, "dtoh")),
+            ("cuMemcpyHtoDAsync", "the capturing stream, from pageable memory"): lambda: b.memcpy(
+                s, Copy(self.ptr, self.pageable.ctypes.data, 64, "htod")
+            ),
+            ("cuMemcpyDtoHAsync", "the capturing stream, to pageable memory"): lambda: b.memcpy(
+                s, Copy(self.pageable.ctypes.data, self.ptr, 64, "dtoh")
+            ),
             ("cuGraphLaunch", "the capturing stream"): lambda: b.graph_launch(self.graph._exec, s),
-            ("cuModuleLoadData", "a new module (compiling and loading a kernel)"):
-                lambda: cg.Kernel(f'extern "C" __global__ void k{next(_fresh)}(float* p) {{ p[0] = 1; }}',
-                                  f"k{next(_fresh) - 1}", host=lambda p: None).function(self.dev),
+            ("cuModuleLoadData", "a new module (compiling and loading a kernel)"): lambda: cg.Kernel(
+                f'extern "C" __global__ void k{next(_fresh)}(float* p) {{ p[0] = 1; }}',
+                f"k{next(_fresh) - 1}",
+                host=lambda p: None,
+            ).function(self.dev),
         }
         return calls[key]
 
@@ -142,9 +146,11 @@ def test_the_driver_refuses_what_the_table_says(case: Case, rule: Rule, mode: st
     refused = mode in rule.refused_in
     if refused:
         assert error is not None and error.code == rule.code, (
-            f"{rule.call} on {rule.target} in a {mode} capture: expected code {rule.code}, got {error!r}")
+            f"{rule.call} on {rule.target} in a {mode} capture: expected code {rule.code}, got {error!r}"
+        )
         assert status == ("invalidated" if rule.invalidates else "active"), (
-            f"{rule.call} on {rule.target} in a {mode} capture left it {status}")
+            f"{rule.call} on {rule.target} in a {mode} capture left it {status}"
+        )
     else:
         assert error is None, f"{rule.call} on {rule.target} in a {mode} capture: {error!r}"
         assert status == "active", f"{rule.call} on {rule.target} in a {mode} capture left it {status}"

@@ -110,12 +110,19 @@ def test_a_launched_graph_runs_as_it_was_when_launched(sim: cg.Device) -> None:
     g.close()
 
 
-@pytest.mark.parametrize(("grid", "block", "shared"), [
-    ((1, 1, 1), (1025, 1, 1), 0), ((1, 1, 1), (32, 32, 2), 0), ((1, 1, 1), (1, 1, 65), 0),
-    ((1, 65536, 1), (1, 1, 1), 0), ((1, 1, 1), (32, 1, 1), 64 << 10),
-])
-def test_launch_limits_are_the_devices(device: cg.Device, grid: tuple[int, int, int],
-                                       block: tuple[int, int, int], shared: int) -> None:
+@pytest.mark.parametrize(
+    ("grid", "block", "shared"),
+    [
+        ((1, 1, 1), (1025, 1, 1), 0),
+        ((1, 1, 1), (32, 32, 2), 0),
+        ((1, 1, 1), (1, 1, 65), 0),
+        ((1, 65536, 1), (1, 1, 1), 0),
+        ((1, 1, 1), (32, 1, 1), 64 << 10),
+    ],
+)
+def test_launch_limits_are_the_devices(
+    device: cg.Device, grid: tuple[int, int, int], block: tuple[int, int, int], shared: int
+) -> None:
     """Both drivers refuse a launch beyond an H100's limits with CUDA_ERROR_INVALID_VALUE.
 
     (``Kernel.launch`` refuses bad dimensions itself, with a ValueError; this is
@@ -158,8 +165,11 @@ def test_a_replay_into_freed_memory_fails_when_it_runs(sim: cg.Device) -> None:
 def test_a_misaligned_kernel_access_is_a_device_fault(sim: cg.Device) -> None:
     from cudagraphs.backends.base import CUDA_ERROR_MISALIGNED_ADDRESS, ArrayArg, KernelLaunch
 
-    k = cg.Kernel('extern "C" __global__ void touch(float* p) { p[0] = 1.0f; }', "touch",
-                  host=lambda p: p.__setitem__(0, 1.0))
+    k = cg.Kernel(
+        'extern "C" __global__ void touch(float* p) { p[0] = 1.0f; }',
+        "touch",
+        host=lambda p: p.__setitem__(0, 1.0),
+    )
     x = cg.zeros(8, "float32")
     fn, backend, raw = k.function(sim), sim.backend, sim.stream._raw
     view = ArrayArg(x.ptr + 2, (1,), (4,), np.dtype("float32"))  # 2 bytes into a float

@@ -77,17 +77,28 @@ def test_instantiate_a_captured_graph(dev: cg.Device) -> None:
 
 
 MISMATCHES = {
-    "node count": (lambda x, y: [cg.ops.axpy(2.0, x, y), cg.ops.axpy(2.0, x, y)],
-                   r"the topology changed: this graph recorded 1 nodes, the source 2", 1),
-    "kernel": (lambda x, y: cg.ops.scale(2.0, x, out=y),
-               r"node 0 runs kernel 'cg_axpy' in this graph and 'cg_scale' in the source", 0),
-    "node type": (lambda x, y: cg.ops.copy(y, x),
-                  r"node 0 is a kernel node in this graph and a memcpy node in the source", 0),
+    "node count": (
+        lambda x, y: [cg.ops.axpy(2.0, x, y), cg.ops.axpy(2.0, x, y)],
+        r"the topology changed: this graph recorded 1 nodes, the source 2",
+        1,
+    ),
+    "kernel": (
+        lambda x, y: cg.ops.scale(2.0, x, out=y),
+        r"node 0 runs kernel 'cg_axpy' in this graph and 'cg_scale' in the source",
+        0,
+    ),
+    "node type": (
+        lambda x, y: cg.ops.copy(y, x),
+        r"node 0 is a kernel node in this graph and a memcpy node in the source",
+        0,
+    ),
 }
 
 
 @pytest.mark.parametrize("case", MISMATCHES)
-def test_mismatches_raise_and_leave_the_graph_working(dev: cg.Device, rng: np.random.Generator, case: str) -> None:
+def test_mismatches_raise_and_leave_the_graph_working(
+    dev: cg.Device, rng: np.random.Generator, case: str
+) -> None:
     build, message, node = MISMATCHES[case]
     x_h = random_array(rng, 64, "float32")
     x, y = cg.asarray(x_h), cg.zeros(64, "float32")
@@ -155,8 +166,10 @@ def test_rebind_repoints_inputs_and_outputs(dev: cg.Device, rng: np.random.Gener
 
 
 def test_set_arg_changes_kernel_scalars(dev: cg.Device, rng: np.random.Generator) -> None:
-    src = 'extern "C" __global__ void sax(float* y, const float* x, float a, int n) {' \
-          ' int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i]; }'
+    src = (
+        'extern "C" __global__ void sax(float* y, const float* x, float a, int n) {'
+        " int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i]; }"
+    )
     k = cg.Kernel(src, "sax", host=lambda y, x, a, n: np.multiply(a, x[:n], out=y[:n]))
     cg.preload([k], dev)
     x_h = random_array(rng, 100, "float32")
@@ -207,7 +220,9 @@ def test_rebind_refusals(dev: cg.Device) -> None:
         g.rebind(x, cg.ones(16, "float32"))
     with pytest.raises(ValueError, match="does not use that array"):
         g.rebind(cg.ones(32, "float32"), cg.ones(32, "float32"))
-    with pytest.raises(cg.UpdateError, match=r"node 1 \(memcpy\) uses the array, and only kernel and device-copy") as info:
+    with pytest.raises(
+        cg.UpdateError, match=r"node 1 \(memcpy\) uses the array, and only kernel and device-copy"
+    ) as info:
         g.rebind(y, cg.zeros(32, "float32"))
     assert info.value.node == 1
     with pytest.raises(TypeError, match="must be a DeviceArray"):

@@ -50,8 +50,14 @@ if TYPE_CHECKING:
     from ._device import Device, Stream
 
 __all__ = [
-    "AllocatorStats", "Block", "BlockOwner", "CachingAllocator", "new_block", "release_dead_blocks",
-    "round_size", "safe_point",
+    "AllocatorStats",
+    "Block",
+    "BlockOwner",
+    "CachingAllocator",
+    "new_block",
+    "release_dead_blocks",
+    "round_size",
+    "safe_point",
 ]
 
 _SMALL = 1 << 20  # blocks up to 1 MiB are rounded to 512 B
@@ -355,11 +361,15 @@ class CachingAllocator:
                     raise
                 cached = self._reserved - self._in_use
                 raise OutOfMemoryError(
-                    self._ordinal, size, self._in_use, self._reserved, self._device.total_memory,
+                    self._ordinal,
+                    size,
+                    self._in_use,
+                    self._reserved,
+                    self._device.total_memory,
                     note=f"This was a graph pool's allocation during a capture, when cached "
-                         f"blocks cannot be given back to the driver; the cache holds "
-                         f"{cached} B: call device.allocator.empty_cache() before capturing, "
-                         "or free arrays you no longer need.",
+                    f"blocks cannot be given back to the driver; the cache holds "
+                    f"{cached} B: call device.allocator.empty_cache() before capturing, "
+                    "or free arrays you no longer need.",
                 ) from None
             backend.synchronize(side._raw)
         finally:
@@ -425,10 +435,14 @@ class CachingAllocator:
             self._oom_retries += 1
             if _recording.active(self._device):
                 raise OutOfMemoryError(
-                    self._ordinal, size, self._in_use, self._reserved, self._device.total_memory,
+                    self._ordinal,
+                    size,
+                    self._in_use,
+                    self._reserved,
+                    self._device.total_memory,
                     note="A capture is active on the device, so the cache could not be "
-                         "emptied: free arrays you no longer need, or empty the cache "
-                         "before capturing.",
+                    "emptied: free arrays you no longer need, or empty the cache "
+                    "before capturing.",
                 ) from None
             self._empty_cache_locked()
             try:
@@ -437,7 +451,10 @@ class CachingAllocator:
                 if again.code != CUDA_ERROR_OUT_OF_MEMORY:
                     raise
                 raise OutOfMemoryError(
-                    self._ordinal, size, self._in_use, self._reserved,
+                    self._ordinal,
+                    size,
+                    self._in_use,
+                    self._reserved,
                     self._device.total_memory,
                 ) from None
         self._reserved += size

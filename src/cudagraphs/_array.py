@@ -25,8 +25,16 @@ from ._transfer import PendingCopy, to_device, to_host
 from .backends.base import ArrayArg
 
 __all__ = [
-    "DeviceArray", "as_strided", "asarray", "empty", "empty_like", "full",
-    "full_like", "ones", "zeros", "zeros_like",
+    "DeviceArray",
+    "as_strided",
+    "asarray",
+    "empty",
+    "empty_like",
+    "full",
+    "full_like",
+    "ones",
+    "zeros",
+    "zeros_like",
 ]
 
 Shape = int | Sequence[int]
@@ -132,15 +140,17 @@ class DeviceArray:
     size: int  # number of elements
 
     def __init__(self, *args: object, **kwargs: object) -> None:
-        raise TypeError(
-            "DeviceArray is not created directly: use cg.empty, cg.zeros, cg.full "
-            "or cg.asarray"
-        )
+        raise TypeError("DeviceArray is not created directly: use cg.empty, cg.zeros, cg.full or cg.asarray")
 
     @classmethod
     def _wrap(
-        cls, block: Block, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...],
-        dtype: np.dtype, size: int | None = None,
+        cls,
+        block: Block,
+        ptr: int,
+        shape: tuple[int, ...],
+        strides: tuple[int, ...],
+        dtype: np.dtype,
+        size: int | None = None,
     ) -> DeviceArray:
         """An array over ``block``; ``size`` given means a fresh C-contiguous one."""
         a = object.__new__(cls)
@@ -203,9 +213,7 @@ class DeviceArray:
             axes = tuple(range(self.ndim))[::-1]
         if sorted(axes) != list(range(self.ndim)):
             raise ValueError(f"axes {axes} are not a permutation of 0..{self.ndim - 1}")
-        return self._view(
-            self.ptr, tuple(self.shape[i] for i in axes), tuple(self.strides[i] for i in axes)
-        )
+        return self._view(self.ptr, tuple(self.shape[i] for i in axes), tuple(self.strides[i] for i in axes))
 
     def reshape(self, *shape: Any) -> DeviceArray:
         """A view with a new shape (one dimension may be -1); needs a contiguous array.
@@ -258,9 +266,7 @@ class DeviceArray:
         if sum(1 for k in key if k is Ellipsis) > 1:
             raise IndexError("an index can only have a single ellipsis ('...')")
         if n_real > self.ndim:
-            raise IndexError(
-                f"too many indices: array is {self.ndim}-dimensional, but {n_real} were indexed"
-            )
+            raise IndexError(f"too many indices: array is {self.ndim}-dimensional, but {n_real} were indexed")
         ptr, shape, strides, dim = self.ptr, [], [], 0
         for k in key:
             if k is None:
@@ -382,8 +388,12 @@ class DeviceArray:
         }
 
     def __dlpack__(
-        self, *, stream: int | None = None, max_version: tuple[int, int] | None = None,
-        dl_device: tuple[int, int] | None = None, copy: bool | None = None,
+        self,
+        *,
+        stream: int | None = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
     ) -> object:
         """Export as a DLPack capsule (cuda backend only); see :mod:`._dlpack`."""
         return _dlpack.export(self, stream=stream, dl_device=dl_device, copy=copy)
@@ -413,7 +423,10 @@ def _prod(shape: tuple[int, ...]) -> int:
 
 # constructors ---------------------------------------------------------------
 def empty(
-    shape: Shape, dtype: Any = "float64", *, device: Device | int | None = None,
+    shape: Shape,
+    dtype: Any = "float64",
+    *,
+    device: Device | int | None = None,
     stream: Stream | None = None,
 ) -> DeviceArray:
     """A new array whose elements are not initialized.
@@ -454,7 +467,10 @@ def empty(
 
 
 def zeros(
-    shape: Shape, dtype: Any = "float64", *, device: Device | int | None = None,
+    shape: Shape,
+    dtype: Any = "float64",
+    *,
+    device: Device | int | None = None,
     stream: Stream | None = None,
 ) -> DeviceArray:
     """A new array of zeros (a device memset)."""
@@ -467,7 +483,11 @@ def zeros(
 
 
 def full(
-    shape: Shape, fill_value: Any, dtype: Any = None, *, device: Device | int | None = None,
+    shape: Shape,
+    fill_value: Any,
+    dtype: Any = None,
+    *,
+    device: Device | int | None = None,
     stream: Stream | None = None,
 ) -> DeviceArray:
     """A new array with every element ``fill_value`` (dtype inferred as numpy does)."""
@@ -478,7 +498,10 @@ def full(
 
 
 def ones(
-    shape: Shape, dtype: Any = "float64", *, device: Device | int | None = None,
+    shape: Shape,
+    dtype: Any = "float64",
+    *,
+    device: Device | int | None = None,
     stream: Stream | None = None,
 ) -> DeviceArray:
     """A new array of ones."""
@@ -486,7 +509,10 @@ def ones(
 
 
 def asarray(
-    obj: Any, dtype: Any = None, *, device: Device | int | None = None,
+    obj: Any,
+    dtype: Any = None,
+    *,
+    device: Device | int | None = None,
     stream: Stream | None = None,
 ) -> DeviceArray:
     """A device array from host data (numpy array, list, scalar) or a device array.
@@ -519,30 +545,36 @@ def _like(a: Any, dtype: Any, device: Device | int | None) -> tuple[tuple[int, .
     return host.shape, host.dtype if dtype is None else dtype, device
 
 
-def empty_like(a: Any, dtype: Any = None, *, device: Device | int | None = None,
-               stream: Stream | None = None) -> DeviceArray:
+def empty_like(
+    a: Any, dtype: Any = None, *, device: Device | int | None = None, stream: Stream | None = None
+) -> DeviceArray:
     """A new uninitialized array with the shape (and dtype) of ``a``."""
     shape, dt, dev = _like(a, dtype, device)
     return empty(shape, dt, device=dev, stream=stream)
 
 
-def zeros_like(a: Any, dtype: Any = None, *, device: Device | int | None = None,
-               stream: Stream | None = None) -> DeviceArray:
+def zeros_like(
+    a: Any, dtype: Any = None, *, device: Device | int | None = None, stream: Stream | None = None
+) -> DeviceArray:
     """A new array of zeros with the shape (and dtype) of ``a``."""
     shape, dt, dev = _like(a, dtype, device)
     return zeros(shape, dt, device=dev, stream=stream)
 
 
-def full_like(a: Any, fill_value: Any, dtype: Any = None, *, device: Device | int | None = None,
-              stream: Stream | None = None) -> DeviceArray:
+def full_like(
+    a: Any,
+    fill_value: Any,
+    dtype: Any = None,
+    *,
+    device: Device | int | None = None,
+    stream: Stream | None = None,
+) -> DeviceArray:
     """A new array filled with ``fill_value``, with the shape (and dtype) of ``a``."""
     shape, dt, dev = _like(a, dtype, device)
     return full(shape, fill_value, dt, device=dev, stream=stream)
 
 
-def as_strided(
-    x: DeviceArray, shape: Shape, strides: Sequence[int], offset: int = 0
-) -> DeviceArray:
+def as_strided(x: DeviceArray, shape: Shape, strides: Sequence[int], offset: int = 0) -> DeviceArray:
     """A view of ``x``'s memory with any shape, byte strides and byte offset.
 
     Raises

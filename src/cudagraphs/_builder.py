@@ -121,11 +121,21 @@ class GraphBuilder:
         return node
 
     # nodes -------------------------------------------------------------------------------
-    def launch(self, kernel: Kernel, grid: Any, block: Any, *args: Any,
-               after: Sequence[BuilderNode] | None = None, shared_mem: int = 0) -> BuilderNode:
+    def launch(
+        self,
+        kernel: Kernel,
+        grid: Any,
+        block: Any,
+        *args: Any,
+        after: Sequence[BuilderNode] | None = None,
+        shared_mem: int = 0,
+    ) -> BuilderNode:
         """A kernel node (arguments checked as for :meth:`Kernel.launch`)."""
-        return self._node("kernel", after, lambda: kernel.launch(
-            grid, block, *args, stream=self.stream, shared_mem=shared_mem))
+        return self._node(
+            "kernel",
+            after,
+            lambda: kernel.launch(grid, block, *args, stream=self.stream, shared_mem=shared_mem),
+        )
 
     def memcpy(self, dst: Any, src: Any, *, after: Sequence[BuilderNode] | None = None) -> BuilderNode:
         """A copy node: device to device, from host data (snapshotted), or to/from a HostSlot."""
@@ -138,7 +148,9 @@ class GraphBuilder:
             return self._node("memcpy", after, lambda: ops.copy(dst, src, stream=s))
         return self._node("memcpy", after, lambda: dst.set(src, stream=s))
 
-    def memset(self, dst: DeviceArray, value: int, *, after: Sequence[BuilderNode] | None = None) -> BuilderNode:
+    def memset(
+        self, dst: DeviceArray, value: int, *, after: Sequence[BuilderNode] | None = None
+    ) -> BuilderNode:
         """A memset node: every byte of the contiguous array ``dst`` set to ``value``."""
         if not isinstance(dst, DeviceArray) or not dst.is_contiguous:
             raise TypeError("memset takes a contiguous DeviceArray; use fill() for views")
@@ -146,15 +158,22 @@ class GraphBuilder:
             raise ValueError(f"memset sets bytes: value must be in 0..255, got {value!r}")
 
         backend, ptr, nbytes = self._backend, dst.ptr, dst.nbytes
-        return self._node("memset", after, lambda: submit(self.stream, Work(
-            "memset", lambda raw, _: backend.memset(ptr, value, nbytes, raw), None, (), (dst,))))
+        return self._node(
+            "memset",
+            after,
+            lambda: submit(
+                self.stream,
+                Work("memset", lambda raw, _: backend.memset(ptr, value, nbytes, raw), None, (), (dst,)),
+            ),
+        )
 
     def fill(self, x: DeviceArray, value: Any, *, after: Sequence[BuilderNode] | None = None) -> BuilderNode:
         """A node setting every element of ``x`` (any layout) to ``value``."""
         return self._node("kernel", after, lambda: ops.fill(x, value, stream=self.stream))
 
-    def host(self, fn: Callable[..., object], *args: Any,
-             after: Sequence[BuilderNode] | None = None) -> BuilderNode:
+    def host(
+        self, fn: Callable[..., object], *args: Any, after: Sequence[BuilderNode] | None = None
+    ) -> BuilderNode:
         """A host node: ``fn(*args)`` runs on a driver thread when the node runs.
 
         It must not call CUDA; the graph keeps ``fn`` and ``args`` alive.
@@ -168,8 +187,9 @@ class GraphBuilder:
         def issue(raw: Any, _: Any) -> None:
             callbacks.append(backend.launch_host(raw, lambda: fn(*args)))
 
-        return self._node("host", after, lambda: submit(self.stream, Work(
-            "host", issue, keep=(callbacks, fn, *args))))
+        return self._node(
+            "host", after, lambda: submit(self.stream, Work("host", issue, keep=(callbacks, fn, *args)))
+        )
 
     def child(self, graph: Graph, *, after: Sequence[BuilderNode] | None = None) -> BuilderNode:
         """A child-graph node running a copy of ``graph``'s nodes.
@@ -184,26 +204,50 @@ class GraphBuilder:
         assert res is not None
         child = res.params_graph if res.params_graph is not None else res.graph
         backend, used = self._backend, tuple(res.keep)  # what the copied nodes use, as of now
-        return self._node("child", after, lambda: submit(self.stream, Work(
-            "child", lambda raw, _: backend.capture_node(raw, "child", child),
-            keep=(graph, *used))))
+        return self._node(
+            "child",
+            after,
+            lambda: submit(
+                self.stream,
+                Work("child", lambda raw, _: backend.capture_node(raw, "child", child), keep=(graph, *used)),
+            ),
+        )
 
     def event_record(self, event: Event, *, after: Sequence[BuilderNode] | None = None) -> BuilderNode:
         """An event-record node: ``event`` completes when the node runs."""
         backend = self._backend
-        return self._node("event_record", after, lambda: submit(self.stream, Work(
-            "event_record", lambda raw, _: backend.event_record(event._raw, raw, external=True),
-            keep=(event,))))
+        return self._node(
+            "event_record",
+            after,
+            lambda: submit(
+                self.stream,
+                Work(
+                    "event_record",
+                    lambda raw, _: backend.event_record(event._raw, raw, external=True),
+                    keep=(event,),
+                ),
+            ),
+        )
 
     def event_wait(self, event: Event, *, after: Sequence[BuilderNode] | None = None) -> BuilderNode:
         """An event-wait node: later nodes wait for ``event``'s recorded work."""
         backend = self._backend
-        return self._node("event_wait", after, lambda: submit(self.stream, Work(
-            "event_wait", lambda raw, _: backend.stream_wait_event(raw, event._raw, external=True),
-            keep=(event,))))
+        return self._node(
+            "event_wait",
+            after,
+            lambda: submit(
+                self.stream,
+                Work(
+                    "event_wait",
+                    lambda raw, _: backend.stream_wait_event(raw, event._raw, external=True),
+                    keep=(event,),
+                ),
+            ),
+        )
 
-    def alloc(self, shape: Shape, dtype: Any = "float64", *,
-              after: Sequence[BuilderNode] | None = None) -> tuple[DeviceArray, BuilderNode]:
+    def alloc(
+        self, shape: Shape, dtype: Any = "float64", *, after: Sequence[BuilderNode] | None = None
+    ) -> tuple[DeviceArray, BuilderNode]:
         """An allocation node: graph memory for scratch work, freed by :meth:`free`."""
         dims, dt = _shape(shape), normalize_dtype(dtype)
         size = _prod(dims)
@@ -234,8 +278,11 @@ class GraphBuilder:
     def empty(self, *, after: Sequence[BuilderNode] | None = None) -> BuilderNode:
         """An empty node: a point in the graph to depend on."""
         backend = self._backend
-        return self._node("empty", after, lambda: submit(self.stream, Work(
-            "empty", lambda raw, _: backend.capture_node(raw, "empty"))))
+        return self._node(
+            "empty",
+            after,
+            lambda: submit(self.stream, Work("empty", lambda raw, _: backend.capture_node(raw, "empty"))),
+        )
 
     def join(self, *nodes: BuilderNode) -> BuilderNode:
         """An empty node after all of ``nodes``."""
@@ -305,5 +352,3 @@ class GraphBuilder:
     def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: object) -> None:
         if exc_type is not None:
             self.close()
-
-

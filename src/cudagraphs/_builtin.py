@@ -27,21 +27,44 @@ from .backends.base import ArrayArg, Copy
 from .backends.sim import set_conditional
 
 __all__ = [
-    "ARITH", "FLAG_TYPES", "MAX_NDIM", "Scratch", "builtin_kernel", "c_strides", "check_same",
-    "condition_kernel", "copy_view", "fill_value", "fill_view", "layout", "run", "scratch",
+    "ARITH",
+    "FLAG_TYPES",
+    "MAX_NDIM",
+    "Scratch",
+    "builtin_kernel",
+    "c_strides",
+    "check_same",
+    "condition_kernel",
+    "copy_view",
+    "fill_value",
+    "fill_view",
+    "layout",
+    "run",
+    "scratch",
 ]
 
 _KERNELS_DIR = Path(__file__).parent / "ops" / "kernels"
 SOURCE = (_KERNELS_DIR / "elementwise.cu").read_text()
 CONDITION_SOURCE = (_KERNELS_DIR / "conditional.cu").read_text()
-FLAG_TYPES = {"bool": "bool", "int32": "int", "int64": "long long", "uint8": "unsigned char",
-              "float32": "float", "float64": "double"}
+FLAG_TYPES = {
+    "bool": "bool",
+    "int32": "int",
+    "int64": "long long",
+    "uint8": "unsigned char",
+    "float32": "float",
+    "float64": "double",
+}
 MAX_NDIM = 8
 _LAYOUT = np.dtype((np.void, 8 + 8 * MAX_NDIM + 3 * 8 * MAX_NDIM))
 _LAYOUT_PACK = struct.Struct(f"<q{MAX_NDIM}q{3 * MAX_NDIM}q").pack
 ARITH = {"float32": "float", "float64": "double", "int32": "int", "int64": "long long"}
-_BITS = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int",
-         8: "unsigned long long", 16: "ulonglong2"}
+_BITS = {
+    1: "unsigned char",
+    2: "unsigned short",
+    4: "unsigned int",
+    8: "unsigned long long",
+    16: "ulonglong2",
+}
 _BLOCK = (256, 1, 1)
 _FIXED = frozenset({"n", "layout"})
 
@@ -78,26 +101,41 @@ _KERNELS: dict[str, tuple[Sequence[_P], Callable[..., None]]] = {
     "cg_fill_strided": ((("out", "void*"), ("value", "T"), ("n", "int64"), ("layout", "L")), _host_fill),
     "cg_copy_strided": ((("dst", "void*"), ("src", "void*"), ("n", "int64"), ("layout", "L")), _host_copy),
     "cg_add": ((("out", "void*"), ("a", "void*"), ("b", "void*"), ("n", "int64")), _host_add),
-    "cg_add_strided": ((("out", "void*"), ("a", "void*"), ("b", "void*"), ("n", "int64"),
-                        ("layout", "L")), _host_add),
+    "cg_add_strided": (
+        (("out", "void*"), ("a", "void*"), ("b", "void*"), ("n", "int64"), ("layout", "L")),
+        _host_add,
+    ),
     "cg_axpy": ((("y", "void*"), ("x", "void*"), ("alpha", "T"), ("n", "int64")), _host_axpy),
     "cg_axpy_ptr": ((("y", "void*"), ("x", "void*"), ("alpha", "void*"), ("n", "int64")), _host_axpy),
-    "cg_axpy_strided": ((("y", "void*"), ("x", "void*"), ("alpha", "T"), ("n", "int64"),
-                         ("layout", "L")), _host_axpy),
-    "cg_axpy_ptr_strided": ((("y", "void*"), ("x", "void*"), ("alpha", "void*"), ("n", "int64"),
-                             ("layout", "L")), _host_axpy),
+    "cg_axpy_strided": (
+        (("y", "void*"), ("x", "void*"), ("alpha", "T"), ("n", "int64"), ("layout", "L")),
+        _host_axpy,
+    ),
+    "cg_axpy_ptr_strided": (
+        (("y", "void*"), ("x", "void*"), ("alpha", "void*"), ("n", "int64"), ("layout", "L")),
+        _host_axpy,
+    ),
     "cg_scale": ((("out", "void*"), ("x", "void*"), ("alpha", "T"), ("n", "int64")), _host_scale),
     "cg_scale_ptr": ((("out", "void*"), ("x", "void*"), ("alpha", "void*"), ("n", "int64")), _host_scale),
-    "cg_scale_strided": ((("out", "void*"), ("x", "void*"), ("alpha", "T"), ("n", "int64"),
-                          ("layout", "L")), _host_scale),
-    "cg_scale_ptr_strided": ((("out", "void*"), ("x", "void*"), ("alpha", "void*"), ("n", "int64"),
-                              ("layout", "L")), _host_scale),
+    "cg_scale_strided": (
+        (("out", "void*"), ("x", "void*"), ("alpha", "T"), ("n", "int64"), ("layout", "L")),
+        _host_scale,
+    ),
+    "cg_scale_ptr_strided": (
+        (("out", "void*"), ("x", "void*"), ("alpha", "void*"), ("n", "int64"), ("layout", "L")),
+        _host_scale,
+    ),
 }
 KERNEL_NAMES = tuple(_KERNELS)
 
 
-def _make(source: str, name: str, host: Callable[..., None], params: Sequence[tuple[str, Any]],
-          defines: dict[str, str]) -> Kernel:
+def _make(
+    source: str,
+    name: str,
+    host: Callable[..., None],
+    params: Sequence[tuple[str, Any]],
+    defines: dict[str, str],
+) -> Kernel:
     signature = []
     for i, (pname, spec) in enumerate(params):
         p = _param_from_spec(i, spec, name)
@@ -150,8 +188,13 @@ def condition_kernel(name: str, dtype: np.dtype) -> Kernel:
     """
     defines = {"CG_T": FLAG_TYPES.get(dtype.name, "int")}
     if name == "cg_loop_guard":
-        return _make(CONDITION_SOURCE, name, _host_loop_guard,
-                     [("handle", "uint64"), ("count", "int64*"), ("cap", "int64")], defines)
+        return _make(
+            CONDITION_SOURCE,
+            name,
+            _host_loop_guard,
+            [("handle", "uint64"), ("count", "int64*"), ("cap", "int64")],
+            defines,
+        )
     host = _host_set_condition if name == "cg_set_condition" else _host_set_condition_index
     return _make(CONDITION_SOURCE, name, host, [("handle", "uint64"), ("flag", "void*")], defines)
 
@@ -214,8 +257,9 @@ def layout(shape: tuple[int, ...], *arrays: Any) -> bytes:
 _PLAIN = frozenset((int, float, bytes))  # values passed as they are; anything else is an array
 
 
-def run(name: str, dtype: np.dtype, device: Any, stream: Any, n: int, args: Sequence[Any],
-        writes: int = 1) -> None:
+def run(
+    name: str, dtype: np.dtype, device: Any, stream: Any, n: int, args: Sequence[Any], writes: int = 1
+) -> None:
     """Launch a built-in kernel over ``n`` elements; the first ``writes`` arguments are written.
 
     ``args`` were validated by the caller; arrays among them are passed as
@@ -252,11 +296,9 @@ def copy_view(dst: Any, src: Any, stream: Any) -> None:
     if dst.is_contiguous and src.is_contiguous:
         copy = Copy(dst.ptr, src.ptr, dst.nbytes, "dtod")
         backend = dst.device.backend
-        submit(stream, Work("memcpy", backend.memcpy, copy, (src,), (dst,),
-                            patch=copy))
+        submit(stream, Work("memcpy", backend.memcpy, copy, (src,), (dst,), patch=copy))
     else:
-        run("cg_copy_strided", dst.dtype, dst.device, stream, n,
-            [dst, src, n, layout(dst.shape, dst, src)])
+        run("cg_copy_strided", dst.dtype, dst.device, stream, n, [dst, src, n, layout(dst.shape, dst, src)])
 
 
 def check_same(op: str, **named: Any) -> Any:
@@ -268,8 +310,12 @@ def check_same(op: str, **named: Any) -> Any:
     arrays = list(named.values())
     first = arrays[0]
     for a in arrays:
-        if (getattr(a, "_view_spec", None) is None or a.device is not first.device
-                or a.shape != first.shape or a.dtype != first.dtype):
+        if (
+            getattr(a, "_view_spec", None) is None
+            or a.device is not first.device
+            or a.shape != first.shape
+            or a.dtype != first.dtype
+        ):
             _mismatch(op, named)
     return first.device
 
@@ -288,9 +334,7 @@ def _mismatch(op: str, named: dict[str, Any]) -> None:
                 f"{arg} has {a.shape} (no broadcasting)"
             )
         if a.dtype != first.dtype:
-            raise TypeError(
-                f"{op}: dtype mismatch, {first_name} is {first.dtype} and {arg} is {a.dtype}"
-            )
+            raise TypeError(f"{op}: dtype mismatch, {first_name} is {first.dtype} and {arg} is {a.dtype}")
 
 
 def fill_value(op: str, dtype: np.dtype, value: Any) -> np.generic:
@@ -308,8 +352,9 @@ def fill_value(op: str, dtype: np.dtype, value: Any) -> np.generic:
     if dtype.kind in "iu" and isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         info = np.iinfo(dtype)
         if not info.min <= int(value) <= info.max:
-            raise ValueError(f"{op}: cannot store {value} in a {dtype} array: out of range "
-                             f"{info.min}..{info.max}")
+            raise ValueError(
+                f"{op}: cannot store {value} in a {dtype} array: out of range {info.min}..{info.max}"
+            )
     try:
         bits = np.asarray(value, dtype=dtype)
     except (TypeError, ValueError, OverflowError) as exc:

@@ -51,8 +51,13 @@ class CaptureSession:
     """
 
     def __init__(
-        self, device: Device | None, stream: Stream | None, mode: str,
-        pool: GraphPool | None, alloc: str, instantiate: bool = True,
+        self,
+        device: Device | None,
+        stream: Stream | None,
+        mode: str,
+        pool: GraphPool | None,
+        alloc: str,
+        instantiate: bool = True,
     ) -> None:
         if mode not in CAPTURE_MODES:
             raise ValueError(f"mode must be one of {CAPTURE_MODES}, got {mode!r}")
@@ -179,9 +184,14 @@ class _CaptureContext:
 
 
 def capture(
-    fn: Callable[..., Any] | None = None, *args: Any, device: Device | None = None,
-    stream: Stream | None = None, mode: str = "thread_local", pool: GraphPool | None = None,
-    alloc: str = "pool", instantiate: bool = True,
+    fn: Callable[..., Any] | None = None,
+    *args: Any,
+    device: Device | None = None,
+    stream: Stream | None = None,
+    mode: str = "thread_local",
+    pool: GraphPool | None = None,
+    alloc: str = "pool",
+    instantiate: bool = True,
 ) -> Any:
     """Capture work queued on a stream into a :class:`Graph`.
 

@@ -60,9 +60,7 @@ class Settings:
 
     def __post_init__(self) -> None:
         if self.backend is not None and self.backend not in _BACKENDS:
-            raise ValueError(
-                f"backend must be one of {_BACKENDS} or None, got {self.backend!r}"
-            )
+            raise ValueError(f"backend must be one of {_BACKENDS} or None, got {self.backend!r}")
         for name in ("pool_release_threshold_mb", "sim_memory_mb", "sim_devices", "sim_seed"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:

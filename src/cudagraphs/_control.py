@@ -53,8 +53,9 @@ def new_condition(rec: Recording, graph: Any, default: int) -> Condition:
     if type(default) is not int or not 0 <= default <= 0xFFFFFFFF:
         raise ValueError(f"default must be an int in 0..2**32-1, got {default!r}")
     backend = rec.device.backend
-    handle = int(submit(rec.streams[-1], Work(
-        "", lambda raw, _: backend.capture_node(raw, "condition", default))))
+    handle = int(
+        submit(rec.streams[-1], Work("", lambda raw, _: backend.capture_node(raw, "condition", default)))
+    )
     rec.conditions[handle] = user_line()
     return Condition(handle, default, graph)
 
@@ -75,8 +76,14 @@ class Body:
         holding how many times the body ran in the last launch.
     """
 
-    def __init__(self, graph: Any, rec: Recording, handle: Any, label: str,
-                 guard: tuple[Condition, DeviceArray, int] | None = None) -> None:
+    def __init__(
+        self,
+        graph: Any,
+        rec: Recording,
+        handle: Any,
+        label: str,
+        guard: tuple[Condition, DeviceArray, int] | None = None,
+    ) -> None:
         self.graph, self._rec, self._handle, self.label = graph, rec, handle, label
         self.stream: Any = None
         self.iterations = guard[1] if guard is not None else None
@@ -123,14 +130,17 @@ class Body:
         return False
 
 
-def add_conditional(rec: Recording, graph: Any, kind: str, cond: Condition, size: int,
-                    max_iterations: int | None = None) -> list[Body]:
+def add_conditional(
+    rec: Recording, graph: Any, kind: str, cond: Condition, size: int, max_iterations: int | None = None
+) -> list[Body]:
     """Record a conditional node at the current point of the capture; return its bodies."""
     if not isinstance(cond, Condition) or cond.graph is not graph:
         raise TypeError(f"{kind} needs a Condition made by this graph's condition(), got {cond!r}")
     if cond.handle not in rec.conditions:
-        raise ValueError(f"{cond!r} already drives a conditional node; each condition drives "
-                         "one node: make another with g.condition()")
+        raise ValueError(
+            f"{cond!r} already drives a conditional node; each condition drives "
+            "one node: make another with g.condition()"
+        )
     guard = None
     stream = rec.streams[-1]
     if max_iterations is not None:

@@ -29,7 +29,8 @@ from .backends.base import Backend, DeviceProperties
 __all__ = ["Device", "Event", "Stream", "current_device", "current_stream", "resolve_stream"]
 
 _CURRENT: contextvars.ContextVar[tuple[Stream, ...]] = contextvars.ContextVar(
-    "cudagraphs_current_streams", default=())
+    "cudagraphs_current_streams", default=()
+)
 
 
 class Stream:
@@ -67,7 +68,8 @@ class Stream:
         self._tokens: list[contextvars.Token[tuple[Stream, ...]]] = []
         self._finalizer = (
             weakref.finalize(self, _recording.later, device, _destroy_stream, device.backend, raw)
-            if owned else None
+            if owned
+            else None
         )
 
     def __cuda_stream__(self) -> tuple[int, int]:
@@ -109,8 +111,10 @@ class Stream:
         if not isinstance(other, Event):
             raise TypeError(f"Stream.wait takes an Event or a Stream, got {type(other).__name__}")
         backend, event = self.device.backend, other._raw
-        _recording.submit(self._check_open(), _recording.Work(
-            "", lambda raw, _: backend.stream_wait_event(raw, event), keep=(other,)))
+        _recording.submit(
+            self._check_open(),
+            _recording.Work("", lambda raw, _: backend.stream_wait_event(raw, event), keep=(other,)),
+        )
 
     def record(self, event: Event | None = None) -> Event:
         """Record ``event`` (a new one by default) at this point of the stream."""
@@ -189,15 +193,17 @@ class Event:
         self.device = device if device is not None else current_device()
         self.timing = bool(timing)
         self._raw = self.device.backend.event_create(self.device.index, self.timing)
-        self._finalizer = weakref.finalize(self, _recording.later, self.device,
-                                           self.device.backend.destroy, self._raw)
+        self._finalizer = weakref.finalize(
+            self, _recording.later, self.device, self.device.backend.destroy, self._raw
+        )
 
     def record(self, stream: Stream | None = None) -> Event:
         """Record the event on ``stream`` (default: this thread's current stream)."""
         stream = resolve_stream(stream, self.device)
         backend, raw = self.device.backend, self._raw
-        _recording.submit(stream._check_open(), _recording.Work(
-            "", lambda s, _: backend.event_record(raw, s), keep=(self,)))
+        _recording.submit(
+            stream._check_open(), _recording.Work("", lambda s, _: backend.event_record(raw, s), keep=(self,))
+        )
         return self
 
     def synchronize(self) -> None:

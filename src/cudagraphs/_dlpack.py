@@ -140,4 +140,6 @@ def export(x: DeviceArray, *, stream: int | None, dl_device: Any, copy: bool | N
     managed.deleter = _delete
     with _lock:
         _alive[ctypes.addressof(managed)] = (x, shape, strides, managed)
-    return _api.PyCapsule_New(ctypes.addressof(managed), _NAME, ctypes.cast(_capsule_destructor, ctypes.c_void_p))
+    return _api.PyCapsule_New(
+        ctypes.addressof(managed), _NAME, ctypes.cast(_capsule_destructor, ctypes.c_void_p)
+    )

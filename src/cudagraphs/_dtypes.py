@@ -9,8 +9,20 @@ import numpy as np
 __all__ = ["SUPPORTED", "dlpack_code", "normalize_dtype"]
 
 _NAMES = (
-    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-    "uint64", "float16", "float32", "float64", "complex64", "complex128",
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
 )
 SUPPORTED: dict[str, np.dtype] = {n: np.dtype(n) for n in _NAMES}
 try:  # bfloat16 exists in numpy only through ml_dtypes (optional)
@@ -40,9 +52,7 @@ def normalize_dtype(dtype: Any) -> np.dtype:
         dt = None
     if dt is None or dt not in _BY_DTYPE:
         extra = "" if "bfloat16" in SUPPORTED else " (bfloat16 needs `pip install ml_dtypes`)"
-        raise TypeError(
-            f"unsupported dtype {dtype!r}; device arrays accept {', '.join(SUPPORTED)}{extra}"
-        )
+        raise TypeError(f"unsupported dtype {dtype!r}; device arrays accept {', '.join(SUPPORTED)}{extra}")
     return dt
 
 

@@ -116,9 +116,14 @@ class OutOfMemoryError(CudaGraphsError, MemoryError):
     """
 
     def __init__(
-        self, device: int, requested: int, in_use: int, reserved: int, limit: int,
+        self,
+        device: int,
+        requested: int,
+        in_use: int,
+        reserved: int,
+        limit: int,
         note: str = "The cache was emptied and the pool trimmed before giving up: free "
-                    "arrays you no longer need or allocate less.",
+        "arrays you no longer need or allocate less.",
     ) -> None:
         self.device = device
         self.requested = requested

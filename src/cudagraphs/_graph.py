@@ -62,7 +62,10 @@ class Node:
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Node) and (self.index, self.type, self.name) == (
-            other.index, other.type, other.name)
+            other.index,
+            other.type,
+            other.name,
+        )
 
     def __hash__(self) -> int:
         return hash((self.index, self.type, self.name))
@@ -86,8 +89,9 @@ class Resources:
 
     __slots__ = ("device", "exec", "graph", "keep", "params_graph", "pools", "streams")
 
-    def __init__(self, device: Device, graph: Any, keep: list[Any], pools: list[GraphPool],
-                 streams: list[Stream]) -> None:
+    def __init__(
+        self, device: Device, graph: Any, keep: list[Any], pools: list[GraphPool], streams: list[Stream]
+    ) -> None:
         self.device = device
         self.exec: Any = None
         self.graph = graph
@@ -128,8 +132,9 @@ def _difference(mine: list[tuple[str, str]], theirs: list[tuple[str, str]]) -> t
         if name_a != name_b:
             return f"node {i} runs kernel {name_a!r} in this graph and {name_b!r} in the source", i
     if len(mine) != len(theirs):
-        return (f"the topology changed: this graph recorded {len(mine)} nodes, "
-                f"the source {len(theirs)}"), min(len(mine), len(theirs))
+        return (
+            f"the topology changed: this graph recorded {len(mine)} nodes, the source {len(theirs)}"
+        ), min(len(mine), len(theirs))
     return None
 
 
@@ -198,8 +203,11 @@ class Graph:
         res = Resources(self.device, raw_graph, list(rec.keep), [self.pool], [self.stream])
         rec.keep.clear()
         # handles are found on first use (see _recording.resolve_handles)
-        self._records = rec.nodes if rec.plain else [
-            r if r.handle is None else r._replace(handle=None) for r in rec.nodes if r.top]
+        self._records = (
+            rec.nodes
+            if rec.plain
+            else [r if r.handle is None else r._replace(handle=None) for r in rec.nodes if r.top]
+        )
         self._traced = None  # made from the records when an update compares graphs
         self._auto_free = auto_free
         self._res = res
@@ -263,8 +271,11 @@ class Graph:
         if source.state not in (GraphState.READY, GraphState.CAPTURED):
             raise RuntimeError(f"the source graph is {source.state}; it cannot be used for an update")
         mine, theirs = self._records, source._records
-        if len(mine) != len(theirs) or any(map(operator.ne, map(_KIND, mine), map(_KIND, theirs))) \
-                or any(map(operator.ne, map(_NAME, mine), map(_NAME, theirs))):  # (all in C)
+        if (
+            len(mine) != len(theirs)
+            or any(map(operator.ne, map(_KIND, mine), map(_KIND, theirs)))
+            or any(map(operator.ne, map(_NAME, mine), map(_NAME, theirs)))
+        ):  # (all in C)
             why = _difference(self._trace(), source._trace())
             if why is not None:
                 raise UpdateError(*why)
@@ -394,8 +405,11 @@ class Graph:
     # replay ---------------------------------------------------------------------------------
     def _ready(self) -> Any:
         if self._exec is None or self.state != GraphState.READY:
-            hint = (": call g.instantiate() first, or use it as a source for update()"
-                    if self.state == GraphState.CAPTURED else "")
+            hint = (
+                ": call g.instantiate() first, or use it as a source for update()"
+                if self.state == GraphState.CAPTURED
+                else ""
+            )
             raise RuntimeError(f"this graph is {self.state}; only a ready graph can be replayed{hint}")
         return self._exec
 
@@ -446,8 +460,7 @@ class Graph:
         assert res is not None
         child = res.params_graph if res.params_graph is not None else res.graph
         backend = self.device.backend
-        submit(stream, Work("child", lambda raw, _: backend.capture_node(raw, "child", child),
-                            keep=(self,)))
+        submit(stream, Work("child", lambda raw, _: backend.capture_node(raw, "child", child), keep=(self,)))
 
     def _check_stream(self, stream: Any) -> Stream:
         if type(stream) is not Stream:
@@ -500,9 +513,11 @@ class Graph:
         nodes = self.nodes
         counts = collections.Counter(n.type for n in nodes)
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "no nodes"
-        return (f"Graph ({self.state}) on {self.device.backend.name}:{self.device.index}: "
-                f"{len(nodes)} nodes ({kinds}); {self.replays} replays; "
-                f"pool {self.pool.reserved} B")
+        return (
+            f"Graph ({self.state}) on {self.device.backend.name}:{self.device.index}: "
+            f"{len(nodes)} nodes ({kinds}); {self.replays} replays; "
+            f"pool {self.pool.reserved} B"
+        )
 
     def close(self) -> None:
         """Wait for the graph's replays, then free it and everything it kept. Idempotent.

@@ -39,16 +39,40 @@ from .backends.base import KernelLaunch, Param
 __all__ = ["Kernel", "normalize_dims", "preload"]
 
 _C_TYPES: dict[str, str] = {
-    "float": "float32", "double": "float64", "int": "int32", "signed": "int32",
-    "signed int": "int32", "unsigned": "uint32", "unsigned int": "uint32",
-    "short": "int16", "short int": "int16", "unsigned short": "uint16",
-    "long": "int64", "long int": "int64", "long long": "int64", "long long int": "int64",
-    "unsigned long": "uint64", "unsigned long long": "uint64", "size_t": "uint64",
-    "ptrdiff_t": "int64", "char": "int8", "signed char": "int8", "unsigned char": "uint8",
-    "bool": "bool", "int8_t": "int8", "int16_t": "int16", "int32_t": "int32",
-    "int64_t": "int64", "uint8_t": "uint8", "uint16_t": "uint16", "uint32_t": "uint32",
-    "uint64_t": "uint64", "__half": "float16", "half": "float16",
-    "__nv_bfloat16": "bfloat16", "void": "void",
+    "float": "float32",
+    "double": "float64",
+    "int": "int32",
+    "signed": "int32",
+    "signed int": "int32",
+    "unsigned": "uint32",
+    "unsigned int": "uint32",
+    "short": "int16",
+    "short int": "int16",
+    "unsigned short": "uint16",
+    "long": "int64",
+    "long int": "int64",
+    "long long": "int64",
+    "long long int": "int64",
+    "unsigned long": "uint64",
+    "unsigned long long": "uint64",
+    "size_t": "uint64",
+    "ptrdiff_t": "int64",
+    "char": "int8",
+    "signed char": "int8",
+    "unsigned char": "uint8",
+    "bool": "bool",
+    "int8_t": "int8",
+    "int16_t": "int16",
+    "int32_t": "int32",
+    "int64_t": "int64",
+    "uint8_t": "uint8",
+    "uint16_t": "uint16",
+    "uint32_t": "uint32",
+    "uint64_t": "uint64",
+    "__half": "float16",
+    "half": "float16",
+    "__nv_bfloat16": "bfloat16",
+    "void": "void",
 }
 _QUALIFIERS = {"const", "volatile", "__restrict__", "__restrict", "restrict", "struct"}
 _POINTER = np.dtype(np.uint64)
@@ -70,15 +94,13 @@ def parse_params(source: str, name: str) -> list[Param]:
         If the declaration is missing or uses a type that needs ``signature=``.
     """
     pattern = (
-        r"__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?"
-        + re.escape(name)
-        + r"\s*\(([^)]*)\)"
+        r"__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?" + re.escape(name) + r"\s*\(([^)]*)\)"
     )
     match = re.search(pattern, _strip_comments(source))
     if match is None:
         raise ValueError(
             f"no `__global__ void {name}(...)` in the kernel source; check the name, "
-            "declare the kernel extern \"C\", or pass signature=[...]"
+            'declare the kernel extern "C", or pass signature=[...]'
         )
     params: list[Param] = []
     text = match.group(1).strip()
@@ -105,9 +127,7 @@ def _make_param(pname: str, type_name: str, pointer: bool, kernel: str) -> Param
             raise ValueError(f"kernel {kernel!r}: unsupported pointee type {type_name!r}")
         return Param(pname, _POINTER, True, pointee)
     if type_name not in SUPPORTED:
-        raise ValueError(
-            f"kernel {kernel!r}: parameter {pname!r} has unsupported type {type_name!r}"
-        )
+        raise ValueError(f"kernel {kernel!r}: parameter {pname!r} has unsupported type {type_name!r}")
     return Param(pname, SUPPORTED[type_name], False, None)
 
 
@@ -232,7 +252,11 @@ class Kernel:
         # the last (grid, block) objects given and their normalized form: a hot
         # loop passes the same objects, recognised by identity (1.0 is not 1)
         self._dims: tuple[Any, Any, tuple[int, int, int], tuple[int, int, int]] = (
-            None, None, (1, 1, 1), (1, 1, 1))
+            None,
+            None,
+            (1, 1, 1),
+            (1, 1, 1),
+        )
 
     def __repr__(self) -> str:
         args = ", ".join(p.name for p in self.params)
@@ -321,9 +345,15 @@ class Kernel:
         self.enqueue(device, stream, g3, b3, shared_mem, values, args)
 
     def enqueue(
-        self, device: Device, stream: Stream, grid: tuple[int, int, int],
-        block: tuple[int, int, int], shared_mem: int, values: tuple[Any, ...],
-        args: Sequence[Any], writes: int | None = None,
+        self,
+        device: Device,
+        stream: Stream,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        shared_mem: int,
+        values: tuple[Any, ...],
+        args: Sequence[Any],
+        writes: int | None = None,
     ) -> None:
         """Queue a launch whose arguments are already checked and converted.
 
@@ -343,19 +373,18 @@ class Kernel:
             # what submit() does with work on a stream no capture records,
             # without describing the work first (measured: a Work costs ~1 µs);
             # the launch tuple is built in C, not by the NamedTuple's __new__
-            backend.launch(stream._raw, _tuple_new(KernelLaunch, (fn, grid, block, shared_mem,
-                                                                 values, ())))
+            backend.launch(stream._raw, _tuple_new(KernelLaunch, (fn, grid, block, shared_mem, values, ())))
             return
         views: list[Any] = []  # each argument's view, for arrays (what the simulator runs on)
         for a in args:
             spec = None if isinstance(a, BY_VALUE) else getattr(a, "_view_spec", None)
             views.append(spec if spec is None else spec())
         # what is written comes first (submit skips the values passed by value)
-        written, reads = (tuple(args), ()) if writes is None else (tuple(args[:writes]),
-                                                                    tuple(args[writes:]))
+        written, reads = (tuple(args), ()) if writes is None else (tuple(args[:writes]), tuple(args[writes:]))
         launch = _tuple_new(KernelLaunch, (fn, grid, block, shared_mem, values, tuple(views)))
-        work = _tuple_new(Work, ("kernel", backend.launch, launch, reads, written, (), self.name,
-                                 (self, launch), None))
+        work = _tuple_new(
+            Work, ("kernel", backend.launch, launch, reads, written, (), self.name, (self, launch), None)
+        )
         if rec is None:
             submit(stream, work)
         else:  # what submit() does with work on a captured stream, one call sooner
@@ -400,11 +429,17 @@ def _converter(p: Param, kernel: str) -> Callable[[Any, Device], Any]:
                 if not 0 <= int(a) < 1 << 64:
                     raise ValueError(f"{where}: address {a} is out of range")
                 return int(a)
-            cai = getattr(a, "__cuda_array_interface__", None) if device.backend.capabilities.shares_memory else None
+            cai = (
+                getattr(a, "__cuda_array_interface__", None)
+                if device.backend.capabilities.shares_memory
+                else None
+            )
             if cai is not None:
                 if cai.get("strides") is not None:
-                    raise ValueError(f"{where}: a strided {type(a).__name__} cannot be passed as a "
-                                     "pointer; make it contiguous first")
+                    raise ValueError(
+                        f"{where}: a strided {type(a).__name__} cannot be passed as a "
+                        "pointer; make it contiguous first"
+                    )
                 return int(cai["data"][0])
             raise TypeError(
                 f"{where} is a pointer: pass a cudagraphs array, an object with "

@@ -48,8 +48,7 @@ def compile_cubin(source: str, name: str, arch: str, options: Sequence[str]) -> 
         raise NvrtcUnavailable(f"cuda.core is not importable: {exc}") from exc
     macros = [o[2:] for o in options if o.startswith("-D")]
     defines = [tuple(m.split("=", 1)) if "=" in m else m for m in macros]
-    opts = ProgramOptions(name=f"{name}.cu", arch=arch, std="c++17",
-                          define_macro=defines or None)
+    opts = ProgramOptions(name=f"{name}.cu", arch=arch, std="c++17", define_macro=defines or None)
     try:
         program = Program(source, "c++", opts)
     except Exception as exc:

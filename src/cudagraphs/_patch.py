@@ -68,15 +68,18 @@ def rebind(graph: Any, exec_: Any, old: Any, new: Any) -> None:
             where = _index(graph, r.handle)
             raise UpdateError(
                 f"node {where} ({r.kind}) uses the array, and only kernel and device-copy "
-                "arguments can be changed node by node: capture again and use update()", where,
+                "arguments can be changed node by node: capture again and use update()",
+                where,
             )
     backend = graph.device.backend
     for i in hits:
         r = records[i]
         if isinstance(r.patch, Copy):
             src_view, dst_view = r.views
-            copy = r.patch._replace(src=new.ptr if src_view == key else r.patch.src,
-                                    dst=new.ptr if dst_view == key else r.patch.dst)
+            copy = r.patch._replace(
+                src=new.ptr if src_view == key else r.patch.src,
+                dst=new.ptr if dst_view == key else r.patch.dst,
+            )
             backend.graph_update(exec_, r.handle, copy)
             records[i] = r._replace(patch=copy, views=tuple(spec if v == key else v for v in r.views))
             continue
@@ -142,10 +145,9 @@ def set_arg(graph: Any, exec_: Any, node: Any, arg: int | str, value: Any) -> No
         raw: Any = value.ptr
     else:
         raw, view = kernel._convert[j](value, graph.device), None
-    values = (*launch.values[:j], raw, *launch.values[j + 1:])
-    views = (*launch.views[:j], view, *launch.views[j + 1:])
-    new_launch = KernelLaunch(launch.function, launch.grid, launch.block, launch.shared_mem,
-                              values, views)
+    values = (*launch.values[:j], raw, *launch.values[j + 1 :])
+    views = (*launch.views[:j], view, *launch.views[j + 1 :])
+    new_launch = KernelLaunch(launch.function, launch.grid, launch.block, launch.shared_mem, values, views)
     backend.graph_update(exec_, handle, new_launch)
     graph._records[at] = r._replace(patch=(kernel, new_launch))
     if view is not None or getattr(value, "__cuda_array_interface__", None) is not None:

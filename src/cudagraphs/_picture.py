@@ -16,8 +16,14 @@ from typing import Any
 __all__ = ["save", "to_dot"]
 
 _COLORS = {
-    "kernel": "#cfe2ff", "memcpy": "#d1e7dd", "memset": "#fff3cd", "mem_alloc": "#f8d7da",
-    "mem_free": "#f8d7da", "host": "#e2d9f3", "child": "#dee2e6", "conditional": "#ffe5d0",
+    "kernel": "#cfe2ff",
+    "memcpy": "#d1e7dd",
+    "memset": "#fff3cd",
+    "mem_alloc": "#f8d7da",
+    "mem_free": "#f8d7da",
+    "host": "#e2d9f3",
+    "child": "#dee2e6",
+    "conditional": "#ffe5d0",
 }
 
 
@@ -77,6 +83,7 @@ def save(dot: str, path: str | os.PathLike[str]) -> Path:
             "install graphviz (e.g. `apt install graphviz` or `conda install graphviz`), "
             "or save as .dot and render it elsewhere"
         )
-    subprocess.run([program, f"-T{fmt}", "-o", str(out)], input=dot, text=True,
-                   check=True, capture_output=True)
+    subprocess.run(
+        [program, f"-T{fmt}", "-o", str(out)], input=dot, text=True, check=True, capture_output=True
+    )
     return out

@@ -115,8 +115,10 @@ class GraphPool:
             return sum(self._segments.values())
 
     def __repr__(self) -> str:
-        return (f"<cudagraphs.GraphPool {self.reserved} B on {self.device}, "
-                f"{self._users} users, {self._live} live blocks>")
+        return (
+            f"<cudagraphs.GraphPool {self.reserved} B on {self.device}, "
+            f"{self._users} users, {self._live} live blocks>"
+        )
 
 
 def _give_back(allocator: Any, segments: list[int], streams: list[Stream]) -> None:
@@ -142,8 +144,10 @@ class ForbidMemory(PoolMemory):
     """``alloc="forbid"``: any allocation during the capture is a CaptureError."""
 
     def allocate(self, rec: Recording, nbytes: int) -> tuple[int, Any]:
-        rec.fail(f"allocation of {nbytes} B during a capture with alloc='forbid'; "
-                 "allocate before capturing, or use alloc='pool'")
+        rec.fail(
+            f"allocation of {nbytes} B during a capture with alloc='forbid'; "
+            "allocate before capturing, or use alloc='pool'"
+        )
         raise AssertionError("unreachable")
 
 

@@ -57,8 +57,19 @@ from .backends.base import (
 )
 
 __all__ = [
-    "NodeRecord", "Recording", "Work", "active", "begin", "drain", "forbid", "later",
-    "release", "resolve_handles", "status", "submit", "user_line",
+    "NodeRecord",
+    "Recording",
+    "Work",
+    "active",
+    "begin",
+    "drain",
+    "forbid",
+    "later",
+    "release",
+    "resolve_handles",
+    "status",
+    "submit",
+    "user_line",
 ]
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
@@ -186,8 +197,9 @@ class Recording:
     # the rules ------------------------------------------------------------------
     def fail(self, what: str) -> None:
         """Mark the capture invalid and raise CaptureError about ``what``."""
-        message = (f"{what} (called at {user_line()}); the capture on stream "
-                   f"0x{self.stream.handle:x} is now invalid")
+        message = (
+            f"{what} (called at {user_line()}); the capture on stream 0x{self.stream.handle:x} is now invalid"
+        )
         self.invalid = self.invalid or message
         raise CaptureError(message)
 
@@ -214,7 +226,8 @@ class Recording:
                 what = f"{kind} {name}".strip()
                 self.invalid = self.invalid or (
                     f"the driver refused {what} ({err.name}) queued at {user_line()}; the "
-                    f"capture on stream 0x{self.stream.handle:x} is now invalid")
+                    f"capture on stream 0x{self.stream.handle:x} is now invalid"
+                )
                 raise CaptureInvalidatedError(self.invalid) from err
             raise
         owners, keep = self.memory.owners, self.keep
@@ -250,8 +263,10 @@ class Recording:
     def enter_body(self, stream: Any, body: Any) -> None:
         """Capture ``stream`` into ``body`` (a conditional node's body graph)."""
         if not self.active:
-            raise RuntimeError("the capture that made this body has ended; bodies are "
-                               "captured inside the `with cg.capture()` block that made them")
+            raise RuntimeError(
+                "the capture that made this body has ended; bodies are "
+                "captured inside the `with cg.capture()` block that made them"
+            )
         if self.thread != threading.get_ident():
             raise CaptureError("a body is captured by the thread that captures its graph")
         self.device.backend.capture_begin(stream._raw, self.mode, body)
@@ -294,9 +309,11 @@ class Recording:
         if error is not None:
             if error.code == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED:
                 raise CaptureInvalidatedError(
-                    self.invalid or f"the driver invalidated the capture on stream "
+                    self.invalid
+                    or f"the driver invalidated the capture on stream "
                     f"0x{self.stream.handle:x}: a call that cannot be recorded (a synchronize, "
-                    "a host copy, a query) was made while it was capturing") from error
+                    "a host copy, a query) was made while it was capturing"
+                ) from error
             raise error
         if self.invalid is not None:
             release(self.device, backend.destroy, graph)
@@ -392,8 +409,9 @@ def resolve_handles(backend: Any, graph: Any, records: list[NodeRecord]) -> list
         if r.handle is not None:
             out.append(r)
             continue
-        while j < len(found) and not (found[j].type == r.kind
-                                      and (r.kind != "kernel" or found[j].name == r.name)):
+        while j < len(found) and not (
+            found[j].type == r.kind and (r.kind != "kernel" or found[j].name == r.name)
+        ):
             j += 1
         if j == len(found):
             raise LookupError(f"no {r.kind} node {r.name!r} left in the graph to match")
@@ -416,8 +434,7 @@ def status(stream: Any) -> str:
     return stream.device.backend.capture_info(stream._raw)[0]
 
 
-def forbid(device: Any, stream: Any, what: str, *, device_wide: bool = False,
-           hint: str = "") -> None:
+def forbid(device: Any, stream: Any, what: str, *, device_wide: bool = False, hint: str = "") -> None:
     """Raise CaptureError if ``what`` (a synchronizing call) would break a capture.
 
     ``stream`` is the stream the call works on (None: not one stream). A
@@ -490,8 +507,7 @@ def drain() -> None:
             try:
                 fn(*args)
             except Exception as exc:  # a release must not break the caller
-                warnings.warn(f"cudagraphs: a deferred release failed: {exc!r}",
-                              RuntimeWarning, stacklevel=2)
+                warnings.warn(f"cudagraphs: a deferred release failed: {exc!r}", RuntimeWarning, stacklevel=2)
     finally:
         _QUEUE.extend(held)
         _draining.on = False

@@ -25,8 +25,10 @@ from .backends.base import Copy
 
 __all__ = ["DeviceScalar", "HostSlot"]
 
-_FROZEN = ("DeviceScalar.set() inside a capture would freeze the value into the graph: "
-           "set it outside the capture, before g.replay()")
+_FROZEN = (
+    "DeviceScalar.set() inside a capture would freeze the value into the graph: "
+    "set it outside the capture, before g.replay()"
+)
 
 
 def _check_value(value: Any, dtype: np.dtype, what: str) -> np.ndarray:
@@ -66,8 +68,7 @@ class DeviceScalar(DeviceArray):
 
     def __init__(self, value: Any, dtype: Any = "float32", *, device: Device | int | None = None) -> None:
         a = empty((), dtype, device=device)
-        for name in ("_block", "ptr", "shape", "strides", "dtype", "device", "is_contiguous", "size",
-                     "_arg"):
+        for name in ("_block", "ptr", "shape", "strides", "dtype", "device", "is_contiguous", "size", "_arg"):
             setattr(self, name, getattr(a, name))
         self.set(value)
 
@@ -117,7 +118,13 @@ class HostSlot:
     def __init__(self, shape: Shape, dtype: Any = "float64", *, device: Device | int | None = None) -> None:
         dims = _shape(shape)
         dt = normalize_dtype(dtype)
-        dev = device if isinstance(device, Device) else Device(device) if device is not None else current_device()
+        dev = (
+            device
+            if isinstance(device, Device)
+            else Device(device)
+            if device is not None
+            else current_device()
+        )
         self.device = dev
         nbytes = int(np.prod(dims, dtype=np.int64)) * dt.itemsize
         self._bytes: np.ndarray | None = pinned_array(dev, nbytes)

@@ -28,8 +28,7 @@ _HOST_HINT = "read results after replay, or copy into a cg.HostSlot inside the c
 def to_host(x: Any, stream: Any) -> np.ndarray:
     """Copy ``x`` into a new numpy array after the work queued on ``stream``."""
     device = x.device
-    _recording.forbid(device, stream, "DeviceArray.get() (a copy to the host and a wait)",
-                      hint=_HOST_HINT)
+    _recording.forbid(device, stream, "DeviceArray.get() (a copy to the host and a wait)", hint=_HOST_HINT)
     out = np.empty(x.shape, x.dtype)
     if x.size:
         src = x if x.is_contiguous else _contiguous(x, stream)
@@ -64,8 +63,7 @@ def check_host_data(value: Any, dtype: np.dtype, shape: tuple[int, ...]) -> np.n
         lo, hi = host.min(), host.max()
         if lo < info.min or hi > info.max:
             bad = lo if lo < info.min else hi
-            raise ValueError(f"cannot store {bad} in a {dtype} array: out of range "
-                             f"{info.min}..{info.max}")
+            raise ValueError(f"cannot store {bad} in a {dtype} array: out of range {info.min}..{info.max}")
     elif not np.can_cast(host.dtype, dtype, "same_kind"):
         raise TypeError(
             f"cannot copy {host.dtype} data into a {dtype} array without changing its "
@@ -98,8 +96,7 @@ def to_device(x: Any, value: Any, stream: Any, refuse: str | None = None) -> Non
     # ``host`` may be freed as soon as the call is done
     backend = device.backend
     copy = Copy(target.ptr, host.ctypes.data, host.nbytes, "htod")
-    submit(stream, Work("memcpy", backend.memcpy, copy, (), (target,),
-                        (host,), refuse=refuse))
+    submit(stream, Work("memcpy", backend.memcpy, copy, (), (target,), (host,), refuse=refuse))
     if target is not x:
         copy_view(x, target, stream)
 
@@ -120,8 +117,7 @@ class PendingCopy:
 
     def __init__(self, x: Any, stream: Any) -> None:
         device = x.device
-        _recording.forbid(device, stream, "DeviceArray.get_async() (a copy to the host)",
-                          hint=_HOST_HINT)
+        _recording.forbid(device, stream, "DeviceArray.get_async() (a copy to the host)", hint=_HOST_HINT)
         src = x if x.is_contiguous else _contiguous(x, stream)
         self.shape = x.shape
         self.dtype = x.dtype
@@ -133,12 +129,12 @@ class PendingCopy:
         if src.nbytes:
             backend = device.backend
             copy = Copy(self._buf.ctypes.data, src.ptr, src.nbytes, "dtoh")
-            submit(copy_stream, Work("memcpy", backend.memcpy, copy, (src,),
-                                     (self._buf,)))
+            submit(copy_stream, Work("memcpy", backend.memcpy, copy, (src,), (self._buf,)))
         src._block.use_on(copy_stream)
         self._done = copy_stream.record()
-        self._finalizer = weakref.finalize(self, _recording.later, device, _give_back, device,
-                                           self._done, self._buf)
+        self._finalizer = weakref.finalize(
+            self, _recording.later, device, _give_back, device, self._done, self._buf
+        )
 
     def done(self) -> bool:
         """Whether the copy has finished (never blocks)."""

@@ -25,8 +25,15 @@ def doctor() -> int:
     import cudagraphs as cg
 
     print(f"cudagraphs {cg.__version__} on Python {platform.python_version()}")
-    for dist in ("cuda-core", "cuda-bindings", "numpy", "nvidia-cuda-nvrtc", "ml_dtypes",
-                 "cupy-cuda13x", "torch"):
+    for dist in (
+        "cuda-core",
+        "cuda-bindings",
+        "numpy",
+        "nvidia-cuda-nvrtc",
+        "ml_dtypes",
+        "cupy-cuda13x",
+        "torch",
+    ):
         print(f"  {dist:18} {_version(dist)}")
     print(f"GPU available: {cg.is_cuda_available()}")
     if cg.is_cuda_available():
@@ -39,8 +46,10 @@ def doctor() -> int:
     print(f"kernel cache: {cg.settings().cache_dir}")
     try:
         dev = cg.Device(0)
-        print(f"device 0: {dev.name}, compute capability {dev.compute_capability}, "
-              f"{dev.total_memory / 2**30:.1f} GiB")
+        print(
+            f"device 0: {dev.name}, compute capability {dev.compute_capability}, "
+            f"{dev.total_memory / 2**30:.1f} GiB"
+        )
         x = cg.asarray(np.arange(4.0))
         cg.ops.scale(2.0, x, out=x)
         ok = bool(np.array_equal(x.get(), np.arange(4.0) * 2))

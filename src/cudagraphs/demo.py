@@ -76,22 +76,32 @@ def _jacobi_step_host(x_new: np.ndarray, x: np.ndarray, A: np.ndarray, b: np.nda
     x_new[:n] = (b[:n] - m @ x[:n] + d * x[:n]) / d
 
 
-def _converged_host(x_new: np.ndarray, x: np.ndarray, go: np.ndarray, iterations: np.ndarray,
-                    tol: Any, max_iterations: Any, n: Any) -> None:
+def _converged_host(
+    x_new: np.ndarray,
+    x: np.ndarray,
+    go: np.ndarray,
+    iterations: np.ndarray,
+    tol: Any,
+    max_iterations: Any,
+    n: Any,
+) -> None:
     iterations[0] += 1
     go[0] = int(np.max(np.abs(x_new[:n] - x[:n])) > tol and iterations[0] < max_iterations)
 
 
-def _dense_host(y: np.ndarray, W: np.ndarray, x: np.ndarray, b: np.ndarray,
-                rows: Any, cols: Any, act: Any) -> None:
+def _dense_host(
+    y: np.ndarray, W: np.ndarray, x: np.ndarray, b: np.ndarray, rows: Any, cols: Any, act: Any
+) -> None:
     s = (W.reshape(rows, cols) @ x[:cols] + b[:rows]).astype(np.float32)
     y[:rows] = np.maximum(s, 0) if act == 1 else (np.tanh(s) if act == 2 else s)
 
 
 def jacobi_kernels() -> tuple[cg.Kernel, cg.Kernel]:
     """The Jacobi step and the convergence check (with numpy references)."""
-    return (cg.Kernel(JACOBI_SOURCE, "jacobi_step", host=_jacobi_step_host),
-            cg.Kernel(JACOBI_SOURCE, "converged", host=_converged_host))
+    return (
+        cg.Kernel(JACOBI_SOURCE, "jacobi_step", host=_jacobi_step_host),
+        cg.Kernel(JACOBI_SOURCE, "converged", host=_converged_host),
+    )
 
 
 def _time(fn: Callable[[], Any], device: cg.Device) -> float:
@@ -109,8 +119,12 @@ def _progress(label: str, done: int, total: int, started: float) -> None:
     width = 30
     filled = int(width * done / max(total, 1))
     end = "\n" if done >= total else ""
-    print(f"\r  {label:<18} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}",
-          end=end, file=sys.stderr, flush=True)
+    print(
+        f"\r  {label:<18} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}",
+        end=end,
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def build_jacobi(n: int, device: cg.Device) -> tuple[cg.Graph, dict[str, Any]]:
@@ -137,8 +151,15 @@ def build_jacobi(n: int, device: cg.Device) -> tuple[cg.Graph, dict[str, Any]]:
         with solve.while_loop(running):
             one_iteration()
             cg.ops.set_condition(running, go)
-    return solve, {"A": A_h, "b": b_h, "x": x, "go": go, "iterations": iterations,
-                   "one_iteration": one_iteration, "max_iterations": max_iterations}
+    return solve, {
+        "A": A_h,
+        "b": b_h,
+        "x": x,
+        "go": go,
+        "iterations": iterations,
+        "one_iteration": one_iteration,
+        "max_iterations": max_iterations,
+    }
 
 
 def jacobi_demo(n: int, device: cg.Device) -> dict[str, Any]:
@@ -163,11 +184,19 @@ def jacobi_demo(n: int, device: cg.Device) -> dict[str, Any]:
     iterations.set(np.zeros(1, np.int32))
     t_graph = _time(solve.replay, device)
     exact = np.linalg.solve(A_h, b_h)
-    ok = (int(iterations.get()[0]) == steps and np.allclose(x.get(), exact, atol=1e-7)
-          and np.allclose(x_eager, exact, atol=1e-7))
+    ok = (
+        int(iterations.get()[0]) == steps
+        and np.allclose(x.get(), exact, atol=1e-7)
+        and np.allclose(x_eager, exact, atol=1e-7)
+    )
     solve.close()
-    return {"name": f"Jacobi solve, n={n}", "steps": f"{steps} iterations",
-            "eager": t_eager, "graph": t_graph, "ok": ok}
+    return {
+        "name": f"Jacobi solve, n={n}",
+        "steps": f"{steps} iterations",
+        "eager": t_eager,
+        "graph": t_graph,
+        "ok": ok,
+    }
 
 
 def _cupy_dense(device: cg.Device) -> Callable[..., None] | None:
@@ -218,8 +247,9 @@ def build_mlp(d: int, device: cg.Device, layers: int = 6) -> tuple[cg.Graph, dic
             probe.close()
             engine, dense = "CuPy cuBLAS", cupy_dense
         except Exception as exc:  # a failed probe leaves nothing behind
-            print(f"  (CuPy matmuls cannot be captured here, using cudagraphs kernels: {exc})",
-                  file=sys.stderr)
+            print(
+                f"  (CuPy matmuls cannot be captured here, using cudagraphs kernels: {exc})", file=sys.stderr
+            )
 
     def step() -> None:
         # ping-pong between x and tmp; an even number of layers ends in x
@@ -231,8 +261,7 @@ def build_mlp(d: int, device: cg.Device, layers: int = 6) -> tuple[cg.Graph, dic
     x.set(x0)
     with cg.capture() as decode:
         step()
-    return decode, {"weights": weights, "biases": biases, "x0": x0, "x": x, "step": step,
-                    "engine": engine}
+    return decode, {"weights": weights, "biases": biases, "x0": x0, "x": x, "step": step, "engine": engine}
 
 
 def mlp_demo(d: int, tokens: int, device: cg.Device) -> dict[str, Any]:
@@ -265,8 +294,13 @@ def mlp_demo(d: int, tokens: int, device: cg.Device) -> dict[str, Any]:
             ref = np.tanh(s) if i == layers - 1 else np.maximum(s, 0)
     ok = np.allclose(x.get(), ref, atol=1e-3) and np.allclose(x_eager, ref, atol=1e-3)
     decode.close()
-    return {"name": f"MLP decode, {layers}x{d} ({engine})", "steps": f"{tokens} tokens",
-            "eager": t_eager, "graph": t_graph, "ok": ok}
+    return {
+        "name": f"MLP decode, {layers}x{d} ({engine})",
+        "steps": f"{tokens} tokens",
+        "eager": t_eager,
+        "graph": t_graph,
+        "ok": ok,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -282,8 +316,10 @@ def main(argv: list[str] | None = None) -> int:
     print(header)
     print("-" * len(header))
     for r in rows:
-        print(f"{r['name']:<34} {r['steps']:>16} {r['eager'] * 1e3:>10.2f} {r['graph'] * 1e3:>10.2f} "
-              f"{r['eager'] / r['graph']:>7.1f}x  {'ok' if r['ok'] else 'WRONG'}")
+        print(
+            f"{r['name']:<34} {r['steps']:>16} {r['eager'] * 1e3:>10.2f} {r['graph'] * 1e3:>10.2f} "
+            f"{r['eager'] / r['graph']:>7.1f}x  {'ok' if r['ok'] else 'WRONG'}"
+        )
     return 0 if all(r["ok"] for r in rows) else 1
 
 

@@ -22,8 +22,14 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 import numpy as np
 
 __all__ = [
-    "ArrayArg", "Backend", "Capabilities", "Copy", "DeviceProperties", "KernelLaunch",
-    "NodeInfo", "Param",
+    "ArrayArg",
+    "Backend",
+    "Capabilities",
+    "Copy",
+    "DeviceProperties",
+    "KernelLaunch",
+    "NodeInfo",
+    "Param",
 ]
 
 Handle = Any
@@ -55,8 +61,19 @@ ERROR_NAMES = {
 
 CAPTURE_MODES = ("global", "thread_local", "relaxed")
 NODE_TYPES = (
-    "kernel", "memcpy", "memset", "host", "child", "empty", "event_wait", "event_record",
-    "semaphore_signal", "semaphore_wait", "mem_alloc", "mem_free", "batch_mem_op",
+    "kernel",
+    "memcpy",
+    "memset",
+    "host",
+    "child",
+    "empty",
+    "event_wait",
+    "event_record",
+    "semaphore_signal",
+    "semaphore_wait",
+    "mem_alloc",
+    "mem_free",
+    "batch_mem_op",
     "conditional",
 )
 """Node type names, in the order of CUDA's ``CUgraphNodeType``."""
@@ -211,16 +228,23 @@ class Backend(Protocol):
     # memory
     def mem_alloc(self, ordinal: int, nbytes: int, stream: Handle) -> int: ...
     def mem_free(self, ptr: int, stream: Handle) -> None: ...
-    def mem_pool(self, ordinal: int, release_threshold: int | None = None,
-                 trim: bool = False) -> tuple[int, int]: ...
+    def mem_pool(
+        self, ordinal: int, release_threshold: int | None = None, trim: bool = False
+    ) -> tuple[int, int]: ...
     def host_alloc(self, nbytes: int) -> int: ...
     def host_free(self, ptr: int) -> None: ...
     def memcpy(self, stream: Handle, copy: Copy) -> None: ...
     def memset(self, dst: int, value: int, nbytes: int, stream: Handle) -> None: ...
 
     # work
-    def load_kernel(self, ordinal: int, image: bytes | None, name: str,
-                    params: Sequence[Param], host: Callable[..., object] | None) -> Handle: ...
+    def load_kernel(
+        self,
+        ordinal: int,
+        image: bytes | None,
+        name: str,
+        params: Sequence[Param],
+        host: Callable[..., object] | None,
+    ) -> Handle: ...
     def launch(self, stream: Handle, launch: KernelLaunch) -> None: ...
     def launch_host(self, stream: Handle, fn: Callable[[], None]) -> object: ...
 
@@ -234,9 +258,11 @@ class Backend(Protocol):
     def capture_node(self, stream: Handle, kind: str, *args: Any) -> Any: ...
 
     # graphs (graph_topology without details: node handles only, no edges)
-    def graph_topology(self, graph: Handle, details: bool = True
-                       ) -> tuple[list[NodeInfo], list[tuple[int, int]]]: ...
+    def graph_topology(
+        self, graph: Handle, details: bool = True
+    ) -> tuple[list[NodeInfo], list[tuple[int, int]]]: ...
     def graph_instantiate(self, graph: Handle, auto_free: bool) -> Handle: ...
-    def graph_update(self, exec_: Handle, target: Handle,
-                     params: KernelLaunch | Copy | None = None) -> None: ...
+    def graph_update(
+        self, exec_: Handle, target: Handle, params: KernelLaunch | Copy | None = None
+    ) -> None: ...
     def graph_launch(self, exec_: Handle, stream: Handle, upload: bool = False) -> None: ...

@@ -71,10 +71,21 @@ def _check(result: tuple, call: str) -> Any:
     return result[1] if len(result) == 2 else result[1:]
 
 
-
 _STRUCT_CODES = {
-    "b": "b", "B": "B", "h": "h", "H": "H", "i": "i", "I": "I", "l": "q", "L": "Q",
-    "q": "q", "Q": "Q", "f": "f", "d": "d", "e": "e", "?": "?",
+    "b": "b",
+    "B": "B",
+    "h": "h",
+    "H": "H",
+    "i": "i",
+    "I": "I",
+    "l": "q",
+    "L": "Q",
+    "q": "q",
+    "Q": "Q",
+    "f": "f",
+    "d": "d",
+    "e": "e",
+    "?": "?",
 }
 
 
@@ -102,12 +113,9 @@ class _Packer:
         self.fmt = struct.Struct(fmt)
         self.buf = ctypes.create_string_buffer(max(offset, 8))
         base_addr = ctypes.addressof(self.buf)
-        self.ptrs = (ctypes.c_void_p * max(len(params), 1))(
-            *[base_addr + o for o in offsets]
-        )
+        self.ptrs = (ctypes.c_void_p * max(len(params), 1))(*[base_addr + o for o in offsets])
         self.address = ctypes.addressof(self.ptrs) if params else 0
         self.lock = threading.Lock()
-
 
 
 class _Function:
@@ -157,7 +165,6 @@ class CudaBackend:
         self._bodies: dict[int, tuple[Any, ...]] = {}  # conditional node -> its body graphs
         self._types = (drv.CUgraphExec, drv.CUgraph, drv.CUevent, drv.CUstream)
 
-
     # devices ------------------------------------------------------------
     def device_count(self) -> int:
         return self._count
@@ -173,8 +180,10 @@ class CudaBackend:
         name = _check(drv.cuDeviceGetName(256, dev), "cuDeviceGetName")
         return DeviceProperties(
             name=name.split(b"\0", 1)[0].decode(),
-            compute_capability=(get(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
-                                get(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)),
+            compute_capability=(
+                get(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+                get(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
+            ),
             total_memory=_check(drv.cuDeviceTotalMem(dev), "cuDeviceTotalMem"),
             multiprocessors=get(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
         )
@@ -195,8 +204,7 @@ class CudaBackend:
                 ctx = _check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
                 self._ctx[ordinal] = ctx
                 dev = _check(drv.cuDeviceGet(ordinal), "cuDeviceGet")
-                self._pools[ordinal] = _check(drv.cuDeviceGetDefaultMemPool(dev),
-                                              "cuDeviceGetDefaultMemPool")
+                self._pools[ordinal] = _check(drv.cuDeviceGetDefaultMemPool(dev), "cuDeviceGetDefaultMemPool")
         _check(drv.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
 
     def _retry(self, err: Any, call: str, again: Callable[[], tuple], ordinal: int | None) -> tuple:
@@ -284,22 +292,32 @@ class CudaBackend:
         pool = self._pools[ordinal]
         result = drv.cuMemAllocFromPoolAsync(nbytes, pool, stream)
         if result[0]:
-            result = self._retry(result[0], "cuMemAllocFromPoolAsync",
-                                 lambda: drv.cuMemAllocFromPoolAsync(nbytes, pool, stream), ordinal)
+            result = self._retry(
+                result[0],
+                "cuMemAllocFromPoolAsync",
+                lambda: drv.cuMemAllocFromPoolAsync(nbytes, pool, stream),
+                ordinal,
+            )
         return int(result[1])
 
     def mem_free(self, ptr: int, stream: Any) -> None:
         _check(_driver().cuMemFreeAsync(ptr, stream), "cuMemFreeAsync")
 
-    def mem_pool(self, ordinal: int, release_threshold: int | None = None,
-                 trim: bool = False) -> tuple[int, int]:
+    def mem_pool(
+        self, ordinal: int, release_threshold: int | None = None, trim: bool = False
+    ) -> tuple[int, int]:
         drv = _driver()
         self.activate(ordinal)
         pool = self._pools[ordinal]
         if release_threshold is not None:
-            _check(drv.cuMemPoolSetAttribute(
-                pool, drv.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                drv.cuuint64_t(release_threshold)), "cuMemPoolSetAttribute")
+            _check(
+                drv.cuMemPoolSetAttribute(
+                    pool,
+                    drv.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                    drv.cuuint64_t(release_threshold),
+                ),
+                "cuMemPoolSetAttribute",
+            )
         if trim:
             _check(drv.cuMemPoolTrimTo(pool, 0), "cuMemPoolTrimTo")
         free, total = _check(drv.cuMemGetInfo(), "cuMemGetInfo")
@@ -309,8 +327,9 @@ class CudaBackend:
         drv = _driver()
         result = drv.cuMemHostAlloc(max(nbytes, 1), 0)
         if result[0]:
-            result = self._retry(result[0], "cuMemHostAlloc",
-                                 lambda: drv.cuMemHostAlloc(max(nbytes, 1), 0), None)
+            result = self._retry(
+                result[0], "cuMemHostAlloc", lambda: drv.cuMemHostAlloc(max(nbytes, 1), 0), None
+            )
         return int(result[1])
 
     def host_free(self, ptr: int) -> None:
@@ -326,8 +345,14 @@ class CudaBackend:
         _check(_driver().cuMemsetD8Async(dst, value, nbytes, stream), "cuMemsetD8Async")
 
     # kernels --------------------------------------------------------------
-    def load_kernel(self, ordinal: int, image: bytes | None, name: str,
-                    params: Sequence[base.Param], host: Callable[..., object] | None) -> _Function:
+    def load_kernel(
+        self,
+        ordinal: int,
+        image: bytes | None,
+        name: str,
+        params: Sequence[base.Param],
+        host: Callable[..., object] | None,
+    ) -> _Function:
         drv = _driver()
         if image is None:
             raise BackendUnavailableError(f"kernel {name!r} was not compiled (NVRTC is missing)")
@@ -344,8 +369,12 @@ class CudaBackend:
             f.pack(f.buf, 0, *values)
             (err,) = f.call(f.fn, gx, gy, gz, bx, by, bz, shared_mem, stream, f.address, 0)
             if err:
-                self._retry(err, f"cuLaunchKernel({f.name})", lambda: f.call(
-                    f.fn, gx, gy, gz, bx, by, bz, shared_mem, stream, f.address, 0), f.ordinal)
+                self._retry(
+                    err,
+                    f"cuLaunchKernel({f.name})",
+                    lambda: f.call(f.fn, gx, gy, gz, bx, by, bz, shared_mem, stream, f.address, 0),
+                    f.ordinal,
+                )
 
     def launch_host(self, stream: Any, fn: Callable[[], None]) -> object:
         """Queue ``fn()`` on the host after the stream's work (a host node when captured).
@@ -368,8 +397,10 @@ class CudaBackend:
         if graph is None:
             _check(drv.cuStreamBeginCapture(stream, cmode), "cuStreamBeginCapture")
         else:
-            _check(drv.cuStreamBeginCaptureToGraph(stream, graph, None, None, 0, cmode),
-                   "cuStreamBeginCaptureToGraph")
+            _check(
+                drv.cuStreamBeginCaptureToGraph(stream, graph, None, None, 0, cmode),
+                "cuStreamBeginCaptureToGraph",
+            )
 
     def capture_end(self, stream: Any) -> Any:
         return _check(_driver().cuStreamEndCapture(stream), "cuStreamEndCapture")
@@ -391,15 +422,23 @@ class CudaBackend:
 
     def _set_dependencies(self, stream: Any, nodes: Sequence[Any]) -> None:
         drv = _driver()
-        _check(drv.cuStreamUpdateCaptureDependencies(
-            stream, list(nodes), None, len(nodes),
-            drv.CUstreamUpdateCaptureDependencies_flags.CU_STREAM_SET_CAPTURE_DEPENDENCIES,
-        ), "cuStreamUpdateCaptureDependencies")
+        _check(
+            drv.cuStreamUpdateCaptureDependencies(
+                stream,
+                list(nodes),
+                None,
+                len(nodes),
+                drv.CUstreamUpdateCaptureDependencies_flags.CU_STREAM_SET_CAPTURE_DEPENDENCIES,
+            ),
+            "cuStreamUpdateCaptureDependencies",
+        )
 
     def capture_exchange_mode(self, mode: str) -> str:
         drv = _driver()
-        old = _check(drv.cuThreadExchangeStreamCaptureMode(
-            drv.CUstreamCaptureMode(base.CAPTURE_MODES.index(mode))), "cuThreadExchangeStreamCaptureMode")
+        old = _check(
+            drv.cuThreadExchangeStreamCaptureMode(drv.CUstreamCaptureMode(base.CAPTURE_MODES.index(mode))),
+            "cuThreadExchangeStreamCaptureMode",
+        )
         return base.CAPTURE_MODES[int(old)]
 
     def capture_node(self, stream: Any, kind: str, *args: Any) -> Any:
@@ -412,13 +451,18 @@ class CudaBackend:
             (default,) = args
             ctx = _check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
             assign_default = 1  # CU_GRAPH_COND_ASSIGN_DEFAULT: the default at each launch
-            return int(_check(drv.cuGraphConditionalHandleCreate(graph, ctx, default, assign_default),
-                              "cuGraphConditionalHandleCreate"))
+            return int(
+                _check(
+                    drv.cuGraphConditionalHandleCreate(graph, ctx, default, assign_default),
+                    "cuGraphConditionalHandleCreate",
+                )
+            )
         if kind == "empty":
             node = _check(drv.cuGraphAddEmptyNode(graph, deps, len(deps)), "cuGraphAddEmptyNode")
         elif kind == "child":  # the driver copies the child graph into the node
-            node = _check(drv.cuGraphAddChildGraphNode(graph, deps, len(deps), args[0]),
-                          "cuGraphAddChildGraphNode")
+            node = _check(
+                drv.cuGraphAddChildGraphNode(graph, deps, len(deps), args[0]), "cuGraphAddChildGraphNode"
+            )
         elif kind == "conditional":
             cond_kind, size, handle = args
             params = drv.CUgraphNodeParams()
@@ -447,8 +491,9 @@ class CudaBackend:
         nodes, _ = _check(drv.cuGraphGetNodes(graph, count), "cuGraphGetNodes")
         return list(nodes[:count])
 
-    def graph_topology(self, graph: Any, details: bool = True
-                       ) -> tuple[list[NodeInfo], list[tuple[int, int]]]:
+    def graph_topology(
+        self, graph: Any, details: bool = True
+    ) -> tuple[list[NodeInfo], list[tuple[int, int]]]:
         drv = _driver()
         handles = self._graph_nodes(graph)
         if not details:
@@ -469,8 +514,7 @@ class CudaBackend:
         edges: list[tuple[int, int]] = []
         if n_edges:
             result = _check(drv.cuGraphGetEdges(graph, n_edges), "cuGraphGetEdges")
-            edges = [(index[int(a)], index[int(b)])
-                     for a, b in zip(result[0][:n_edges], result[1][:n_edges])]
+            edges = [(index[int(a)], index[int(b)]) for a, b in zip(result[0][:n_edges], result[1][:n_edges])]
         return out, edges
 
     def _forget_bodies(self, graph: Any) -> None:
@@ -480,7 +524,11 @@ class CudaBackend:
 
     def graph_instantiate(self, graph: Any, auto_free: bool) -> Any:
         drv = _driver()
-        flags = int(drv.CUgraphInstantiate_flags.CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH) if auto_free else 0
+        flags = (
+            int(drv.CUgraphInstantiate_flags.CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH)
+            if auto_free
+            else 0
+        )
         return _check(drv.cuGraphInstantiate(graph, flags), "cuGraphInstantiate")
 
     def graph_update(self, exec_: Any, target: Any, params: KernelLaunch | Copy | None = None) -> None:
@@ -497,8 +545,7 @@ class CudaBackend:
             with packer.lock:  # the driver copies the arguments before returning
                 packer.fmt.pack_into(packer.buf, 0, *params.values)
                 p.kernelParams = packer.address
-                _check(drv.cuGraphExecKernelNodeSetParams(exec_, target, p),
-                       "cuGraphExecKernelNodeSetParams")
+                _check(drv.cuGraphExecKernelNodeSetParams(exec_, target, p), "cuGraphExecKernelNodeSetParams")
             return
         if isinstance(params, Copy):
             p = drv.CUDA_MEMCPY3D()
@@ -507,8 +554,9 @@ class CudaBackend:
             p.dstMemoryType, p.dstDevice = device_memory, params.dst
             p.WidthInBytes, p.Height, p.Depth = params.nbytes, 1, 1
             ctx = _check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
-            _check(drv.cuGraphExecMemcpyNodeSetParams(exec_, target, p, ctx),
-                   "cuGraphExecMemcpyNodeSetParams")
+            _check(
+                drv.cuGraphExecMemcpyNodeSetParams(exec_, target, p, ctx), "cuGraphExecMemcpyNodeSetParams"
+            )
             return
         err, info = drv.cuGraphExecUpdate(exec_, target)
         if not err:

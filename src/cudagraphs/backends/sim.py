@@ -79,6 +79,7 @@ _ALIGN = 512
 _MAX_PENDING = 4096  # queued items per stream before the simulated device catches up
 _BASE_ADDRESS = 0x7F00_0000_0000
 
+
 @dataclasses.dataclass(frozen=True)
 class Rule:
     """One call the driver refuses while a capture is active.
@@ -121,8 +122,7 @@ RULES: tuple[Rule, ...] = (
     Rule("cuStreamQuery", "the capturing stream", _ALL, _NO, True, _ALL, _ALL),
     Rule("cuCtxSynchronize", "the device", _ALL, _NO, True, _ALL, _ALL),
     Rule("cuStreamSynchronize", "another stream", _UNSAFE, _NO, True, _GLOBAL, _GLOBAL),
-    Rule("cuEventSynchronize", "an event recorded before the capture", _UNSAFE, _NO, True,
-         _GLOBAL, _GLOBAL),
+    Rule("cuEventSynchronize", "an event recorded before the capture", _UNSAFE, _NO, True, _GLOBAL, _GLOBAL),
     Rule("cuGraphExecDestroy", "another graph's executable", _UNSAFE, _NO, True, _GLOBAL, _GLOBAL),
     Rule("cuEventDestroy", "an event", (), _NO, False),
     Rule("cuStreamDestroy", "another stream", (), _NO, False),
@@ -191,8 +191,7 @@ class _SimNode:
 
     __slots__ = ("bodies", "cond", "deps", "kind", "label", "work")
 
-    def __init__(self, kind: str, label: str, work: Callable[[], None] | None,
-                 deps: list[_SimNode]) -> None:
+    def __init__(self, kind: str, label: str, work: Callable[[], None] | None, deps: list[_SimNode]) -> None:
         self.kind, self.label, self.work, self.deps = kind, label, work, deps
         self.bodies: tuple[_SimGraph, ...] = ()
         self.cond: tuple[str, int, int] | None = None  # (kind, size, handle)
@@ -225,8 +224,9 @@ class _SimGraph:
         return other
 
 
-def _run_nodes(nodes: Sequence[_SimNode], works: dict[int, Callable[[], None]],
-               conditions: Sequence[tuple[int, int]]) -> None:
+def _run_nodes(
+    nodes: Sequence[_SimNode], works: dict[int, Callable[[], None]], conditions: Sequence[tuple[int, int]]
+) -> None:
     """One execution: conditions take their defaults, then the nodes run in order."""
     for handle, default in conditions:
         CONDITIONS[handle] = default
@@ -404,8 +404,11 @@ class _Memory:
         with self.lock:
             used = self.used.get(ordinal, 0)
             if used + nbytes > limit:
-                raise _error(CUDA_ERROR_OUT_OF_MEMORY, "cuMemAllocFromPoolAsync",
-                             f"{nbytes} B requested, {limit - used} B free on sim device {ordinal}")
+                raise _error(
+                    CUDA_ERROR_OUT_OF_MEMORY,
+                    "cuMemAllocFromPoolAsync",
+                    f"{nbytes} B requested, {limit - used} B free on sim device {ordinal}",
+                )
             start = self.next
             self.next += max(_ALIGN, -(-nbytes // _ALIGN) * _ALIGN)
             buf = np.empty(max(nbytes, 1), dtype=np.uint8)
@@ -419,8 +422,11 @@ class _Memory:
     def free(self, ptr: int) -> None:
         with self.lock:
             if self.buffers.pop(ptr, None) is None:
-                raise _error(CUDA_ERROR_INVALID_VALUE, "cuMemFreeAsync",
-                             f"0x{ptr:x} is not the start of a live allocation")
+                raise _error(
+                    CUDA_ERROR_INVALID_VALUE,
+                    "cuMemFreeAsync",
+                    f"0x{ptr:x} is not the start of a live allocation",
+                )
             self.starts.pop(bisect.bisect_left(self.starts, ptr))
             ordinal, nbytes = self.owner.pop(ptr)
             self.used[ordinal] -= nbytes
@@ -434,9 +440,12 @@ class _Memory:
             off = ptr - start
             if off + nbytes <= buf.nbytes:
                 return buf, off
-        raise _error(CUDA_ERROR_ILLEGAL_ADDRESS, call,
-                     f"[0x{ptr:x}, +{nbytes}) is not inside a live sim allocation "
-                     "(freed memory or an out-of-bounds pointer)")
+        raise _error(
+            CUDA_ERROR_ILLEGAL_ADDRESS,
+            call,
+            f"[0x{ptr:x}, +{nbytes}) is not inside a live sim allocation "
+            "(freed memory or an out-of-bounds pointer)",
+        )
 
 
 def _host_bytes(address: int, nbytes: int) -> np.ndarray:
@@ -505,10 +514,12 @@ class SimBackend:
                 if err.code in (CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_MISALIGNED_ADDRESS):
                     # a device fault: the context is lost
                     self._sticky = _error(
-                        err.code, err.call,
+                        err.code,
+                        err.call,
                         f"an earlier kernel or copy faulted ({err}); the sim context is "
                         "unusable until it is reset (a GPU's, until the process restarts): "
-                        "call device.backend.reset()")
+                        "call device.backend.reset()",
+                    )
                     for st in self._streams:
                         st.queue.clear()
                 raise
@@ -600,8 +611,12 @@ class SimBackend:
         return settings().sim_devices
 
     def device_properties(self, ordinal: int) -> DeviceProperties:
-        return DeviceProperties(name="cudagraphs sim device", compute_capability=(9, 0),
-                                total_memory=settings().sim_memory_mb << 20, multiprocessors=132)
+        return DeviceProperties(
+            name="cudagraphs sim device",
+            compute_capability=(9, 0),
+            total_memory=settings().sim_memory_mb << 20,
+            multiprocessors=132,
+        )
 
     def activate(self, ordinal: int) -> None:
         if not 0 <= ordinal < self.device_count():
@@ -614,16 +629,21 @@ class SimBackend:
     def _invalidate(self, streams: Sequence[_SimStream], call: str) -> None:
         for st in streams:
             st.invalidated = True
-        raise _error(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, call,
-                     "operation not permitted when stream is capturing")
+        raise _error(
+            CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, call, "operation not permitted when stream is capturing"
+        )
 
     def _blocked(self, ordinal: int) -> list[_SimStream]:
         """Captures on the device that an unsafe call from this thread would break."""
         if getattr(self._thread, "mode", "global") == "relaxed":
             return []
         me = threading.get_ident()
-        return [st for st in self._capturing if st.ordinal == ordinal and (
-            st.mode == "global" or (st.mode == "thread_local" and st.thread == me))]
+        return [
+            st
+            for st in self._capturing
+            if st.ordinal == ordinal
+            and (st.mode == "global" or (st.mode == "thread_local" and st.thread == me))
+        ]
 
     def _unsafe(self, ordinal: int, call: str) -> None:
         """An unsafe call (see RULES): refused where a capture forbids it."""
@@ -647,8 +667,11 @@ class SimBackend:
                 return known
         if address is None:
             self._fault("stream")
-        stream = (_SimStream(address, ordinal, owned=False) if address is not None
-                  else _SimStream(next(self._addresses), ordinal))
+        stream = (
+            _SimStream(address, ordinal, owned=False)
+            if address is not None
+            else _SimStream(next(self._addresses), ordinal)
+        )
         with self._lock:
             self._streams.append(stream)
         return self._track(stream) if stream.owned else stream
@@ -698,8 +721,11 @@ class SimBackend:
                 for st in self._capturing:
                     if st.ordinal == target:
                         st.invalidated = True
-                raise _error(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "cuCtxSynchronize",
-                             "operation not permitted when stream is capturing")
+                raise _error(
+                    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+                    "cuCtxSynchronize",
+                    "operation not permitted when stream is capturing",
+                )
             self._run_device(target)
             return True
         if isinstance(target, _SimStream):
@@ -728,8 +754,11 @@ class SimBackend:
 
         def node() -> None:  # a graph node needs its event alive whenever it runs
             if not event.alive:
-                raise _error(CUDA_ERROR_INVALID_HANDLE, "cuEventRecord",
-                             "the event of this event-record node was destroyed")
+                raise _error(
+                    CUDA_ERROR_INVALID_HANDLE,
+                    "cuEventRecord",
+                    "the event of this event-record node was destroyed",
+                )
             work()
 
         if stream.capture is not None and external:
@@ -743,10 +772,14 @@ class SimBackend:
     def stream_wait_event(self, stream: _SimStream, event: _SimEvent, external: bool = False) -> None:
         self._live(event, "cuStreamWaitEvent")
         if stream.capture is not None and external:
+
             def check() -> None:
                 if not event.alive:
-                    raise _error(CUDA_ERROR_INVALID_HANDLE, "cuStreamWaitEvent",
-                                 "the event of this event-wait node was destroyed")
+                    raise _error(
+                        CUDA_ERROR_INVALID_HANDLE,
+                        "cuStreamWaitEvent",
+                        "the event of this event-wait node was destroyed",
+                    )
 
             self._submit(stream, "cuStreamWaitEvent", "event_wait", "", check)
             return
@@ -765,12 +798,16 @@ class SimBackend:
         for ev in (start, end):
             self._live(ev, "cuEventElapsedTime")
             if not ev.timing or not ev.recorded:
-                raise _error(CUDA_ERROR_INVALID_HANDLE, "cuEventElapsedTime",
-                             "both events must be created with timing=True and recorded")
+                raise _error(
+                    CUDA_ERROR_INVALID_HANDLE,
+                    "cuEventElapsedTime",
+                    "both events must be created with timing=True and recorded",
+                )
         return (end.time - start.time) * 1e3
 
-    def _submit(self, stream: _SimStream, call: str, kind: str, label: str,
-                work: Callable[[], None] | None) -> None:
+    def _submit(
+        self, stream: _SimStream, call: str, kind: str, label: str, work: Callable[[], None] | None
+    ) -> None:
         """Run ``work`` now, or record it as a node when ``stream`` is capturing."""
         self._live(stream, call)
         if stream.capture is None:
@@ -778,8 +815,11 @@ class SimBackend:
             if work is not None:
                 self._queue(stream, work)
         elif stream.invalidated:
-            raise _error(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, call,
-                         "the capture was invalidated by an earlier illegal call")
+            raise _error(
+                CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+                call,
+                "the capture was invalidated by an earlier illegal call",
+            )
         else:
             stream.record(kind, label, work)
 
@@ -805,8 +845,9 @@ class SimBackend:
         self._unsafe(stream.ordinal, "cuMemFreeAsync")
         self._memory.free(ptr)
 
-    def mem_pool(self, ordinal: int, release_threshold: int | None = None,
-                 trim: bool = False) -> tuple[int, int]:
+    def mem_pool(
+        self, ordinal: int, release_threshold: int | None = None, trim: bool = False
+    ) -> tuple[int, int]:
         total = self.device_properties(ordinal).total_memory
         return total - self._memory.used.get(ordinal, 0), total
 
@@ -832,8 +873,9 @@ class SimBackend:
     def _pinned_at(self, address: int, nbytes: int) -> np.ndarray | None:
         """The live pinned allocation holding ``[address, address + nbytes)``, if any."""
         with self._lock:
-            return next((h for p, h in self._host.items()
-                         if p <= address and address + nbytes <= p + h.nbytes), None)
+            return next(
+                (h for p, h in self._host.items() if p <= address and address + nbytes <= p + h.nbytes), None
+            )
 
     def memcpy(self, stream: _SimStream, copy: Copy) -> None:
         self._fault("copy")
@@ -854,13 +896,16 @@ class SimBackend:
         def work() -> None:  # device addresses are resolved when the copy runs
             if pinned is not None and pinned_at(host, nbytes) is not pinned:
                 # the DMA would touch freed host memory (or whatever reuses its address)
-                raise _error(CUDA_ERROR_ILLEGAL_ADDRESS, call,
-                             f"pinned host memory at 0x{host:x} was freed before the copy ran")
+                raise _error(
+                    CUDA_ERROR_ILLEGAL_ADDRESS,
+                    call,
+                    f"pinned host memory at 0x{host:x} was freed before the copy ran",
+                )
             buf, off = resolve(device, nbytes, call)
             if kind == "htod":
-                buf[off: off + nbytes] = _host_bytes(host, nbytes) if staged is None else staged
+                buf[off : off + nbytes] = _host_bytes(host, nbytes) if staged is None else staged
             else:
-                _host_bytes(host, nbytes)[...] = buf[off: off + nbytes]
+                _host_bytes(host, nbytes)[...] = buf[off : off + nbytes]
 
         self._submit(stream, call, "memcpy", "", work)
         if pageable and kind == "dtoh":  # into pageable memory: done when the call returns
@@ -875,7 +920,7 @@ class SimBackend:
             dbuf, doff = resolve(dst, nbytes, call)
             # through a temporary: CUDA's memcpy on overlapping ranges is
             # undefined, the simulation picks memmove semantics
-            dbuf[doff: doff + nbytes] = sbuf[soff: soff + nbytes].copy()
+            dbuf[doff : doff + nbytes] = sbuf[soff : soff + nbytes].copy()
 
         return work
 
@@ -886,12 +931,11 @@ class SimBackend:
 
         def work() -> None:
             buf, off = resolve(dst, nbytes, call)
-            buf[off: off + nbytes] = value
+            buf[off : off + nbytes] = value
 
         self._submit(stream, call, "memset", "", work)
 
-    def view(self, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...],
-             dtype: np.dtype) -> np.ndarray:
+    def view(self, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         """A writable numpy view of simulated device memory.
 
         A kernel reads elements at their natural alignment: a misaligned
@@ -900,8 +944,11 @@ class SimBackend:
         """
         align = dtype.itemsize if dtype.itemsize in (2, 4, 8, 16) else 1
         if align > 1 and (ptr % align or any(st % align for st in strides)):
-            raise _error(CUDA_ERROR_MISALIGNED_ADDRESS, "kernel access",
-                         f"0x{ptr:x} (strides {strides}) is not {align}-byte aligned for {dtype}")
+            raise _error(
+                CUDA_ERROR_MISALIGNED_ADDRESS,
+                "kernel access",
+                f"0x{ptr:x} (strides {strides}) is not {align}-byte aligned for {dtype}",
+            )
         if not shape or 0 not in shape:
             lo = sum(s * (n - 1) for s, n in zip(strides, shape) if s < 0)
             hi = sum(s * (n - 1) for s, n in zip(strides, shape) if s > 0) + dtype.itemsize
@@ -911,8 +958,14 @@ class SimBackend:
         return np.ndarray(shape, dtype, buffer=buf, offset=off - lo, strides=strides)
 
     # kernels --------------------------------------------------------------
-    def load_kernel(self, ordinal: int, image: bytes | None, name: str,
-                    params: Sequence[base.Param], host: Callable[..., object] | None) -> _SimFunction:
+    def load_kernel(
+        self,
+        ordinal: int,
+        image: bytes | None,
+        name: str,
+        params: Sequence[base.Param],
+        host: Callable[..., object] | None,
+    ) -> _SimFunction:
         return _SimFunction(name, params, host)
 
     def _kernel_work(self, launch: KernelLaunch) -> Callable[[], None]:
@@ -964,9 +1017,12 @@ class SimBackend:
         def work() -> None:
             alive = ref()
             if alive is None:
-                raise _error(CUDA_ERROR_ILLEGAL_ADDRESS, "cuLaunchHostFunc",
-                             "the host function was freed before it ran: keep the object "
-                             "launch_host returned alive while its work or node may run")
+                raise _error(
+                    CUDA_ERROR_ILLEGAL_ADDRESS,
+                    "cuLaunchHostFunc",
+                    "the host function was freed before it ran: keep the object "
+                    "launch_host returned alive while its work or node may run",
+                )
             alive.fn()
 
         self._submit(stream, "cuLaunchHostFunc", "host", "", work)
@@ -994,8 +1050,11 @@ class SimBackend:
         if stream.invalidated:
             stream.invalidated = False
             self.destroy(graph)
-            raise _error(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "cuStreamEndCapture",
-                         "the capture was invalidated by an earlier illegal call")
+            raise _error(
+                CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+                "cuStreamEndCapture",
+                "the capture was invalidated by an earlier illegal call",
+            )
         return graph
 
     def capture_info(self, stream: _SimStream) -> tuple[str, list[_SimNode]]:
@@ -1041,16 +1100,17 @@ class SimBackend:
         raise _error(CUDA_ERROR_INVALID_VALUE, "cuGraphAddNode", f"unknown node kind {kind!r}")
 
     # graphs -----------------------------------------------------------------
-    def graph_topology(self, graph: _SimGraph, details: bool = True
-                       ) -> tuple[list[NodeInfo], list[tuple[int, int]]]:
+    def graph_topology(
+        self, graph: _SimGraph, details: bool = True
+    ) -> tuple[list[NodeInfo], list[tuple[int, int]]]:
         self._live(graph, "cuGraphGetNodes")
         if not details:
             return [NodeInfo(n, "", "", ()) for n in graph.nodes], []
         index = {id(n): i for i, n in enumerate(graph.nodes)}
-        nodes = [NodeInfo(n, n.kind, n.label, n.bodies if n.kind == "conditional" else ())
-                 for n in graph.nodes]
-        edges = [(index[id(d)], i) for i, n in enumerate(graph.nodes) for d in n.deps
-                 if id(d) in index]
+        nodes = [
+            NodeInfo(n, n.kind, n.label, n.bodies if n.kind == "conditional" else ()) for n in graph.nodes
+        ]
+        edges = [(index[id(d)], i) for i, n in enumerate(graph.nodes) for d in n.deps if id(d) in index]
         return nodes, edges
 
     def graph_instantiate(self, graph: _SimGraph, auto_free: bool) -> _SimExec:
@@ -1058,8 +1118,11 @@ class SimBackend:
         self._live(graph, "cuGraphInstantiate")
         made, used = self._conditions(graph)
         if made - used:  # the driver refuses a handle no conditional node uses
-            raise _error(CUDA_ERROR_INVALID_VALUE, "cuGraphInstantiate",
-                         "a conditional handle is not used by any conditional node")
+            raise _error(
+                CUDA_ERROR_INVALID_VALUE,
+                "cuGraphInstantiate",
+                "a conditional handle is not used by any conditional node",
+            )
         return self._track(_SimExec(graph, auto_free))
 
     def _conditions(self, graph: _SimGraph) -> tuple[set[int], set[int]]:
@@ -1075,8 +1138,7 @@ class SimBackend:
                     used |= u
         return made, used
 
-    def graph_update(self, exec_: _SimExec, target: Any,
-                     params: KernelLaunch | Copy | None = None) -> None:
+    def graph_update(self, exec_: _SimExec, target: Any, params: KernelLaunch | Copy | None = None) -> None:
         self._fault("update")
         if params is None:  # whole-graph update: CUDA's checks, then the new nodes
             self._live(exec_, "cuGraphExecUpdate")
@@ -1093,8 +1155,11 @@ class SimBackend:
             _disown(exec_.conditions)
             exec_.conditions = list(target.conditions)
             return
-        call = ("cuGraphExecKernelNodeSetParams" if isinstance(params, KernelLaunch)
-                else "cuGraphExecMemcpyNodeSetParams")
+        call = (
+            "cuGraphExecKernelNodeSetParams"
+            if isinstance(params, KernelLaunch)
+            else "cuGraphExecMemcpyNodeSetParams"
+        )
         self._live(exec_, call)
         i = exec_.position.get(id(target))
         if i is None:
@@ -1120,9 +1185,12 @@ class SimBackend:
             self._invalidate([stream], "cuGraphLaunch")
         if exec_.unfreed:
             if exec_.outstanding and not exec_.auto_free:
-                raise _error(CUDA_ERROR_INVALID_VALUE, "cuGraphLaunch",
-                             "the graph's memory from its last launch was not freed: free it, "
-                             "or instantiate with auto-free on launch")
+                raise _error(
+                    CUDA_ERROR_INVALID_VALUE,
+                    "cuGraphLaunch",
+                    "the graph's memory from its last launch was not freed: free it, "
+                    "or instantiate with auto-free on launch",
+                )
             if exec_.outstanding:  # auto-free: freed, then allocated anew (contents lost)
                 for ptr in exec_.unfreed:
                     buf = self._memory.buffers.get(ptr)
@@ -1132,5 +1200,4 @@ class SimBackend:
         # the launch runs the executable as it is now: later node updates and
         # whole-graph updates apply to later launches only, as on the driver
         nodes, works, conditions = list(exec_.nodes), dict(exec_.works), list(exec_.conditions)
-        self._submit(stream, "cuGraphLaunch", "child", "",
-                     lambda: _run_nodes(nodes, works, conditions))
+        self._submit(stream, "cuGraphLaunch", "child", "", lambda: _run_nodes(nodes, works, conditions))

@@ -159,8 +159,11 @@ def run(rounds: int = 5, sizes: tuple[int, ...] = SIZES) -> dict[str, dict[str, 
     """{benchmark name: {contender: median}} for every size and metric."""
     frameworks = {"cudagraphs": ours()}
     if cg.backend() == "cuda":
-        for name, make in (("PyTorch CUDAGraph", torch_fw), ("CuPy Graph", cupy_fw),
-                           ("cuda.core GraphBuilder", cuda_core_fw)):
+        for name, make in (
+            ("PyTorch CUDAGraph", torch_fw),
+            ("CuPy Graph", cupy_fw),
+            ("cuda.core GraphBuilder", cuda_core_fw),
+        ):
             try:
                 fw = make()
             except Exception as exc:  # a peer that cannot run here is reported, not fatal
@@ -182,9 +185,15 @@ def run(rounds: int = 5, sizes: tuple[int, ...] = SIZES) -> dict[str, dict[str, 
                     replay()
                 samples["node"][fname].append(_per_node(replay, sync, n))
                 samples["call"][fname].append(_call(replay, sync))
-        results[f"capture+instantiate {n} launches (ms)"] = {f: statistics.median(v) for f, v in samples["capture"].items()}
-        results[f"replay per node, {n}-node graph (µs GPU)"] = {f: statistics.median(v) for f, v in samples["node"].items()}
-        results[f"replay call, {n}-node graph (µs CPU)"] = {f: statistics.median(v) for f, v in samples["call"].items()}
+        results[f"capture+instantiate {n} launches (ms)"] = {
+            f: statistics.median(v) for f, v in samples["capture"].items()
+        }
+        results[f"replay per node, {n}-node graph (µs GPU)"] = {
+            f: statistics.median(v) for f, v in samples["node"].items()
+        }
+        results[f"replay call, {n}-node graph (µs CPU)"] = {
+            f: statistics.median(v) for f, v in samples["call"].items()
+        }
     n_up = max(sizes)
     results.update(update_benchmarks(n_up, rounds))
     for n, row in raw_c().items():
@@ -224,7 +233,8 @@ def update_benchmarks(n: int, rounds: int) -> dict[str, dict[str, float]]:
     out = {
         f"whole-graph update, {n} nodes (ms)": {"cudagraphs": statistics.median(update)},
         f"capture (no instantiate) + update, {n} nodes (ms)": {
-            "cudagraphs": statistics.median(u + c for u, c in zip(update, capture_only))},
+            "cudagraphs": statistics.median(u + c for u, c in zip(update, capture_only))
+        },
         f"re-capture + instantiate, {n} nodes (ms)": {"cudagraphs": statistics.median(recapture)},
     }
     x2, times = cg.zeros(1, "float32"), []
@@ -276,8 +286,11 @@ def _cuda_core_update(n: int, rounds: int) -> float | None:
 
 
 TARGETS = {
-    "replay per node": 0.85, "replay call, 10-node": 1.6, "replay call, 1000-node": 3.6,
-    "capture+instantiate 1000": 2.5, "whole-graph update, 1000": 0.5,
+    "replay per node": 0.85,
+    "replay call, 10-node": 1.6,
+    "replay call, 1000-node": 3.6,
+    "capture+instantiate 1000": 2.5,
+    "whole-graph update, 1000": 0.5,
 }
 
 

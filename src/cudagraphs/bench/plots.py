@@ -27,8 +27,9 @@ def _frameworks(benches: dict[str, dict[str, float]], key: str) -> list[str]:
     return names
 
 
-def _grouped_bars(plt: Any, groups: list[str], series: dict[str, list[float]], ylabel: str,
-                  title: str, path: Path) -> Path:
+def _grouped_bars(
+    plt: Any, groups: list[str], series: dict[str, list[float]], ylabel: str, title: str, path: Path
+) -> Path:
     """One bar per series in each group; saved to ``path``."""
     fig, ax = plt.subplots(figsize=(9, 4.5))
     width = 0.8 / max(len(series), 1)
@@ -68,21 +69,42 @@ def plot_all(results: dict[str, Any], out: Path) -> list[Path]:
         + [benches.get(node_key.format(n=n), {}).get(name, float("nan")) for n in SIZES]
         for name in _frameworks(benches, node_key)
     }
-    written.append(_grouped_bars(
-        plt, ["eager"] + [f"graph, {n} nodes" for n in SIZES], series, "µs per kernel",
-        f"Eager launch vs graph replay — {title}", out / "eager_vs_graph.png"))
+    written.append(
+        _grouped_bars(
+            plt,
+            ["eager"] + [f"graph, {n} nodes" for n in SIZES],
+            series,
+            "µs per kernel",
+            f"Eager launch vs graph replay — {title}",
+            out / "eager_vs_graph.png",
+        )
+    )
 
     # 2. CPU cost of one replay call, per framework and graph size
     call_key = "replay call, {n}-node graph (µs CPU)"
-    series = {name: [benches.get(call_key.format(n=n), {}).get(name, float("nan")) for n in SIZES]
-              for name in _frameworks(benches, call_key)}
-    written.append(_grouped_bars(
-        plt, [f"{n} nodes" for n in SIZES], series, "µs of CPU per replay call",
-        f"Replay call — {title}", out / "replay_call.png"))
+    series = {
+        name: [benches.get(call_key.format(n=n), {}).get(name, float("nan")) for n in SIZES]
+        for name in _frameworks(benches, call_key)
+    }
+    written.append(
+        _grouped_bars(
+            plt,
+            [f"{n} nodes" for n in SIZES],
+            series,
+            "µs of CPU per replay call",
+            f"Replay call — {title}",
+            out / "replay_call.png",
+        )
+    )
 
     # 3. updating a graph against capturing and instantiating it again
-    rows = [(k, v) for k, v in benches.items()
-            if k.startswith(("whole-graph update", "capture (no instantiate) + update", "re-capture + instantiate"))]
+    rows = [
+        (k, v)
+        for k, v in benches.items()
+        if k.startswith(
+            ("whole-graph update", "capture (no instantiate) + update", "re-capture + instantiate")
+        )
+    ]
     if rows:
         fig, ax = plt.subplots(figsize=(9, 4.5))
         bars = [(f"{k.split(',')[0]}\n{name}", v) for k, contenders in rows for name, v in contenders.items()]

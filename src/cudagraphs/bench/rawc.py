@@ -23,7 +23,13 @@ def run(source: str, args: tuple[str, ...] = (), repeats: int = 1) -> list[str]:
     cc = "".join(map(str, cg.Device(0).compute_capability))
     with tempfile.TemporaryDirectory() as tmp:
         exe = Path(tmp) / Path(source).stem
-        subprocess.run([nvcc, "-O2", f"-arch=sm_{cc}", str(RAW / source), "-o", str(exe)],
-                       check=True, capture_output=True, text=True)
-        return [subprocess.run([str(exe), *args], check=True, capture_output=True, text=True).stdout
-                for _ in range(repeats)]
+        subprocess.run(
+            [nvcc, "-O2", f"-arch=sm_{cc}", str(RAW / source), "-o", str(exe)],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        return [
+            subprocess.run([str(exe), *args], check=True, capture_output=True, text=True).stdout
+            for _ in range(repeats)
+        ]

@@ -74,8 +74,7 @@ def eager_contenders() -> list[Contender]:
 
         raw = cp.RawKernel(TINY, "inc")
         cx = cp.zeros(1, cp.float32)
-        out.append(("CuPy RawKernel", lambda: raw((1,), (1,), (cx,)),
-                    cp.cuda.Device().synchronize, False))
+        out.append(("CuPy RawKernel", lambda: raw((1,), (1,), (cx,)), cp.cuda.Device().synchronize, False))
     except Exception as exc:
         print(f"# CuPy skipped: {exc}", file=sys.stderr)
     try:
@@ -104,15 +103,20 @@ def alloc_contenders() -> list[Contender]:
     try:
         import cupy as cp
 
-        out.append(("CuPy cuda.alloc + del", lambda: cp.cuda.alloc(512),
-                    cp.cuda.Device().synchronize, False))
+        out.append(("CuPy cuda.alloc + del", lambda: cp.cuda.alloc(512), cp.cuda.Device().synchronize, False))
     except Exception as exc:
         print(f"# CuPy skipped: {exc}", file=sys.stderr)
     try:
         import torch
 
-        out.append(("PyTorch torch.empty + del",
-                    lambda: torch.empty(128, device="cuda"), torch.cuda.synchronize, False))
+        out.append(
+            (
+                "PyTorch torch.empty + del",
+                lambda: torch.empty(128, device="cuda"),
+                torch.cuda.synchronize,
+                False,
+            )
+        )
     except Exception as exc:
         print(f"# PyTorch skipped: {exc}", file=sys.stderr)
     return out
@@ -171,12 +175,17 @@ def run(quick: bool = False) -> tuple[dict[str, Any], str]:
     if raw:
         benches["eager launch"]["raw CUDA C"] = raw["eager_us"]
         benches["alloc+free"]["raw CUDA C"] = raw["alloc_free_us"]
-    graph_results = graphs.run(rounds=3 if quick else 5,
-                               sizes=(10, 100) if cg.backend() == "sim" else graphs.SIZES)
+    graph_results = graphs.run(
+        rounds=3 if quick else 5, sizes=(10, 100) if cg.backend() == "sim" else graphs.SIZES
+    )
     benches.update(graph_results)
     results: dict[str, Any] = {
-        "gpu": dev.name, "backend": cg.backend(), "date": time.strftime("%Y-%m-%d"),
-        "python": platform.python_version(), "calls_per_sample": n, "rounds": rounds,
+        "gpu": dev.name,
+        "backend": cg.backend(),
+        "date": time.strftime("%Y-%m-%d"),
+        "python": platform.python_version(),
+        "calls_per_sample": n,
+        "rounds": rounds,
         "benchmarks": benches,
     }
     ours = {"eager launch": {c[0] for c in eager if c[3]}, "alloc+free": {c[0] for c in alloc if c[3]}}
@@ -185,8 +194,10 @@ def run(quick: bool = False) -> tuple[dict[str, Any], str]:
     for name, row in graph_results.items():
         if name.startswith("whole-graph update"):
             recapture = graph_results[name.replace("whole-graph update", "re-capture + instantiate")]
-            table += (f"\n\nWhole-graph update is {recapture['cudagraphs'] / row['cudagraphs']:.1f}x "
-                      "faster than capturing and instantiating the graph again.")
+            table += (
+                f"\n\nWhole-graph update is {recapture['cudagraphs'] / row['cudagraphs']:.1f}x "
+                "faster than capturing and instantiating the graph again."
+            )
     if cg.backend() == "sim":
         table += "\n\n(sim backend: timings are of the CPU simulation, not of a GPU)"
     return results, table

@@ -60,8 +60,18 @@ from .._device import Device, Stream, current_device, resolve_stream
 from .._dtypes import normalize_dtype
 from .._kernel import preload as preload_kernels
 
-__all__ = ["MAX_NDIM", "add", "axpy", "condition_kernel", "copy", "elementwise_kernel", "fill",
-           "preload", "scale", "set_condition"]
+__all__ = [
+    "MAX_NDIM",
+    "add",
+    "axpy",
+    "condition_kernel",
+    "copy",
+    "elementwise_kernel",
+    "fill",
+    "preload",
+    "scale",
+    "set_condition",
+]
 
 _ARITH_DTYPES = frozenset(np.dtype(n) for n in ARITH)
 elementwise_kernel = builtin_kernel
@@ -111,8 +121,7 @@ def set_condition(cond: Any, flag: DeviceArray, *, stream: Stream | None = None)
         raise TypeError(f"set_condition takes a Condition from g.condition(), got {type(cond).__name__}")
     if not isinstance(flag, DeviceArray) or flag.dtype.name not in FLAG_TYPES or flag.size < 1:
         raise TypeError(
-            f"set_condition's flag must be a non-empty device array of {', '.join(FLAG_TYPES)}; "
-            f"got {flag!r}"
+            f"set_condition's flag must be a non-empty device array of {', '.join(FLAG_TYPES)}; got {flag!r}"
         )
     device = flag.device
     stream = resolve_stream(stream, device)
@@ -128,8 +137,12 @@ def _arrays(op: str, **named: Any) -> Device:
     arrays = named.values()
     first = next(iter(arrays))
     for a in arrays:  # the common case first, cheaply: plain arrays that match
-        if (type(a) is not DeviceArray or a.device is not first.device
-                or a.shape != first.shape or a.dtype != first.dtype):
+        if (
+            type(a) is not DeviceArray
+            or a.device is not first.device
+            or a.shape != first.shape
+            or a.dtype != first.dtype
+        ):
             if not isinstance(a, DeviceArray):
                 name = next(n for n, v in named.items() if v is a)
                 raise TypeError(f"{op}: {name} must be a cudagraphs DeviceArray, got {type(a).__name__}")
@@ -238,8 +251,13 @@ def scale(
 
 
 def _alpha_op(
-    base: str, pointer: bool, alpha: Any, x: DeviceArray, out: DeviceArray,
-    device: Device, stream: Stream,
+    base: str,
+    pointer: bool,
+    alpha: Any,
+    x: DeviceArray,
+    out: DeviceArray,
+    device: Device,
+    stream: Stream,
 ) -> DeviceArray:
     n = x.size
     if n == 0:
