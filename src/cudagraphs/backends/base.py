@@ -206,35 +206,71 @@ class NodeInfo(NamedTuple):
 
 @runtime_checkable
 class Backend(Protocol):
-    """The primitives a backend provides (all on opaque handles)."""
+    """The primitives a backend provides (all on opaque handles).
+
+    Every primitive raises :class:`~cudagraphs.CudaError` with the driver's
+    code when the driver refuses it. ``destroy`` and ``synchronize`` take any
+    of the handles the others return.
+    """
 
     name: str
     capabilities: Capabilities
 
     # devices
-    def device_count(self) -> int: ...
-    def device_properties(self, ordinal: int) -> DeviceProperties: ...
-    def activate(self, ordinal: int) -> None: ...
+    def device_count(self) -> int:
+        """How many devices there are."""
 
-    # streams and events; destroy() and synchronize() take any of their handles
-    def stream_create(self, ordinal: int, address: int | None = None) -> Handle: ...
-    def event_create(self, ordinal: int, timing: bool) -> Handle: ...
-    def destroy(self, handle: Handle) -> None: ...
-    def synchronize(self, target: Handle, block: bool = True) -> bool: ...
-    def event_record(self, event: Handle, stream: Handle, external: bool = False) -> None: ...
-    def stream_wait_event(self, stream: Handle, event: Handle, external: bool = False) -> None: ...
-    def event_elapsed_ms(self, start: Handle, end: Handle) -> float: ...
+    def device_properties(self, ordinal: int) -> DeviceProperties:
+        """What device ``ordinal`` is."""
+
+    def activate(self, ordinal: int) -> None:
+        """Make device ``ordinal``'s context current on this thread."""
+
+    # streams and events
+    def stream_create(self, ordinal: int, address: int | None = None) -> Handle:
+        """A new non-blocking stream, or the stream at ``address`` made elsewhere."""
+
+    def event_create(self, ordinal: int, timing: bool) -> Handle:
+        """A new event (``timing``: it can measure elapsed time)."""
+
+    def destroy(self, handle: Handle) -> None:
+        """Destroy a stream, event, graph or executable graph."""
+
+    def synchronize(self, target: Handle, block: bool = True) -> bool:
+        """Wait for a device (its ordinal), stream or event; ``block=False`` only asks if done."""
+
+    def event_record(self, event: Handle, stream: Handle, external: bool = False) -> None:
+        """Record ``event`` at this point of ``stream`` (``external``: as a graph node)."""
+
+    def stream_wait_event(self, stream: Handle, event: Handle, external: bool = False) -> None:
+        """Make later work on ``stream`` wait for ``event`` (``external``: as a graph node)."""
+
+    def event_elapsed_ms(self, start: Handle, end: Handle) -> float:
+        """Milliseconds between two completed timing events."""
 
     # memory
-    def mem_alloc(self, ordinal: int, nbytes: int, stream: Handle) -> int: ...
-    def mem_free(self, ptr: int, stream: Handle) -> None: ...
+    def mem_alloc(self, ordinal: int, nbytes: int, stream: Handle) -> int:
+        """Device memory, in order on ``stream`` (a graph allocation while it is captured)."""
+
+    def mem_free(self, ptr: int, stream: Handle) -> None:
+        """Free memory from :meth:`mem_alloc`, in order on ``stream``."""
+
     def mem_pool(
         self, ordinal: int, release_threshold: int | None = None, trim: bool = False
-    ) -> tuple[int, int]: ...
-    def host_alloc(self, nbytes: int) -> int: ...
-    def host_free(self, ptr: int) -> None: ...
-    def memcpy(self, stream: Handle, copy: Copy) -> None: ...
-    def memset(self, dst: int, value: int, nbytes: int, stream: Handle) -> None: ...
+    ) -> tuple[int, int]:
+        """Set up the device's memory pool; returns (free, total) bytes of the device."""
+
+    def host_alloc(self, nbytes: int) -> int:
+        """Pinned host memory."""
+
+    def host_free(self, ptr: int) -> None:
+        """Free pinned host memory from :meth:`host_alloc`."""
+
+    def memcpy(self, stream: Handle, copy: Copy) -> None:
+        """Queue a copy on ``stream``."""
+
+    def memset(self, dst: int, value: int, nbytes: int, stream: Handle) -> None:
+        """Queue setting ``nbytes`` bytes at ``dst`` to ``value`` on ``stream``."""
 
     # work
     def load_kernel(
@@ -244,25 +280,49 @@ class Backend(Protocol):
         name: str,
         params: Sequence[Param],
         host: Callable[..., object] | None,
-    ) -> Handle: ...
-    def launch(self, stream: Handle, launch: KernelLaunch) -> None: ...
-    def launch_host(self, stream: Handle, fn: Callable[[], None]) -> object: ...
+    ) -> Handle:
+        """Load kernel ``name`` from a compiled ``image`` (``host``: its numpy version)."""
 
-    # stream capture; capture_node changes the capture at its current point:
-    # "empty", "child" (graph), "conditional" (kind, size, handle) add a node,
-    # "condition" (default) makes a handle, "dependencies" (nodes) sets the point
-    def capture_begin(self, stream: Handle, mode: str, graph: Handle = None) -> None: ...
-    def capture_end(self, stream: Handle) -> Handle: ...
-    def capture_info(self, stream: Handle) -> tuple[str, list[Handle]]: ...
-    def capture_exchange_mode(self, mode: str) -> str: ...
-    def capture_node(self, stream: Handle, kind: str, *args: Any) -> Any: ...
+    def launch(self, stream: Handle, launch: KernelLaunch) -> None:
+        """Queue a kernel launch on ``stream``."""
 
-    # graphs (graph_topology without details: node handles only, no edges)
+    def launch_host(self, stream: Handle, fn: Callable[[], None]) -> object:
+        """Queue ``fn()`` on ``stream``; the result must live as long as ``fn`` may run."""
+
+    # stream capture
+    def capture_begin(self, stream: Handle, mode: str, graph: Handle = None) -> None:
+        """Start capturing ``stream`` in ``mode`` (into ``graph``: a conditional body)."""
+
+    def capture_end(self, stream: Handle) -> Handle:
+        """End the capture of ``stream``; returns the captured graph."""
+
+    def capture_info(self, stream: Handle) -> tuple[str, list[Handle]]:
+        """(``"none"``, ``"active"`` or ``"invalidated"``, the capture's current dependencies)."""
+
+    def capture_exchange_mode(self, mode: str) -> str:
+        """Set this thread's capture mode; returns the previous one."""
+
+    def capture_node(self, stream: Handle, kind: str, *args: Any) -> Any:
+        """Change the capture at its current point.
+
+        ``"empty"``, ``"child"`` (graph) and ``"conditional"`` (kind, size,
+        handle) add a node; ``"condition"`` (default) makes a conditional
+        handle; ``"dependencies"`` (nodes) sets the capture point.
+        """
+
+    # graphs
     def graph_topology(
         self, graph: Handle, details: bool = True
-    ) -> tuple[list[NodeInfo], list[tuple[int, int]]]: ...
-    def graph_instantiate(self, graph: Handle, auto_free: bool) -> Handle: ...
+    ) -> tuple[list[NodeInfo], list[tuple[int, int]]]:
+        """The nodes of ``graph`` and its edges (without details: node handles only)."""
+
+    def graph_instantiate(self, graph: Handle, auto_free: bool) -> Handle:
+        """An executable graph (``auto_free``: graph memory freed at each relaunch)."""
+
     def graph_update(
         self, exec_: Handle, target: Handle, params: KernelLaunch | Copy | None = None
-    ) -> None: ...
-    def graph_launch(self, exec_: Handle, stream: Handle, upload: bool = False) -> None: ...
+    ) -> None:
+        """Update ``exec_``: from the graph ``target``, or node ``target`` to ``params``."""
+
+    def graph_launch(self, exec_: Handle, stream: Handle, upload: bool = False) -> None:
+        """Queue a launch of ``exec_`` on ``stream`` (``upload``: only upload it)."""
