@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test lint bench clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "cudagraphs needs Python >= 3.10, found " + sys.version.split()[0] + "; run make PYTHON=python3.12 ...")'
@@ -20,7 +20,13 @@ demo: $(STAMP)
 	$(BIN)/python -m cudagraphs demo
 
 test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py

@@ -1,5 +1,7 @@
-"""Where the eager-launch time goes: each layer of cudagraphs' launch path,
-timed alone on a one-thread kernel (run on a GPU; prints µs per call).
+"""Where the eager-launch time goes.
+
+Each layer of cudagraphs' launch path is timed alone on a one-thread kernel
+(run on a GPU; prints µs per call).
 """
 
 from __future__ import annotations

@@ -154,7 +154,7 @@ def main(argv: list[str]) -> int:
     names = [n for n in trees["new"][1] if not n.startswith("_")]
     times: dict[str, dict[str, list[float]]] = {n: {"old": [], "new": []} for n in names}
     for name in names:  # warm up
-        for tree, (cg, w) in trees.items():
+        for cg, w in trees.values():
             call, n, unit = w[name]
             sample(call, max(n // 5, 1), unit, cg.Device(0).synchronize)
     if os.environ.get("AB_NOGC"):
@@ -168,7 +168,8 @@ def main(argv: list[str]) -> int:
                 call, n, unit = w[name]
                 times[name][tree].append(sample(call, n, unit, cg.Device(0).synchronize))
     print(
-        f"{rounds} rounds, gc {'off' if os.environ.get('AB_NOGC') else 'on'}, old = {old.__file__}, new = {new.__file__}"
+        f"{rounds} rounds, gc {'off' if os.environ.get('AB_NOGC') else 'on'}, "
+        f"old = {old.__file__}, new = {new.__file__}"
     )
     print("| row | old (median) | new (median) | new/old (median of per-round ratios) |")
     print("|---|---|---|---|")

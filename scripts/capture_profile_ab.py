@@ -1,4 +1,7 @@
-"""cProfile of 5 x 1000 captured launches, earlier tree and this one in one process (see capture_launch_split)."""
+"""cProfile of 5 x 1000 captured launches, earlier tree and this one in one process.
+
+See capture_launch_split.py for the trees.
+"""
 
 import cProfile
 import io

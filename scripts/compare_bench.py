@@ -1,6 +1,7 @@
-"""Compare two `cudagraphs bench` runs of one session: each cudagraphs row as a
-ratio to raw CUDA C (or, where a row has no raw C contender, in absolute
-terms), earlier version against this one.
+"""Compare two `cudagraphs bench` runs of one session.
+
+Each cudagraphs row as a ratio to raw CUDA C (or, where a row has no raw C
+contender, in absolute terms), earlier version against this one.
 
 Usage: python scripts/compare_bench.py BASELINE/bench.json NEW/bench.json
 Prints a Markdown table; the last column is the change of the ratio (+10% = worse).
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 
 def ours(row: dict[str, float]) -> dict[str, float]:
@@ -17,8 +19,8 @@ def ours(row: dict[str, float]) -> dict[str, float]:
 
 
 def main(old_path: str, new_path: str) -> int:
-    old = json.load(open(old_path))["benchmarks"]
-    new = json.load(open(new_path))["benchmarks"]
+    old = json.loads(Path(old_path).read_text())["benchmarks"]
+    new = json.loads(Path(new_path).read_text())["benchmarks"]
     print("| row | contender | before | after | before / C | after / C | change |")
     print("|---|---|---|---|---|---|---|")
     for bench, row in new.items():

@@ -1,5 +1,7 @@
-"""The library's hot paths, timed or profiled, for whichever tree is on PYTHONPATH
-(run an earlier tree and this one in one machine session to compare).
+"""The library's hot paths, timed or profiled.
+
+For whichever tree is on PYTHONPATH (run an earlier tree and this one in one
+machine session to compare).
 
 Usage:
   python scripts/hot_paths.py                  capture+instantiate of 100 and 1000 launches

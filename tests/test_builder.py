@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import re
 
 import numpy as np
 import pytest
@@ -160,7 +161,7 @@ def test_misuse_and_abandoning(dev: cg.Device) -> None:
         bld.fill(x, 2.0, after=[foreign])
     with pytest.raises(ValueError, match="recorded no node"):
         bld.fill(cg.zeros(0, "float32"), 1.0)
-    with pytest.raises(ValueError, match="value must be in 0..255"):
+    with pytest.raises(ValueError, match=re.escape("value must be in 0..255")):
         bld.memset(x, 300)
     with pytest.raises(ValueError, match="made by this builder's alloc"):
         bld.free(x)

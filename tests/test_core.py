@@ -1,5 +1,7 @@
-"""The core's contract: one submission path, layers, deferred release, threads,
-and a regression test for every defect of the core issue (both backends).
+"""The core's contract.
+
+One submission path, layers, deferred release, threads, and a regression test
+for every defect of the core issue (both backends).
 """
 
 from __future__ import annotations
@@ -137,7 +139,7 @@ def test_a_new_op_written_the_documented_way_gets_the_rules_for_free(
     del x
     gc.collect()
     assert ref() is not None  # kept alive by the graph
-    with pytest.raises(cg.CaptureError, match="is being captured by thread|capturing"):
+    with pytest.raises(cg.CaptureError, match=r"is being captured by thread|capturing"):
         other = dev.create_stream()
         y = cg.zeros(8, "uint8", stream=other)
         other.synchronize()
@@ -215,7 +217,7 @@ def test_graph_collected_during_another_capture(dev: cg.Device, rng: np.random.G
     results = []
     g = None
     for alpha in (1.0, 2.0, 3.0):
-        with cg.capture() as g:  # the previous g dies here, mid-capture
+        with cg.capture() as g:  # noqa: F811 - the previous g dies here, mid-capture
             gc.collect()
             cg.ops.axpy(alpha, x, y)
         results.append(g)
@@ -289,7 +291,7 @@ def test_closed_host_slot_stays_alive_for_its_graph(dev: cg.Device, rng: np.rand
     slot.close()
     slot.close()
     with pytest.raises(ValueError, match="closed"):
-        slot.array
+        _ = slot.array
     settle(dev)
     cg.ops.fill(x, -1.0)
     g.replay()  # still copies from the slot's memory (no use after free)
@@ -334,9 +336,9 @@ def test_outputs_allocated_during_capture_on_a_stream_come_from_the_graph(dev: c
         assert out._block._ref.owner is g.pool
     with pytest.raises(cg.CaptureError, match="alloc='forbid'"), cg.capture(stream=s, alloc="forbid"):
         cg.ops.add(x, x, stream=s)
-    with pytest.raises(cg.CaptureError, match="alloc='forbid'"), cg.capture(stream=s, alloc="forbid"):
-        with s:  # the current stream: ops that name none allocate on it
-            x.copy()
+    # with s: the current stream, where ops that name none allocate
+    with pytest.raises(cg.CaptureError, match="alloc='forbid'"), cg.capture(stream=s, alloc="forbid"), s:
+        x.copy()
     g.replay(stream=s)
     s.synchronize()
     assert np.all(a.get(stream=s) == 2)
@@ -638,12 +640,14 @@ def test_while_loop_iteration_cap(dev: cg.Device) -> None:
         assert count.get()[0] == 25 * launch
         assert body.iterations is not None
         assert int(body.iterations.get()[0]) == 25
-    with pytest.raises(cg.CaptureError, match=r"1 condition\(s\) made at .*test_core.py:\d+ drive no"):
-        with cg.capture() as g2:
-            cond = g2.condition()
-            with pytest.raises(ValueError, match="max_iterations must be a positive int"):
-                g2.while_loop(cond, max_iterations=0)
-            cg.ops.fill(one, 1.0)
+    with (
+        pytest.raises(cg.CaptureError, match=r"1 condition\(s\) made at .*test_core.py:\d+ drive no"),
+        cg.capture() as g2,
+    ):
+        cond = g2.condition()
+        with pytest.raises(ValueError, match="max_iterations must be a positive int"):
+            g2.while_loop(cond, max_iterations=0)
+        cg.ops.fill(one, 1.0)
     assert cg.capture_status() == "none"
     with cg.capture() as g3:
         cond = g3.condition()

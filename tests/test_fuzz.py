@@ -1,5 +1,7 @@
-"""Property-based tests: arrays, views, copies and ops against numpy, and random capture
-programs against an eager run of the same program.
+"""Property-based tests.
+
+Arrays, views, copies and ops against numpy, and random capture programs
+against an eager run of the same program.
 
 ``CUDAGRAPHS_FUZZ_EXAMPLES`` sets the examples per property (default 60, for CI);
 hypothesis prints the failing example and how to reproduce it.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from conftest import random_array
@@ -102,13 +104,13 @@ def test_op_errors(backend: str) -> None:
         cg.ops.add(f, cg.zeros(5, "float32"))
     with pytest.raises(TypeError, match="dtype mismatch"):
         cg.ops.axpy(1.0, f, i)
-    with pytest.raises(TypeError, match="alpha 0.5 is not an integer"):
+    with pytest.raises(TypeError, match=re.escape("alpha 0.5 is not an integer")):
         cg.ops.scale(0.5, i)
     with pytest.raises(ValueError, match="one-element float32 array"):
         cg.ops.axpy(cg.zeros(2, "float32"), f, f)
     with pytest.raises(TypeError, match="alpha must be a real number"):
         cg.ops.axpy("2", f, f)
-    with pytest.raises(TypeError, match="2.5 is not an integer"):
+    with pytest.raises(TypeError, match=re.escape("2.5 is not an integer")):
         cg.ops.fill(i, 2.5)
     with pytest.raises(ValueError, match="cannot store 1000 in a int8 array: out of range"):
         cg.ops.fill(cg.zeros(2, "int8"), 1000)

@@ -145,9 +145,9 @@ def test_the_driver_refuses_what_the_table_says(case: Case, rule: Rule, mode: st
         b.destroy(graph)
     refused = mode in rule.refused_in
     if refused:
-        assert error is not None and error.code == rule.code, (
-            f"{rule.call} on {rule.target} in a {mode} capture: expected code {rule.code}, got {error!r}"
-        )
+        where = f"{rule.call} on {rule.target} in a {mode} capture"
+        assert error is not None, f"{where}: expected code {rule.code}, it succeeded"
+        assert error.code == rule.code, f"{where}: expected code {rule.code}, got {error!r}"
         assert status == ("invalidated" if rule.invalidates else "active"), (
             f"{rule.call} on {rule.target} in a {mode} capture left it {status}"
         )
@@ -184,7 +184,8 @@ def test_the_same_call_from_another_thread(case: Case, rule: Rule, mode: str) ->
     error = errors[0] if errors else None
     where = f"{rule.call} on {rule.target} from another thread during a {mode} capture"
     if mode in rule.other_refused_in:
-        assert isinstance(error, CudaError) and error.code == rule.code, f"{where}: {error!r}"
+        assert isinstance(error, CudaError), f"{where}: {error!r}"
+        assert error.code == rule.code, f"{where}: {error!r}"
     else:
         assert error is None, f"{where}: {error!r}"
     expected = "invalidated" if mode in rule.other_invalidates_in else "active"

@@ -29,7 +29,7 @@ def test_update_repoints_arrays_and_scalars(dev: cg.Device, rng: np.random.Gener
     g.replay()
     source = axpy_graph(3.0, x2, y2, instantiate=False)
     assert source.state == "captured"
-    with pytest.raises(RuntimeError, match="call g.instantiate\\(\\) first"):
+    with pytest.raises(RuntimeError, match=r"call g\.instantiate\(\) first"):
         source.replay()
     assert g.update(source) is g
     assert source.state == "consumed"

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextvars
 import threading
 import weakref
-from typing import Any
+from typing import Any, ClassVar
 
 from . import _recording, backends
 from ._allocator import CachingAllocator
@@ -254,7 +254,7 @@ class Device:
     allocator : CachingAllocator
     """
 
-    _instances: dict[tuple[str, int], Device] = {}
+    _instances: ClassVar[dict[tuple[str, int], Device]] = {}
     _lock = threading.Lock()
 
     index: int
@@ -357,7 +357,7 @@ class Device:
         return self.backend.mem_pool(self.index)
 
     def current_stream(self) -> Stream:
-        """This thread's current stream of this device (see :func:`current_stream`)."""
+        """The current stream of this thread on this device (see :func:`current_stream`)."""
         current = _CURRENT.get()
         if current:
             for stream in reversed(current):
@@ -391,7 +391,7 @@ _DEFAULT_DEVICE: list[Any] = [None, None]  # [settings, device 0 of their backen
 
 
 def current_stream(device: Device | None = None) -> Stream:
-    """This thread's current stream of ``device`` (default: the current device).
+    """The current stream of this thread on ``device`` (default: the current device).
 
     ``with stream:`` makes a stream current for the block; otherwise it is the
     device's default stream.

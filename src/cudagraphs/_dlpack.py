@@ -92,8 +92,10 @@ def device_of(x: DeviceArray) -> tuple[int, int]:
 
 
 def order_consumer(device: Any, stream: int) -> None:
-    """Make the consumer's stream (a driver stream address) wait for the work
-    queued so far on this thread's current stream of ``device``, as the DLPack
+    """Make the consumer's stream wait for this thread's work queued so far.
+
+    ``stream`` is the consumer's driver stream address; the wait is for the
+    work queued on this thread's current stream of ``device``, as the DLPack
     protocol asks of a producer.
     """
     event = device.current_stream().record()

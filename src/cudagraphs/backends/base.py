@@ -319,9 +319,7 @@ class Backend(Protocol):
     def graph_instantiate(self, graph: Handle, auto_free: bool) -> Handle:
         """An executable graph (``auto_free``: graph memory freed at each relaunch)."""
 
-    def graph_update(
-        self, exec_: Handle, target: Handle, params: KernelLaunch | Copy | None = None
-    ) -> None:
+    def graph_update(self, exec_: Handle, target: Handle, params: KernelLaunch | Copy | None = None) -> None:
         """Update ``exec_``: from the graph ``target``, or node ``target`` to ``params``."""
 
     def graph_launch(self, exec_: Handle, stream: Handle, upload: bool = False) -> None:

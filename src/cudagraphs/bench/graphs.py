@@ -34,6 +34,7 @@ Framework = Callable[[int], tuple[Callable[[], None], Callable[[], None]]]
 
 
 def ours() -> Framework:
+    """cudagraphs: capture ``n`` launches, upload, replay."""
     dev = cg.Device(0)
     k = cg.Kernel(TINY, "inc", host=lambda p: p.__iadd__(1))
     cg.preload([k], dev)
@@ -52,6 +53,7 @@ def ours() -> Framework:
 
 
 def torch_fw() -> Framework | None:
+    """PyTorch's CUDAGraph on a side stream (None without torch)."""
     try:
         import torch
     except ImportError:
@@ -73,6 +75,7 @@ def torch_fw() -> Framework | None:
 
 
 def cupy_fw() -> Framework | None:
+    """CuPy's stream capture of a RawKernel (None without CuPy)."""
     try:
         import cupy as cp
     except ImportError:
@@ -97,6 +100,7 @@ def cupy_fw() -> Framework | None:
 
 
 def cuda_core_fw() -> Framework | None:
+    """cuda.core's GraphBuilder (None without cuda.core's graphs)."""
     try:
         from cuda.core import Device, LaunchConfig, Program, ProgramOptions, launch
     except ImportError:

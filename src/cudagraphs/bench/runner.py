@@ -26,14 +26,16 @@ import numpy as np
 
 import cudagraphs as cg
 
+from . import graphs, rawc
+
 TINY = 'extern "C" __global__ void inc(float* p) { p[0] += 1.0f; }'
 TARGETS = {"eager launch": 3.7, "alloc+free": 0.5}  # DESIGN.md section 6, microseconds
-from . import graphs, rawc
 
 Contender = tuple[str, Callable[[], None], Callable[[], None], bool]  # name, call, sync, ours
 
 
 def per_call_us(call: Callable[[], None], sync: Callable[[], None], n: int) -> float:
+    """Microseconds per call of ``n`` calls between two synchronizations."""
     sync()
     t0 = time.perf_counter()
     for _ in range(n):
@@ -43,6 +45,7 @@ def per_call_us(call: Callable[[], None], sync: Callable[[], None], n: int) -> f
 
 
 def eager_contenders() -> list[Contender]:
+    """The eager-launch contenders: ours, then the peers that import."""
     dev = cg.Device(0)
     x = cg.asarray(np.zeros(1, np.float32))
     zero = cg.zeros(1, "float32")
@@ -88,6 +91,7 @@ def eager_contenders() -> list[Contender]:
 
 
 def alloc_contenders() -> list[Contender]:
+    """The allocate-and-free contenders: ours, then the peers that import."""
     dev = cg.Device(0)
     alloc = dev.allocator
 
@@ -129,6 +133,7 @@ def raw_c(n: int) -> dict[str, float]:
 
 
 def measure(contenders: list[Contender], n: int, rounds: int) -> dict[str, float]:
+    """Median microseconds per call of each contender, interleaved over ``rounds``."""
     for _, call, sync, _ in contenders:  # warm up: compile, first allocations
         per_call_us(call, sync, max(n // 10, 10))
     samples: dict[str, list[float]] = {name: [] for name, *_ in contenders}
@@ -139,14 +144,16 @@ def measure(contenders: list[Contender], n: int, rounds: int) -> dict[str, float
 
 
 def target(bench: str) -> float | None:
+    """The DESIGN.md target of a benchmark row, if it has one."""
     return TARGETS.get(bench) if bench in TARGETS else graphs.target_for(bench)
 
 
 def report(results: dict, ours: dict[str, set[str]]) -> str:
+    """The Markdown table of ``results`` (ratios to raw C and to the best peer)."""
     lines = [
         f"GPU: {results['gpu']} | backend: {results['backend']} | {results['date']}",
         "",
-        "| benchmark | contender | median | × raw C | × best peer | target |",
+        "| benchmark | contender | median | × raw C | × best peer | target |",  # noqa: RUF001
         "|---|---|---|---|---|---|",
     ]
     for bench, rows in results["benchmarks"].items():
