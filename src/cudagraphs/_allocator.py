@@ -137,7 +137,7 @@ class Block:
         return f"<cudagraphs.Block 0x{self.ptr:x} {self.nbytes} B on {self.device}>"
 
 
-class _BlockRef(weakref.ref):
+class _BlockRef(weakref.ref["Block"]):
     """The release record of a Block: fires when the block dies.
 
     ``owner`` gets the memory back: the allocator, or the graph pool the

@@ -137,6 +137,7 @@ class DeviceArray:
     dtype: np.dtype
     device: Device
     is_contiguous: bool
+    _arg: ArrayArg | None  # the view's description, made on first use
     size: int  # number of elements
 
     def __init__(self, *args: object, **kwargs: object) -> None:
@@ -208,7 +209,7 @@ class DeviceArray:
     def transpose(self, *axes: int) -> DeviceArray:
         """A view with the axes permuted (reversed by default)."""
         if len(axes) == 1 and not isinstance(axes[0], int):
-            axes = tuple(axes[0])  # type: ignore[arg-type]
+            axes = tuple(axes[0])  # type: ignore[unreachable]  # (a sequence given as one argument)
         if not axes:
             axes = tuple(range(self.ndim))[::-1]
         if sorted(axes) != list(range(self.ndim)):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from . import ops
 from ._allocator import new_block
@@ -60,6 +60,9 @@ class _Released:
     @staticmethod
     def release(ptr: int, streams: object) -> None:
         return None
+
+
+_B = TypeVar("_B")  # what a conditional node gives back: its body or bodies
 
 
 class GraphBuilder:
@@ -185,7 +188,10 @@ class GraphBuilder:
         callbacks: list[object] = []
 
         def issue(raw: Any, _: Any) -> None:
-            callbacks.append(backend.launch_host(raw, lambda: fn(*args)))
+            def call() -> None:
+                fn(*args)
+
+            callbacks.append(backend.launch_host(raw, call))
 
         return self._node(
             "host", after, lambda: submit(self.stream, Work("host", issue, keep=(callbacks, fn, *args)))
@@ -294,11 +300,11 @@ class GraphBuilder:
         self._check_open()
         return self._graph.condition(default)
 
-    def _conditional(self, make: Callable[[], Any], after: Sequence[BuilderNode] | None) -> Any:
-        result: list[Any] = []
+    def _conditional(self, make: Callable[[], _B], after: Sequence[BuilderNode] | None) -> _B:
+        result: list[_B] = []
         node = self._node("conditional", after, lambda: result.append(make()))
-        bodies = result[0] if isinstance(result[0], (list, tuple)) else [result[0]]
-        for body in bodies:
+        made: Any = result[0]
+        for body in made if isinstance(made, (list, tuple)) else [made]:
             body.node = node
         return result[0]
 

@@ -361,4 +361,4 @@ def fill_value(op: str, dtype: np.dtype, value: Any) -> np.generic:
         raise TypeError(f"{op}: cannot store {value!r} in a {dtype} array: {exc}") from None
     if bits.ndim:
         raise TypeError(f"{op} takes a scalar value, got shape {bits.shape}; use copy() for arrays")
-    return bits[()]
+    return bits[()]  # type: ignore[return-value]  # (indexing a 0-d array gives a numpy scalar)

@@ -28,7 +28,7 @@ the stream left usable.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from . import _recording
 from ._allocator import safe_point
@@ -175,7 +175,7 @@ class _CaptureContext:
     def __enter__(self) -> Graph:
         return self.session.begin()
 
-    def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: object) -> bool:
+    def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: object) -> Literal[False]:
         if exc_type is not None:  # the user's error wins; returning False re-raises it
             self.session.abort()
             return False

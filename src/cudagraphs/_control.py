@@ -17,7 +17,7 @@ is that counter.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -110,7 +110,7 @@ class Body:
             self._current = True
         return self
 
-    def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: object) -> bool:
+    def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: object) -> Literal[False]:
         rec, stream = self._rec, self.stream
         try:
             if exc_type is None and self._guard is not None:

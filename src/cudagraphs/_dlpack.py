@@ -72,12 +72,12 @@ def _forget(address: int) -> None:
         _alive.pop(address, None)
 
 
-@_Deleter
+@_Deleter  # type: ignore[untyped-decorator]  # (ctypes' callback types are untyped)
 def _delete(managed: Any) -> None:
     _forget(ctypes.addressof(managed.contents))
 
 
-@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+@ctypes.CFUNCTYPE(None, ctypes.c_void_p)  # type: ignore[untyped-decorator]
 def _capsule_destructor(capsule: int) -> None:
     # a consumer renames the capsule to "used_dltensor" and owns the deleter;
     # an unconsumed one still holds our tensor, which we free here

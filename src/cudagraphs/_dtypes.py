@@ -50,7 +50,7 @@ def normalize_dtype(dtype: Any) -> np.dtype:
         dt = np.dtype(dtype)
     except TypeError:
         dt = None
-    if dt is None or dt not in _BY_DTYPE:
+    if not isinstance(dt, np.dtype) or dt not in _BY_DTYPE:
         extra = "" if "bfloat16" in SUPPORTED else " (bfloat16 needs `pip install ml_dtypes`)"
         raise TypeError(f"unsupported dtype {dtype!r}; device arrays accept {', '.join(SUPPORTED)}{extra}")
     return dt

@@ -22,6 +22,7 @@ import enum
 import operator
 import os
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -176,6 +177,24 @@ class Graph:
         "stream",
     )
 
+    device: Device
+    stream: Stream
+    pool: GraphPool
+    output: Any
+    replays: int
+    state: GraphState
+    _res: Resources | None
+    _records: list[NodeRecord]
+    _nodes: tuple[Node, ...] | None
+    _exec: Any
+    _launch: Callable[..., None]
+    _uploaded: bool
+    _finalizer: weakref.finalize[Any, Graph] | None
+    _rec: Recording | None
+    _auto_free: bool
+    _patched: bool
+    _traced: list[tuple[str, str]] | None  # (node type, kernel name) per node
+
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("Graph objects are made by cg.capture(), not directly")
 
@@ -185,7 +204,7 @@ class Graph:
         g.device, g.stream, g.pool = device, stream, pool
         g.output, g.replays, g.state = None, 0, GraphState.CAPTURING
         g._res = None
-        g._records: list[NodeRecord] = []
+        g._records = []
         g._nodes = None  # read from the driver on first use
         g._exec = None
         g._launch = device.backend.graph_launch
@@ -194,7 +213,7 @@ class Graph:
         g._rec = rec  # the Recording while capturing
         g._auto_free = False
         g._patched = False
-        g._traced: list[tuple[str, str]] | None = None  # (node type, kernel name) per node
+        g._traced = None
         return g
 
     def _ready_from(self, raw_graph: Any, rec: Recording, auto_free: bool, instantiate: bool) -> None:

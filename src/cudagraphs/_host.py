@@ -36,7 +36,8 @@ def pinned_array(device: Any, nbytes: int) -> np.ndarray:
         backend.capture_exchange_mode(old)
     buffer = (ctypes.c_uint8 * max(nbytes, 1)).from_address(ptr)
     weakref.finalize(buffer, _recording.later, device, backend.host_free, ptr)
-    return np.frombuffer(buffer, dtype=np.uint8)[:nbytes]
+    array: np.ndarray = np.frombuffer(buffer, dtype=np.uint8)[:nbytes]  # type: ignore[call-overload]
+    return array
 
 
 def stage(device: Any, host: np.ndarray) -> np.ndarray:

@@ -194,7 +194,7 @@ def _check_dims(dims: Any, what: str) -> tuple[int, int, int]:
             raise ValueError(f"{what} {dims!r}: each dimension must be in 1..{lim} (got {d})")
     if what == "block" and t[0] * t[1] * t[2] > 1024:
         raise ValueError(f"block {dims!r} has {t[0] * t[1] * t[2]} threads; CUDA allows 1024")
-    return t  # type: ignore[return-value]
+    return t
 
 
 class Kernel:

@@ -34,7 +34,8 @@ def _records(graph: Any) -> list[Any]:
 
 
 def _spec(a: Any) -> ArrayArg:
-    return a._view_spec()
+    spec: ArrayArg = a._view_spec()
+    return spec
 
 
 def _used(r: Any) -> tuple[Any, ...]:

@@ -84,7 +84,7 @@ def user_line() -> str:
         if not path.startswith(_PACKAGE):
             return f"{frame.f_code.co_filename}:{frame.f_lineno}"
         frame = frame.f_back  # type: ignore[assignment]
-    return "<unknown>"
+    return "<unknown>"  # type: ignore[unreachable]  # (a frame chain ends in None)
 
 
 class Work(NamedTuple):
@@ -431,7 +431,8 @@ def status(stream: Any) -> str:
     rec = stream._recording
     if rec is not None and rec.invalid is not None:
         return "invalidated"
-    return stream.device.backend.capture_info(stream._raw)[0]
+    state: str = stream.device.backend.capture_info(stream._raw)[0]
+    return state
 
 
 def forbid(device: Any, stream: Any, what: str, *, device_wide: bool = False, hint: str = "") -> None:

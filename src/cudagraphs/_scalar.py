@@ -38,7 +38,7 @@ def _check_value(value: Any, dtype: np.dtype, what: str) -> np.ndarray:
         raise TypeError(f"{what} takes a number, got {type(value).__name__}")
     if dtype.kind in "iu" and isinstance(value, (float, np.floating)) and not float(value).is_integer():
         raise TypeError(f"{what}: {value!r} is not an integer but the scalar is {dtype}")
-    if dtype.kind in "iu" and not np.iinfo(dtype).min <= int(value) <= np.iinfo(dtype).max:
+    if dtype.kind in "iu" and not np.iinfo(dtype).min <= int(value) <= np.iinfo(dtype).max:  # type: ignore[arg-type]
         raise ValueError(f"{what}: {value!r} does not fit in {dtype}")
     try:
         return np.array(value, dtype=dtype)
@@ -72,7 +72,7 @@ class DeviceScalar(DeviceArray):
             setattr(self, name, getattr(a, name))
         self.set(value)
 
-    def set(self, value: Any, *, stream: Stream | None = None) -> DeviceScalar:  # type: ignore[override]
+    def set(self, value: Any, *, stream: Stream | None = None) -> DeviceScalar:
         """Queue an update of the value on ``stream`` (default: the current stream).
 
         Raises
@@ -87,7 +87,7 @@ class DeviceScalar(DeviceArray):
         to_device(self, host, resolve_stream(stream, self.device), refuse=_FROZEN)
         return self
 
-    def get(self, *, stream: Stream | None = None) -> Any:  # type: ignore[override]
+    def get(self, *, stream: Stream | None = None) -> Any:
         """The value, after the work queued on ``stream``, as a Python number."""
         return DeviceArray.get(self, stream=stream).item()
 

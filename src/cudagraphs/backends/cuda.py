@@ -62,7 +62,7 @@ def _raise(err: Any, call: str, detail: str = "") -> None:
     raise CudaError(int(err), text, call, detail)
 
 
-def _check(result: tuple, call: str) -> Any:
+def _check(result: tuple[Any, ...], call: str) -> Any:
     """Return the value(s) of a driver call, raising CudaError on failure."""
     if result[0]:
         _raise(result[0], call)
@@ -157,7 +157,7 @@ class CudaBackend:
             raise BackendUnavailableError("the CUDA driver reports no GPU")
         global _graph_launch
         _graph_launch = drv.cuGraphLaunch
-        self._count = count
+        self._count: int = int(count)
         self._lock = threading.Lock()
         self._ctx: dict[int, Any] = {}
         self._pools: dict[int, Any] = {}
@@ -207,7 +207,9 @@ class CudaBackend:
                 self._pools[ordinal] = _check(drv.cuDeviceGetDefaultMemPool(dev), "cuDeviceGetDefaultMemPool")
         _check(drv.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
 
-    def _retry(self, err: Any, call: str, again: Callable[[], tuple], ordinal: int | None) -> tuple:
+    def _retry(
+        self, err: Any, call: str, again: Callable[[], tuple[Any, ...]], ordinal: int | None
+    ) -> tuple[Any, ...]:
         """Recover from a thread with no current context (that device's), then call again."""
         if int(err) == CUDA_ERROR_INVALID_CONTEXT and self._ctx:
             ctx = self._ctx.get(ordinal) if ordinal is not None else next(iter(self._ctx.values()))

@@ -48,7 +48,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -75,6 +75,7 @@ from .base import (
 __all__ = ["FAULTS", "RULES", "Rule", "SimBackend", "set_conditional"]
 
 POISON = 0xCD
+_H = TypeVar("_H")  # a handle type
 _ALIGN = 512
 _MAX_PENDING = 4096  # queued items per stream before the simulated device catches up
 _BASE_ADDRESS = 0x7F00_0000_0000
@@ -534,7 +535,7 @@ class SimBackend:
             st = ready[self._order.randrange(len(ready))] if len(ready) > 1 else ready[0]
             self._run(st, st.done + 1)
 
-    def _track(self, handle: Any) -> Any:
+    def _track(self, handle: _H) -> _H:
         """Count ``handle`` as live until it is destroyed (see :meth:`live_handles`)."""
         with self._lock:
             self._handles[id(handle)] = handle
@@ -955,7 +956,8 @@ class SimBackend:
         else:
             lo, hi = 0, 0
         buf, off = self._memory.resolve(ptr + lo, hi - lo, "kernel access")
-        return np.ndarray(shape, dtype, buffer=buf, offset=off - lo, strides=strides)
+        view: np.ndarray = np.ndarray(shape, dtype, buffer=buf, offset=off - lo, strides=strides)
+        return view
 
     # kernels --------------------------------------------------------------
     def load_kernel(
@@ -1161,9 +1163,10 @@ class SimBackend:
             else "cuGraphExecMemcpyNodeSetParams"
         )
         self._live(exec_, call)
-        i = exec_.position.get(id(target))
-        if i is None:
+        at = exec_.position.get(id(target))
+        if at is None:
             raise _error(CUDA_ERROR_INVALID_VALUE, call, "the node is not in the instantiated graph")
+        i = at
         kind = exec_.nodes[i].kind
         if isinstance(params, KernelLaunch):
             if kind != "kernel":

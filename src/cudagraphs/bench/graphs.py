@@ -269,7 +269,7 @@ def _cuda_core_update(n: int, rounds: int) -> float | None:
         y = cg.zeros(1, "float32")
         arg = np.uintp(y.ptr)
 
-        def builder() -> object:
+        def builder() -> Any:
             gb = dev.create_graph_builder().begin_building()
             for _ in range(n):
                 launch(gb, cfg, kern, arg)

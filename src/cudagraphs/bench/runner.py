@@ -31,10 +31,10 @@ from . import graphs, rawc
 TINY = 'extern "C" __global__ void inc(float* p) { p[0] += 1.0f; }'
 TARGETS = {"eager launch": 3.7, "alloc+free": 0.5}  # DESIGN.md section 6, microseconds
 
-Contender = tuple[str, Callable[[], None], Callable[[], None], bool]  # name, call, sync, ours
+Contender = tuple[str, Callable[[], object], Callable[[], None], bool]  # name, call, sync, ours
 
 
-def per_call_us(call: Callable[[], None], sync: Callable[[], None], n: int) -> float:
+def per_call_us(call: Callable[[], object], sync: Callable[[], None], n: int) -> float:
     """Microseconds per call of ``n`` calls between two synchronizations."""
     sync()
     t0 = time.perf_counter()
@@ -148,7 +148,7 @@ def target(bench: str) -> float | None:
     return TARGETS.get(bench) if bench in TARGETS else graphs.target_for(bench)
 
 
-def report(results: dict, ours: dict[str, set[str]]) -> str:
+def report(results: dict[str, Any], ours: dict[str, set[str]]) -> str:
     """The Markdown table of ``results`` (ratios to raw C and to the best peer)."""
     lines = [
         f"GPU: {results['gpu']} | backend: {results['backend']} | {results['date']}",
