@@ -238,16 +238,16 @@ class CachingAllocator:
     def malloc(self, nbytes: int, stream: Stream | None = None) -> Block:
         """A block of at least ``nbytes`` bytes, usable in order on ``stream``.
 
+        While ``stream`` is being captured, the block comes from the
+        capture's memory policy instead (its graph pool, a graph-owned
+        allocation, or a :class:`CaptureError` under ``alloc="forbid"``).
+
         Parameters
         ----------
         nbytes : int
             Bytes wanted (0 gives a minimal block).
         stream : Stream, optional
             Default: the device's default stream.
-
-        While ``stream`` is being captured, the block comes from the
-        capture's memory policy instead (its graph pool, a graph-owned
-        allocation, or a :class:`CaptureError` under ``alloc="forbid"``).
 
         Raises
         ------

@@ -282,6 +282,9 @@ class Device:
                 cls._instances[key] = dev
         return dev
 
+    def __init__(self, index: int = 0, backend: str | None = None) -> None:
+        pass  # (``__new__`` returns the one, already set up, object of the device)
+
     def _setup(self, backend: Backend, index: int) -> None:
         backend.activate(index)
         self.index = index
