@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint dist bench clean
+.PHONY: demo test lint docs dist bench clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "cudagraphs needs Python >= 3.10, found " + sys.version.split()[0] + "; run make PYTHON=python3.12 ...")'
@@ -29,6 +29,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+docs: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[docs]"
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 dist: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[release]"
 	rm -rf dist
@@ -39,4 +43,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist src/*.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist site src/*.egg-info

@@ -1,6 +1,6 @@
-"""Print the README's tables of the simulator's capture rules and fault kinds.
+"""Print the tables of the simulator's capture rules and fault kinds (docs/simulator.md).
 
-Usage: PYTHONPATH=src python scripts/rules_table.py   (tests/test_rules.py checks the README holds them)
+Usage: PYTHONPATH=src python scripts/rules_table.py   (tests/test_rules.py checks the page holds them)
 """
 
 from cudagraphs.backends import base
