@@ -501,7 +501,7 @@ def test_set_arg_checks_values_against_the_node(dev: cg.Device, rng: np.random.G
         g.set_arg(0, "n", 100)
     with pytest.raises(TypeError, match="was recorded with an array"):
         g.set_arg(0, "y", 3.0)
-    g.set_arg(g.nodes[0], "alpha", 0.5)  # the README's example: real parameter names
+    g.set_arg(g.nodes[0], "alpha", 0.5)  # the docs' example: real parameter names
     x2_h = random_array(rng, 8, "float32")
     g.set_arg(0, "x", cg.asarray(x2_h))
     g.replay()
