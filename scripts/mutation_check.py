@@ -77,8 +77,8 @@ MUTATIONS = [
     (
         "embedded graph not kept",
         "src/cudagraphs/_graph.py",
-        '        submit(stream, Work("child", lambda raw, _: backend.capture_node(raw, "child", child),\n                            keep=(self,)))',
-        '        submit(stream, Work("child", lambda raw, _: backend.capture_node(raw, "child", child)))',
+        'backend.capture_node(raw, "child", child), keep=(self,)))',
+        'backend.capture_node(raw, "child", child)))',
     ),
     (
         "strided views passed as pointers",
@@ -144,8 +144,8 @@ MUTATIONS = [
     (
         "Stream.wait waits for nothing",
         "src/cudagraphs/_device.py",
-        '"", lambda raw, _: backend.stream_wait_event(raw, event), keep=(other,)))',
-        '"", lambda raw, _: None, keep=(other,)))',
+        '"", lambda raw, _: backend.stream_wait_event(raw, event), keep=(other,)),',
+        '"", lambda raw, _: None, keep=(other,)),',
     ),
     # (not listed: get()'s synchronize after its download into a new numpy array, which
     # the driver already completes before returning for pageable memory, so deleting it
@@ -186,20 +186,20 @@ MUTATIONS = [
     (
         "builder event-record node keeps no event",
         "src/cudagraphs/_builder.py",
-        "backend.event_record(event._raw, raw, external=True),\n            keep=(event,))))",
-        "backend.event_record(event._raw, raw, external=True))))",
+        "backend.event_record(event._raw, raw, external=True),\n                    keep=(event,),",
+        "backend.event_record(event._raw, raw, external=True),",
     ),
     (
         "builder host node keeps nothing",
         "src/cudagraphs/_builder.py",
-        '"host", issue, keep=(callbacks, fn, *args))))',
-        '"host", issue)))',
+        'Work("host", issue, keep=(callbacks, fn, *args))',
+        'Work("host", issue)',
     ),
     (
         "builder child keeps nothing",
         "src/cudagraphs/_builder.py",
-        "            keep=(graph, *used))))",
-        "            keep=())))",
+        "child), keep=(graph, *used)),",
+        "child), keep=()),",
     ),
     # (not listed: the conditional node's keep of its Condition, a plain record of a
     # handle the graph owns on both backends; keeping it is free and changes nothing)
@@ -207,8 +207,8 @@ MUTATIONS = [
     (
         "builder memset keeps no array",
         "src/cudagraphs/_builder.py",
-        '"memset", lambda raw, _: backend.memset(ptr, value, nbytes, raw), None, (), (dst,))))',
-        '"memset", lambda raw, _: backend.memset(ptr, value, nbytes, raw), None, (), ())))',
+        'backend.memset(ptr, value, nbytes, raw), None, (), (dst,)),',
+        'backend.memset(ptr, value, nbytes, raw), None, (), ()),',
     ),
     (
         "HostSlot download keeps no buffer",
