@@ -207,8 +207,8 @@ MUTATIONS = [
     (
         "builder memset keeps no array",
         "src/cudagraphs/_builder.py",
-        'backend.memset(ptr, value, nbytes, raw), None, (), (dst,)),',
-        'backend.memset(ptr, value, nbytes, raw), None, (), ()),',
+        "backend.memset(ptr, value, nbytes, raw), None, (), (dst,)),",
+        "backend.memset(ptr, value, nbytes, raw), None, (), ()),",
     ),
     (
         "HostSlot download keeps no buffer",
