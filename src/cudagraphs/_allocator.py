@@ -360,12 +360,8 @@ class CachingAllocator:
                 if exc.code != CUDA_ERROR_OUT_OF_MEMORY:
                     raise
                 cached = self._reserved - self._in_use
-                raise OutOfMemoryError(
-                    self._ordinal,
+                raise self._out_of_memory(
                     size,
-                    self._in_use,
-                    self._reserved,
-                    self._device.total_memory,
                     note=f"This was a graph pool's allocation during a capture, when cached "
                     f"blocks cannot be given back to the driver; the cache holds "
                     f"{cached} B: call device.allocator.empty_cache() before capturing, "
@@ -434,12 +430,8 @@ class CachingAllocator:
                 raise
             self._oom_retries += 1
             if _recording.active(self._device):
-                raise OutOfMemoryError(
-                    self._ordinal,
+                raise self._out_of_memory(
                     size,
-                    self._in_use,
-                    self._reserved,
-                    self._device.total_memory,
                     note="A capture is active on the device, so the cache could not be "
                     "emptied: free arrays you no longer need, or empty the cache "
                     "before capturing.",
@@ -450,15 +442,14 @@ class CachingAllocator:
             except CudaError as again:
                 if again.code != CUDA_ERROR_OUT_OF_MEMORY:
                     raise
-                raise OutOfMemoryError(
-                    self._ordinal,
-                    size,
-                    self._in_use,
-                    self._reserved,
-                    self._device.total_memory,
-                ) from None
+                raise self._out_of_memory(size) from None
         self._reserved += size
         return ptr
+
+    def _out_of_memory(self, size: int, note: str | None = None) -> OutOfMemoryError:
+        """The error for ``size`` bytes the driver would not give (``note``: what to do)."""
+        counts = (self._ordinal, size, self._in_use, self._reserved, self._device.total_memory)
+        return OutOfMemoryError(*counts) if note is None else OutOfMemoryError(*counts, note=note)
 
     def _driver_alloc(self, size: int, stream: Stream) -> int:
         """``cuMemAllocFromPoolAsync`` on a stream that is not captured.
