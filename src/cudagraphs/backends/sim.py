@@ -486,7 +486,6 @@ class SimBackend:
         self._capturing: set[_SimStream] = set()
         self._thread = threading.local()  # this thread's capture-mode setting
         self._streams: list[_SimStream] = []  # every live stream (for device synchronize)
-        self._running = threading.local()
         self._sticky: CudaError | None = None  # a fault that broke the context (see reset)
         self._faults: dict[str, int] = {}  # kind -> calls left until it fails (inject)
         self._handles: dict[int, Any] = {}  # id -> graphs, executables, events, streams made
@@ -754,12 +753,7 @@ class SimBackend:
             event.time = time.perf_counter()
 
         def node() -> None:  # a graph node needs its event alive whenever it runs
-            if not event.alive:
-                raise _error(
-                    CUDA_ERROR_INVALID_HANDLE,
-                    "cuEventRecord",
-                    "the event of this event-record node was destroyed",
-                )
+            self._live(event, "cuEventRecord")
             work()
 
         if stream.capture is not None and external:
@@ -774,13 +768,8 @@ class SimBackend:
         self._live(event, "cuStreamWaitEvent")
         if stream.capture is not None and external:
 
-            def check() -> None:
-                if not event.alive:
-                    raise _error(
-                        CUDA_ERROR_INVALID_HANDLE,
-                        "cuStreamWaitEvent",
-                        "the event of this event-wait node was destroyed",
-                    )
+            def check() -> None:  # a graph node needs its event alive whenever it runs
+                self._live(event, "cuStreamWaitEvent")
 
             self._submit(stream, "cuStreamWaitEvent", "event_wait", "", check)
             return
