@@ -203,7 +203,18 @@ MUTATIONS = [
     ),
     # (not listed: the conditional node's keep of its Condition, a plain record of a
     # handle the graph owns on both backends; keeping it is free and changes nothing)
-    ("rebind keeps no new array", "src/cudagraphs/_patch.py", "    graph._res.keep.append(new)\n", ""),
+    (
+        "rebind keeps no new array",
+        "src/cudagraphs/_patch.py",
+        "# patch replaced\n    graph._res.keep.append(new)\n",
+        "# patch replaced\n",
+    ),
+    (
+        "repoint keeps no new array",
+        "src/cudagraphs/_patch.py",
+        "    graph._res.keep.append(new)\n    graph._patched = True\n    return len(changes)",
+        "    graph._patched = True\n    return len(changes)",
+    ),
     (
         "builder memset keeps no array",
         "src/cudagraphs/_builder.py",

@@ -62,6 +62,13 @@ PUBLIC = {
     "capture_status",
     "is_capturing",
     "GraphState",
+    "GraphModule",
+    "GraphOutput",
+    "GraphedCallable",
+    "StaleOutputError",
+    "StaleParameterError",
+    "graphed",
+    "interop",
     "current_stream",
 }
 

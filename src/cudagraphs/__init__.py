@@ -7,7 +7,7 @@ everything runs on the ``sim`` backend, a CPU simulation of CUDA.
 
 from __future__ import annotations
 
-from . import ops
+from . import interop, ops
 from ._allocator import AllocatorStats, Block, CachingAllocator
 from ._array import (
     DeviceArray,
@@ -35,10 +35,14 @@ from ._errors import (
     CudaGraphsError,
     KernelCompileError,
     OutOfMemoryError,
+    StaleOutputError,
+    StaleParameterError,
     UpdateError,
 )
 from ._graph import Graph, GraphState, Node
+from ._graphed import GraphedCallable, GraphOutput, graphed
 from ._kernel import Kernel, preload
+from ._module import GraphModule
 from ._pool import GraphPool
 from ._scalar import DeviceScalar, HostSlot
 from ._transfer import PendingCopy
@@ -65,8 +69,11 @@ __all__ = [
     "Event",
     "Graph",
     "GraphBuilder",
+    "GraphModule",
+    "GraphOutput",
     "GraphPool",
     "GraphState",
+    "GraphedCallable",
     "HostSlot",
     "Kernel",
     "KernelCompileError",
@@ -74,6 +81,8 @@ __all__ = [
     "OutOfMemoryError",
     "PendingCopy",
     "Settings",
+    "StaleOutputError",
+    "StaleParameterError",
     "Stream",
     "UpdateError",
     "__version__",
@@ -89,6 +98,8 @@ __all__ = [
     "empty_like",
     "full",
     "full_like",
+    "graphed",
+    "interop",
     "is_capturing",
     "is_cuda_available",
     "ones",

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from . import _dlpack
-from ._allocator import Block
+from ._allocator import Block, new_block
 from ._builtin import c_strides, check_same, copy_view, fill_view
 from ._builtin import fill_value as _fill_value
 from ._device import Device, Stream, current_device, resolve_stream
@@ -25,11 +25,13 @@ from ._transfer import PendingCopy, to_device, to_host
 from .backends.base import ArrayArg
 
 __all__ = [
+    "Borrowed",
     "DeviceArray",
     "as_strided",
     "asarray",
     "empty",
     "empty_like",
+    "foreign_view",
     "full",
     "full_like",
     "ones",
@@ -518,9 +520,28 @@ def asarray(
 ) -> DeviceArray:
     """A device array from host data (numpy array, list, scalar) or a device array.
 
-    A DeviceArray already of this dtype on this device is returned as is;
-    otherwise the data is copied.
+    A DeviceArray already of this dtype on this device is returned as is.
+    Another library's device array (``__cuda_array_interface__`` or DLPack:
+    PyTorch, CuPy, JAX, ...) is viewed without a copy: the result shares its
+    memory and keeps it alive (work on the view is ordered on cudagraphs'
+    streams; order it with the other library's stream yourself). Host data
+    is copied.
+
+    Raises
+    ------
+    TypeError
+        For a dtype device arrays do not support, or a conversion asked of
+        device data.
     """
+    if type(obj) is not np.ndarray and not isinstance(obj, DeviceArray):
+        view = foreign_view(obj, device)
+        if view is not None:
+            if dtype is not None and normalize_dtype(dtype) != view.dtype:
+                raise TypeError(
+                    f"asarray: the {type(obj).__name__} is {view.dtype}; a view of another "
+                    f"library's memory cannot be converted to {normalize_dtype(dtype)}"
+                )
+            return view
     if isinstance(obj, DeviceArray):
         dev = obj.device if device is None else _device(device)
         dt = obj.dtype if dtype is None else normalize_dtype(dtype)
@@ -536,6 +557,65 @@ def asarray(
     out = empty(host.shape, host.dtype, device=device, stream=stream)
     out.set(host, stream=stream)
     return out
+
+
+class Borrowed:
+    """The owner of another library's memory viewed as a DeviceArray: keeps it alive.
+
+    The BlockOwner of such views' block: nothing goes back to any allocator
+    when the block dies, the reference to the other library's array is dropped.
+    """
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: object) -> None:
+        self.obj = obj
+
+    def release(self, ptr: int, streams: object) -> None:
+        self.obj = None
+
+
+def _foreign_device(obj: Any, fallback: Device | int | None, found: int | None) -> Device:
+    """The Device of another library's array (its ``device`` attribute, else ``fallback``)."""
+    if found is None:
+        dev = getattr(obj, "device", None)
+        for attr in ("index", "id"):  # torch.device.index, cupy.cuda.Device.id
+            value = getattr(dev, attr, None)
+            if type(value) is int:
+                found = value
+                break
+    if found is not None:
+        if fallback is not None and _device(fallback).index != found:
+            raise ValueError(f"asarray: the {type(obj).__name__} is on device {found}, not {fallback}")
+        return Device(found)
+    return _device(fallback)
+
+
+def foreign_view(obj: Any, device: Device | int | None) -> DeviceArray | None:
+    """A zero-copy view of another library's device array, or None for anything else."""
+    try:
+        cai = getattr(obj, "__cuda_array_interface__", None)
+    except Exception:  # (a library's property may raise anything for host tensors)
+        cai = None
+    if cai is not None:
+        if cai.get("mask") is not None:
+            raise ValueError("asarray: masked arrays (__cuda_array_interface__ 'mask') are not supported")
+        dtype = normalize_dtype(np.dtype(cai["typestr"]))
+        shape = tuple(int(d) for d in cai["shape"])
+        strides = cai.get("strides")
+        strides = _c_strides(shape, dtype.itemsize) if strides is None else tuple(int(s) for s in strides)
+        ptr, keep, found = int(cai["data"][0] or 0), obj, None
+    else:
+        kind = getattr(obj, "__dlpack_device__", None)
+        if kind is None or kind()[0] != 2:  # kDLCUDA
+            return None
+        imported = _dlpack.import_(obj, None)
+        dtype, shape, strides = imported.dtype, imported.shape, imported.strides
+        ptr, keep, found = imported.ptr, (obj, imported), imported.device_id
+    dev = _foreign_device(obj, device, found)
+    lo, hi = _extent(shape, strides, dtype.itemsize)
+    block = new_block(dev, ptr + lo, hi - lo, Borrowed(keep))
+    return DeviceArray._wrap(block, ptr, shape, strides, dtype)
 
 
 def _like(a: Any, dtype: Any, device: Device | int | None) -> tuple[tuple[int, ...], Any, Any]:

@@ -18,7 +18,11 @@ work queued on it:
   line of user code that made it; the capture is then invalid
   (``capture_status()`` says ``"invalidated"``), and ends with an error
   whatever happens to the exception;
-* compiling kernels is allowed (the driver allows it in every mode).
+* compiling kernels is allowed (the driver allows it in every mode);
+* PyTorch and CuPy, where the program imported them, are routed into the
+  capture for the capturing thread (:mod:`cudagraphs.interop`): their current
+  stream is the captured one, and their allocations come from memory the
+  graph owns.
 
 Whatever ends the ``with`` block, an exception included (KeyboardInterrupt
 too), the capture is ended, a partial graph destroyed, the pool released and
@@ -30,8 +34,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
-from . import _recording
+from . import _recording, interop
 from ._allocator import safe_point
+from ._array import empty
 from ._device import Device, Stream, current_device, resolve_stream
 from ._errors import CaptureError
 from ._graph import Graph, Resources, release_resources
@@ -80,6 +85,7 @@ class CaptureSession:
         self.memory = _MEMORY[alloc](self.pool)
         self.rec: _recording.Recording | None = None
         self.graph: Graph | None = None
+        self.routing: interop.Routing | None = None
 
     def begin(self) -> Graph:
         """Start capturing; return the graph being captured (state ``capturing``).
@@ -98,7 +104,24 @@ class CaptureSession:
             raise
         self.rec = rec
         self.graph = Graph._capturing(self.device, self.stream, self.pool, rec)
+        try:
+            self.routing = interop.route(self.device, self.stream, self._allocate, self.pool.foreign)
+        except BaseException:
+            self.abort()
+            raise
         return self.graph
+
+    def _allocate(self, nbytes: int) -> Any:
+        """Memory of this capture for another library (a uint8 array on the stream)."""
+        return empty(nbytes, "uint8", device=self.device, stream=self.stream)
+
+    def _unroute(self) -> list[Any]:
+        """End the other libraries' routing; what the graph must keep of it."""
+        routing, self.routing = self.routing, None
+        if routing is None:
+            return []
+        routing.close()
+        return routing.keep
 
     def end(self) -> Graph:
         """End the capture and return the ready (or captured) graph.
@@ -114,6 +137,12 @@ class CaptureSession:
         assert rec is not None
         assert graph is not None
         try:
+            kept = self._unroute()
+        except BaseException:
+            self._abort_recording(rec)
+            raise
+        try:
+            rec.keep.extend(kept)
             safe_point()  # graph-memory blocks that died during the capture get free nodes
             raw = rec.end()
         except BaseException:
@@ -150,6 +179,12 @@ class CaptureSession:
         """End the capture and undo everything it held (for exceptions and abandon)."""
         rec = self.rec
         assert rec is not None
+        try:
+            self._unroute()
+        finally:
+            self._abort_recording(rec)
+
+    def _abort_recording(self, rec: _recording.Recording) -> None:
         try:
             rec.abort()
         finally:

@@ -297,6 +297,7 @@ class Device:
         self.pinned = PinnedCache(self)
         self.kernels = {}
         self._spares: list[Stream] = []
+        self._external: dict[int, Stream] = {}
 
     @property
     def name(self) -> str:
@@ -338,6 +339,34 @@ class Device:
     def create_stream(self) -> Stream:
         """A new owned stream (non-blocking with respect to the legacy stream)."""
         return Stream(self, self.backend.stream_create(self.index), owned=True)
+
+    def external_stream(self, stream: Any) -> Stream:
+        """A Stream for a stream another library made (not owned: never destroyed here).
+
+        ``stream`` is the driver handle (an int) or an object with
+        ``__cuda_stream__`` (a ``torch.cuda.Stream``, a ``cupy.cuda.Stream``);
+        the same handle always gives the same Stream object. The other library
+        must keep its stream alive as long as the Stream is used.
+
+        Raises
+        ------
+        TypeError
+            For anything else.
+        """
+        protocol = getattr(stream, "__cuda_stream__", None)
+        if protocol is not None:
+            stream = protocol()[1]
+        if isinstance(stream, bool) or not isinstance(stream, int):
+            raise TypeError(
+                f"external_stream takes a stream handle (int) or an object with __cuda_stream__, "
+                f"got {type(stream).__name__}"
+            )
+        found = self._external.get(stream)
+        if found is None:
+            raw = self.backend.stream_create(self.index, address=stream)
+            with Device._lock:
+                found = self._external.setdefault(stream, Stream(self, raw, owned=False))
+        return found
 
     def spare_stream(self) -> Stream:
         """An idle owned stream from a small pool (for capturing graph bodies)."""

@@ -1,6 +1,6 @@
-"""DLPack export of device arrays (legacy ``dltensor`` capsules, via ctypes).
+"""DLPack export and import of device arrays (legacy ``dltensor`` capsules, via ctypes).
 
-The capsule owns a ``DLManagedTensor`` whose ``manager_ctx`` keeps the array
+On export, the capsule owns a ``DLManagedTensor`` whose ``manager_ctx`` keeps the array
 (and so its memory block) alive until the consumer calls the deleter, or until
 the capsule is dropped unconsumed.
 """
@@ -11,12 +11,12 @@ import ctypes
 import threading
 from typing import TYPE_CHECKING, Any
 
-from ._dtypes import dlpack_code
+from ._dtypes import dlpack_code, from_dlpack_code
 
 if TYPE_CHECKING:
     from ._array import DeviceArray
 
-__all__ = ["device_of", "export"]
+__all__ = ["Imported", "device_of", "export", "import_"]
 
 _KDL_CUDA = 2
 _KDL_CPU = 1  # what sim arrays would be, were they exportable
@@ -65,6 +65,13 @@ _api.PyCapsule_IsValid.restype = ctypes.c_int
 _api.PyCapsule_IsValid.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
 _api.PyCapsule_GetPointer.restype = ctypes.c_void_p
 _api.PyCapsule_GetPointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+_api.PyCapsule_SetName.restype = ctypes.c_int
+_api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
+# the same C function, taking the capsule as an object (for capsules we consume)
+_pointer_of = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi)
+)
+_USED = b"used_dltensor"
 
 
 def _forget(address: int) -> None:
@@ -145,3 +152,64 @@ def export(x: DeviceArray, *, stream: int | None, dl_device: Any, copy: bool | N
     return _api.PyCapsule_New(
         ctypes.addressof(managed), _NAME, ctypes.cast(_capsule_destructor, ctypes.c_void_p)
     )
+
+
+class Imported:
+    """Another library's tensor taken through DLPack: its description, and its owner.
+
+    Keeps the producer's memory alive until this object dies, then calls the
+    producer's deleter (the DLPack contract for a consumed capsule).
+    """
+
+    __slots__ = ("device_id", "dtype", "managed", "ptr", "shape", "strides")
+
+    managed: _DLManagedTensor | None
+
+    def __init__(self, capsule: object) -> None:
+        try:
+            address = _pointer_of(capsule, _NAME)
+        except ValueError:  # (the C API raises for a wrong name or a non-capsule)
+            address = None
+        if not address:
+            raise BufferError("not a DLPack capsule, or one already consumed")
+        managed = _DLManagedTensor.from_address(address)
+        t = managed.dl_tensor
+        if t.device.device_type != _KDL_CUDA:
+            raise BufferError(f"DLPack device type {t.device.device_type} is not CUDA memory")
+        if t.dtype.lanes != 1:
+            raise TypeError(f"DLPack tensors with {t.dtype.lanes} lanes are not supported")
+        self.dtype = from_dlpack_code(t.dtype.code, t.dtype.bits)
+        ndim = t.ndim
+        self.shape = tuple(int(t.shape[i]) for i in range(ndim))
+        item = self.dtype.itemsize
+        if t.strides:
+            self.strides = tuple(int(t.strides[i]) * item for i in range(ndim))
+        else:  # NULL strides: C order
+            strides, step = [], item
+            for n in reversed(self.shape):
+                strides.append(step)
+                step *= max(n, 1)
+            self.strides = tuple(reversed(strides))
+        self.ptr = int(t.data or 0) + int(t.byte_offset)
+        self.device_id = int(t.device.device_id)
+        _api.PyCapsule_SetName(capsule, _USED)  # consumed: we call the deleter now
+        self.managed = managed
+
+    def __del__(self) -> None:
+        managed = getattr(self, "managed", None)
+        if managed is not None and managed.deleter:
+            self.managed = None
+            managed.deleter(ctypes.pointer(managed))
+
+
+def import_(obj: Any, stream: int | None) -> Imported:
+    """Take ``obj`` (which has ``__dlpack__``) as an :class:`Imported` tensor.
+
+    ``stream`` is the consumer's stream address, passed to the producer so it
+    orders its work before ours (None: no ordering asked).
+    """
+    try:
+        capsule = obj.__dlpack__(stream=stream) if stream is not None else obj.__dlpack__()
+    except TypeError:  # producers without the stream keyword
+        capsule = obj.__dlpack__()
+    return Imported(capsule)

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SUPPORTED", "dlpack_code", "normalize_dtype"]
+__all__ = ["SUPPORTED", "dlpack_code", "from_dlpack_code", "normalize_dtype"]
 
 _NAMES = (
     "bool",
@@ -65,3 +65,13 @@ def dlpack_code(dtype: np.dtype) -> tuple[int, int]:
         return 4, 16
     code = {"i": 0, "u": 1, "f": 2, "c": 5}[dtype.kind]
     return code, dtype.itemsize * 8
+
+
+def from_dlpack_code(code: int, bits: int) -> np.dtype:
+    """The dtype of DLPack's (type code, bits); TypeError for one arrays do not support."""
+    for dt in SUPPORTED.values():
+        if dlpack_code(dt) == (code, bits):
+            return dt
+    raise TypeError(
+        f"unsupported DLPack dtype (code {code}, {bits} bits); device arrays accept {', '.join(SUPPORTED)}"
+    )

@@ -25,6 +25,8 @@ __all__ = [
     "CudaGraphsError",
     "KernelCompileError",
     "OutOfMemoryError",
+    "StaleOutputError",
+    "StaleParameterError",
     "UpdateError",
 ]
 
@@ -67,6 +69,14 @@ class CaptureError(CudaGraphsError):
 
 class CaptureInvalidatedError(CaptureError):
     """The driver invalidated the capture (e.g. a synchronizing call)."""
+
+
+class StaleOutputError(CudaGraphsError, RuntimeError):
+    """An output of a graphed callable was used after a later call overwrote it."""
+
+
+class StaleParameterError(CudaGraphsError, RuntimeError):
+    """A GraphModule's parameter was replaced since its graphs were captured."""
 
 
 class UpdateError(CudaGraphsError):

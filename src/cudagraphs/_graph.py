@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import _patch, _picture, _recording
+from ._array import DeviceArray, foreign_view
 from ._control import Body, Condition, add_conditional, new_condition
 from ._device import Device, Stream
 from ._errors import CaptureError, UpdateError
@@ -119,6 +120,14 @@ def release_resources(res: Resources) -> None:
     pools, res.pools = res.pools, []
     for pool in pools:
         pool.drop(res.streams)
+
+
+def _as_array(a: Any) -> Any:
+    """A DeviceArray as is; another library's device array as a zero-copy view."""
+    if isinstance(a, DeviceArray):
+        return a
+    view = foreign_view(a, None)
+    return a if view is None else view
 
 
 _KIND_NAME = operator.itemgetter(1, 2)  # (kind, name) of a NodeRecord
@@ -400,6 +409,28 @@ class Graph:
         """
         _patch.rebind(self, self._ready(), old, new)
         return self
+
+    def repoint(self, old: Any, new: Any) -> int:
+        """Point every argument inside ``old``'s memory at the same place in ``new``'s.
+
+        Like :meth:`rebind`, but by memory range: arguments that are views
+        or parts of ``old`` (``old[2:]``, ``old.T``, raw addresses inside it)
+        move too. For replacing memory a graph reads (new weights) without
+        capturing again. ``new`` must match ``old`` (shape, strides, dtype,
+        device); another library's array is taken as a zero-copy view. The
+        graph keeps ``new`` alive. Returns the number of nodes changed.
+
+        Raises
+        ------
+        ValueError
+            If no node of the graph uses that memory, or ``new`` does not match.
+        UpdateError
+            If a node that uses it cannot be changed node by node (memsets, host
+            copies), or the graph has nodes cudagraphs did not record (other
+            libraries' kernels, conditional nodes), whose arguments it cannot
+            see: capture again. Nothing is changed then.
+        """
+        return _patch.repoint(self, self._ready(), _as_array(old), _as_array(new))
 
     def set_arg(self, node: int | Node, arg: int | str, value: Any) -> Graph:
         """Change one argument of kernel node ``node`` (by index or parameter name).

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._array import _extent
 from ._errors import UpdateError
 from ._recording import resolve_handles
 from .backends.base import ArrayArg, Copy, KernelLaunch
 
-__all__ = ["rebind", "set_arg"]
+__all__ = ["rebind", "repoint", "set_arg"]
 
 
 def _index(graph: Any, handle: Any) -> int | None:
@@ -93,6 +94,78 @@ def rebind(graph: Any, exec_: Any, old: Any, new: Any) -> None:
         records[i] = _tuple_new(type(r), (*r[:4], (kernel, launch), r[5]))  # patch replaced
     graph._res.keep.append(new)
     graph._patched = True
+
+
+def _foreign_nodes(graph: Any, records: list[Any]) -> list[int]:
+    """Indices of the graph's nodes that cudagraphs did not record (their arguments are unseen)."""
+    ours = {int(r.handle) for r in records}
+    found, _ = graph.device.backend.graph_topology(graph._res.graph, details=False)
+    return [i for i, n in enumerate(found) if int(n.handle) not in ours]
+
+
+def repoint(graph: Any, exec_: Any, old: Any, new: Any) -> int:
+    """See :meth:`cudagraphs.Graph.repoint`; returns the number of nodes changed."""
+    for name, a in (("old", old), ("new", new)):
+        if getattr(a, "_view_spec", None) is None:
+            raise TypeError(f"repoint: {name} must be a DeviceArray, got {type(a).__name__}")
+    if (new.shape, new.strides, new.dtype, new.device) != (old.shape, old.strides, old.dtype, old.device):
+        raise ValueError(
+            f"repoint: new must match old, got shape {new.shape} strides {new.strides} "
+            f"{new.dtype} for shape {old.shape} strides {old.strides} {old.dtype}"
+        )
+    start, end = _extent(old.shape, old.strides, old.dtype.itemsize)
+    lo, hi = old.ptr + start, old.ptr + end
+    delta = new.ptr - old.ptr
+
+    def moved(address: Any) -> Any:
+        return address + delta if type(address) is int and lo <= address < hi else address
+
+    records = _records(graph)
+    changes: list[tuple[int, Any]] = []
+    for i, r in enumerate(records):
+        if r.kind == "kernel" and r.patch is not None:
+            kernel, launch = r.patch
+            fn, grid, block, shared_mem, values, views = launch
+            pointers = [p.pointer for p in kernel.params]
+            values2 = tuple([moved(v) if ptr else v for v, ptr in zip(values, pointers)])
+            if values2 == values:
+                continue
+            views2 = tuple([v if v is None else v._replace(ptr=moved(v.ptr)) for v in views])
+            changes.append(
+                (i, (kernel, _tuple_new(KernelLaunch, (fn, grid, block, shared_mem, values2, views2))))
+            )
+        elif any(lo <= v.ptr < hi for v in r.views):
+            if not isinstance(r.patch, Copy):
+                where = _index(graph, r.handle)
+                raise UpdateError(
+                    f"node {where} ({r.kind}) uses the memory, and only kernel and device-copy "
+                    "arguments can be changed node by node: capture again",
+                    where,
+                )
+            changes.append((i, r.patch._replace(src=moved(r.patch.src), dst=moved(r.patch.dst))))
+    foreign = _foreign_nodes(graph, records)
+    if foreign:
+        raise UpdateError(
+            f"{len(foreign)} node(s) of this graph (first: node {foreign[0]}) were added by other "
+            "libraries or are conditional nodes: cudagraphs cannot see their arguments, so it "
+            "cannot tell whether they use the memory; capture again",
+            foreign[0],
+        )
+    if not changes:
+        raise ValueError("repoint: no node of this graph uses that memory")
+    backend = graph.device.backend
+    for i, patch in changes:
+        r = records[i]
+        if isinstance(patch, Copy):
+            backend.graph_update(exec_, r.handle, patch)
+            views = tuple(v._replace(ptr=moved(v.ptr)) for v in r.views)
+            records[i] = r._replace(patch=patch, views=views)
+        else:
+            backend.graph_update(exec_, r.handle, patch[1])
+            records[i] = _tuple_new(type(r), (*r[:4], patch, r[5]))
+    graph._res.keep.append(new)
+    graph._patched = True
+    return len(changes)
 
 
 def set_arg(graph: Any, exec_: Any, node: Any, arg: int | str, value: Any) -> None:

@@ -4,9 +4,12 @@ During a capture, arrays come from the capture's pool, never from the
 device's cache, because the graph bakes their addresses in: the memory must
 stay reserved for the graph as long as the graph (or an array of the pool)
 lives. Blocks freed during a capture are reused by later allocations of the
-same pool, which is what makes the pool cheap: only graphs that replay in
-the order they were captured may share one (like PyTorch's
-``graph_pool_handle``); by default each graph has a private pool.
+same pool (best fit, splitting larger free ranges), which is what makes
+the pool cheap: only graphs that replay in the order they were captured, or
+whose results are read before another one replays, may share one (like
+PyTorch's ``graph_pool_handle``); by default each graph has a private pool.
+Other libraries' pools routed into captures (a ``torch.cuda.MemPool``) are
+shared the same way (:attr:`GraphPool.foreign`).
 
 When no graph and no array uses the pool any more, its memory goes back to
 the driver (after the streams the graphs replayed on are done with it), so
@@ -32,6 +35,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ForbidMemory", "GraphMemory", "GraphPool", "PoolMemory"]
 
+_ALIGN = 512  # pool blocks start on 512-byte boundaries, as the allocator's do
+
 
 class GraphPool:
     """Memory shared by graphs that replay in the order they were captured.
@@ -54,31 +59,67 @@ class GraphPool:
             raise TypeError(f"device must be a cudagraphs Device, got {type(device).__name__}")
         self.device = device if device is not None else current_device()
         self._lock = threading.Lock()
-        self._segments: dict[int, int] = {}  # ptr -> size class
-        self._free: dict[int, list[int]] = {}  # size class -> free ptrs
+        self._segments: dict[int, int] = {}  # segment ptr -> bytes
+        self._blocks: dict[int, tuple[int, int]] = {}  # live block ptr -> (bytes, segment)
+        self._free: dict[int, tuple[int, int]] = {}  # free range start -> (bytes, segment)
+        self._free_ends: dict[int, int] = {}  # free range end -> start
         self._live = 0  # blocks held by arrays
         self._users = 0  # captures in progress and open graphs
         self._streams: list[Stream] = []  # where graphs replayed
+        # other libraries' pools shared by the captures into this one (interop.route)
+        self.foreign: dict[str, Any] = {}
 
     # used by captures -----------------------------------------------------------
     def allocate(self, nbytes: int) -> int:
-        """A block of the pool (a fresh segment when none of its size is free)."""
-        size = round_size(nbytes)
+        """A block of the pool: the best-fitting free range, split, or a fresh segment.
+
+        Free ranges of one segment merge when their neighbours are freed, so
+        a smaller graph captured after a larger one into the same pool reuses
+        the larger one's temporaries (what makes shape buckets cheap).
+        """
+        size = -(-max(nbytes, 1) // _ALIGN) * _ALIGN
         with self._lock:
-            free = self._free.get(size)
-            if free:
-                self._live += 1
-                return free.pop()
-        ptr = self.device.allocator.segment(size)
+            fits = [(n, start) for start, (n, _) in self._free.items() if n >= size]
+            if fits:
+                avail, start = min(fits)
+                segment = self._take_free(start)[1]
+                self._carve(start, size, avail, segment)
+                return start
+        segment_size = round_size(size)
+        ptr = self.device.allocator.segment(segment_size)
         with self._lock:
-            self._segments[ptr] = size
-            self._live += 1
+            self._segments[ptr] = segment_size
+            self._carve(ptr, size, segment_size, ptr)
         return ptr
+
+    def _carve(self, start: int, size: int, avail: int, segment: int) -> None:
+        """Make [start, start+size) a live block; what is left of ``avail`` stays free."""
+        self._blocks[start] = (size, segment)
+        self._live += 1
+        if avail > size:
+            self._put_free(start + size, avail - size, segment)
+
+    def _take_free(self, start: int) -> tuple[int, int]:
+        n, segment = self._free.pop(start)
+        del self._free_ends[start + n]
+        return n, segment
+
+    def _put_free(self, start: int, n: int, segment: int) -> None:
+        after = self._free.get(start + n)
+        if after is not None and after[1] == segment:  # merge with the range after
+            n += self._take_free(start + n)[0]
+        before = self._free_ends.get(start)
+        if before is not None and self._free[before][1] == segment:  # and the one before
+            n += self._take_free(before)[0]
+            start = before
+        self._free[start] = (n, segment)
+        self._free_ends[start + n] = start
 
     def release(self, ptr: int, streams: list[Stream] | None) -> None:
         """Take back a block whose last array died (the BlockOwner protocol)."""
         with self._lock:
-            self._free.setdefault(self._segments[ptr], []).append(ptr)
+            size, segment = self._blocks.pop(ptr)
+            self._put_free(ptr, size, segment)
             self._live -= 1
             if streams:
                 self._streams.extend(s for s in streams if s not in self._streams)
@@ -103,6 +144,7 @@ class GraphPool:
             segments, streams = list(self._segments), list(self._streams)
             self._segments.clear()
             self._free.clear()
+            self._free_ends.clear()
             self._streams.clear()
         _recording.release(self.device, _give_back, self.device.allocator, segments, streams)
 

@@ -1,0 +1,654 @@
+"""Graphed callables: a Python function run as CUDA graphs, one per input shape bucket.
+
+``cg.graphed(fn)`` returns a :class:`GraphedCallable`. Each call:
+
+1. flattens the arguments (tuples, lists, dicts, named tuples): device arrays
+   (cudagraphs, PyTorch, CuPy, anything with ``__cuda_array_interface__`` or
+   DLPack) are inputs; every other leaf must be hashable and is part of the
+   graph's key (a new value means a new graph);
+2. finds the graph for the key: with ``buckets``, the size of dimension
+   ``dim`` of the inputs is rounded up to the smallest bucket that holds it;
+3. copies the inputs into the graph's static input buffers (and fills the
+   padding), replays the graph, and returns the outputs as views of its
+   static outputs cut back to the true size, valid until the next call
+   (``copy_outputs=True`` returns copies).
+
+On a key's first call the function runs ``warmup`` times eagerly on the
+static inputs (kernels compile, libraries set up), then is captured. All of
+a callable's graphs share one :class:`~cudagraphs.GraphPool` (and, through
+it, one PyTorch ``MemPool``): temporaries of one bucket's graph are reused by
+the others, so :meth:`GraphedCallable.capture_all`, which captures the
+largest bucket first, costs little more memory than the largest bucket alone.
+
+Replays run on the caller's stream: the ``stream`` given, else the current
+stream of the library whose arrays came in (PyTorch's or CuPy's), else this
+thread's cudagraphs stream. Calls are serialized by a lock; a call on
+another stream than the previous one waits for it first.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NamedTuple, cast
+
+import numpy as np
+
+from . import interop
+from ._array import DeviceArray, empty, foreign_view
+from ._builtin import copy_view, fill_value, fill_view
+from ._capture import CaptureSession
+from ._device import Device, Stream, current_device
+from ._errors import StaleOutputError
+from ._graph import Graph
+from ._pool import GraphPool
+from ._recording import Work, submit
+from .backends.base import CAPTURE_MODES, Copy
+
+__all__ = ["GraphOutput", "GraphedCallable", "graphed"]
+
+
+# outputs that expire -------------------------------------------------------------------
+class _Lease:
+    """The call counter of one graphed callable: outputs of older calls are stale."""
+
+    __slots__ = ("calls", "name")
+
+    def __init__(self, name: str) -> None:
+        self.calls = 0
+        self.name = name
+
+
+class GraphOutput(DeviceArray):
+    """A view of a graphed callable's static output, valid until its next call.
+
+    Using it (reading it, viewing it, passing it to a kernel or another
+    library) after a later call of the callable raises
+    :class:`~cudagraphs.StaleOutputError`: the graph has overwritten it.
+    ``.copy()`` it to keep it.
+    """
+
+    __slots__ = ("_call", "_lease")
+
+    _lease: _Lease
+    _call: int
+
+    @classmethod
+    def _expiring(cls, base: DeviceArray, lease: _Lease) -> GraphOutput:
+        out = cast(GraphOutput, cls._wrap(base._block, base.ptr, base.shape, base.strides, base.dtype))
+        out._lease, out._call = lease, lease.calls
+        return out
+
+    def _check(self) -> None:
+        lease = self._lease
+        if lease.calls != self._call:
+            raise StaleOutputError(
+                f"this output of {lease.name} came from call {self._call} and the graph has "
+                f"overwritten it since (call {lease.calls}): outputs are views of the graph's "
+                "static buffers, valid until the next call; copy them (x.copy(), or "
+                "copy_outputs=True) to keep them"
+            )
+
+    def _view(self, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> DeviceArray:
+        self._check()
+        out = cast(GraphOutput, GraphOutput._wrap(self._block, ptr, shape, strides, self.dtype))
+        out._lease, out._call = self._lease, self._call
+        return out
+
+    def _view_spec(self) -> Any:
+        self._check()
+        return DeviceArray._view_spec(self)
+
+    def get(self, *, stream: Stream | None = None) -> np.ndarray:
+        """Copy to a numpy array (see :meth:`DeviceArray.get`)."""
+        self._check()
+        return DeviceArray.get(self, stream=stream)
+
+    def get_async(self, *, stream: Stream | None = None) -> Any:
+        """Start a copy to the host (see :meth:`DeviceArray.get_async`)."""
+        self._check()
+        return DeviceArray.get_async(self, stream=stream)
+
+    def copy(self, *, stream: Stream | None = None) -> DeviceArray:
+        """A new array with the same contents, that does not expire."""
+        self._check()
+        return DeviceArray.copy(self, stream=stream)
+
+    def set(self, value: Any, *, stream: Stream | None = None) -> DeviceArray:
+        """Write ``value`` into the output (see :meth:`DeviceArray.set`)."""
+        self._check()
+        return DeviceArray.set(self, value, stream=stream)
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        self._check()
+        return DeviceArray.__cuda_array_interface__.fget(self)  # type: ignore[attr-defined,no-any-return]
+
+    def __dlpack__(self, **kwargs: Any) -> object:
+        """Export as DLPack (see :meth:`DeviceArray.__dlpack__`)."""
+        self._check()
+        return DeviceArray.__dlpack__(self, **kwargs)
+
+    def __repr__(self) -> str:
+        state = "stale" if self._lease.calls != self._call else "valid until the next call"
+        return f"<cudagraphs.GraphOutput shape={self.shape} dtype={self.dtype} ({state})>"
+
+
+# arguments ------------------------------------------------------------------------------
+_LEAF = ("array",)  # the place of an array in a flattened argument tree
+
+
+def _is_array(obj: Any) -> bool:
+    if isinstance(obj, DeviceArray):
+        return True
+    if isinstance(obj, (int, float, str, bytes, bool, type(None), np.ndarray, np.generic)):
+        return False
+    return interop.library_of(obj) is not None or foreign_view_possible(obj)
+
+
+def foreign_view_possible(obj: Any) -> bool:
+    """Whether ``obj`` speaks ``__cuda_array_interface__`` or CUDA DLPack."""
+    try:
+        if getattr(obj, "__cuda_array_interface__", None) is not None:
+            return True
+    except Exception:  # (a host tensor's property may raise anything)
+        return False
+    kind = getattr(obj, "__dlpack_device__", None)
+    try:
+        return kind is not None and kind()[0] == 2
+    except Exception:
+        return False
+
+
+def _flatten(obj: Any, leaves: list[Any]) -> Any:
+    """The tree of ``obj`` with arrays replaced by ``_LEAF``; arrays appended to ``leaves``."""
+    t = type(obj)
+    if t is tuple or t is list:
+        return (t, tuple([_flatten(x, leaves) for x in obj]))
+    if t is dict:
+        return (dict, tuple(obj), tuple([_flatten(v, leaves) for v in obj.values()]))
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a named tuple
+        return (t, tuple([_flatten(x, leaves) for x in obj]))
+    if _is_array(obj):
+        leaves.append(obj)
+        return _LEAF
+    try:
+        hash(obj)
+    except TypeError:
+        raise TypeError(
+            f"graphed: an argument of type {t.__name__} is neither a device array nor "
+            "hashable; other arguments are part of the graph's key: pass numbers, strings, "
+            "tuples, or arrays (a host numpy array must go to the device first)"
+        ) from None
+    return ("static", t, obj)
+
+
+def _unflatten(spec: Any, leaves: Iterator[Any]) -> Any:
+    if spec is _LEAF:
+        return next(leaves)
+    kind = spec[0]
+    if kind == "static":
+        return spec[2]
+    if kind is dict:
+        return dict(zip(spec[1], [_unflatten(s, leaves) for s in spec[2]]))
+    items = [_unflatten(s, leaves) for s in spec[1]]
+    if kind is tuple or kind is list:
+        return kind(items)
+    return kind(*items)  # a named tuple
+
+
+class _In(NamedTuple):
+    """One array argument as it came in."""
+
+    obj: Any
+    lib: Any  # the interop Library, or None for cudagraphs arrays
+    ptr: int
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    contiguous: bool
+
+
+def _describe(obj: Any, device: Device) -> _In:
+    if isinstance(obj, DeviceArray):
+        if obj.device is not device:
+            raise ValueError(f"graphed: an input array is on {obj.device}, the callable on {device}")
+        return _In(obj, None, obj.ptr, obj.shape, obj.dtype, obj.is_contiguous)
+    lib = interop.library_of(obj)
+    view = foreign_view(obj, device)
+    if view is None:
+        raise TypeError(f"graphed: {type(obj).__name__} is not a CUDA device array")
+    return _In(view, lib, view.ptr, view.shape, view.dtype, view.is_contiguous)
+
+
+def _cut(shape: tuple[int, ...], dim: int, size: int) -> tuple[slice | int, ...]:
+    return (slice(None),) * dim + (slice(0, size),)
+
+
+# one graph -------------------------------------------------------------------------------
+class _Entry:
+    """One captured graph of a graphed callable: its key's static inputs and outputs."""
+
+    __slots__ = ("bucket", "graph", "hits", "memory", "out_libs", "out_spec", "outs", "static")
+
+    def __init__(self, bucket: int | None) -> None:
+        self.bucket = bucket
+        self.graph: Graph | None = None
+        self.static: list[DeviceArray] = []  # the graph's input buffers (bucket-sized)
+        self.out_spec: Any = None
+        self.outs: list[Any] = []  # the static outputs (as fn returned them)
+        self.out_libs: list[Any] = []  # the library of each output (None: cudagraphs)
+        self.hits = 0
+        self.memory = 0  # bytes the capture added to the shared pools
+
+
+class GraphedCallable:
+    """A function run as CUDA graphs (made by :func:`graphed`).
+
+    Attributes
+    ----------
+    fn : callable
+        The function.
+    pool : GraphPool
+        The pool every graph of the callable allocates from.
+    buckets : tuple of int or None
+    dim : int
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        buckets: Sequence[int] | None,
+        dim: int,
+        warmup: int,
+        pool: GraphPool | None,
+        stream: Stream | None,
+        mode: str,
+        copy_outputs: bool,
+        pad_value: Any,
+        device: Device | None,
+    ) -> None:
+        if not callable(fn):
+            raise TypeError(f"graphed takes a callable, got {type(fn).__name__}")
+        if buckets is not None:
+            if isinstance(buckets, (str, bytes)) or not isinstance(buckets, Sequence) or not buckets:
+                raise TypeError(f"buckets must be a non-empty sequence of sizes, got {buckets!r}")
+            if any(isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1 for b in buckets):
+                raise ValueError(f"buckets must be positive integers, got {list(buckets)}")
+            buckets = tuple(sorted({int(b) for b in buckets}))
+        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 0:
+            raise ValueError(f"dim must be a non-negative int, got {dim!r}")
+        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+            raise ValueError(f"warmup must be a non-negative int, got {warmup!r}")
+        if mode not in CAPTURE_MODES:
+            raise ValueError(f"mode must be one of {CAPTURE_MODES}, got {mode!r}")
+        if stream is not None and type(stream) is not Stream:
+            raise TypeError(f"stream must be a cudagraphs Stream, got {type(stream).__name__}")
+        if pool is not None and not isinstance(pool, GraphPool):
+            raise TypeError(f"pool must be a cudagraphs GraphPool, got {type(pool).__name__}")
+        if device is None:
+            device = stream.device if stream is not None else pool.device if pool else current_device()
+        self.fn = fn
+        self.buckets = buckets
+        self.dim = dim
+        self.warmup = warmup
+        self.device = device
+        self.pool = pool if pool is not None else GraphPool(device)
+        self.mode = mode
+        self.copy_outputs = bool(copy_outputs)
+        self.pad_value = pad_value
+        self._stream = stream
+        self._capture_stream: Stream | None = None
+        self._entries: dict[Any, _Entry] = {}
+        self._buffers: dict[Any, list[DeviceArray]] = {}  # static inputs, shared across buckets
+        self._lock = threading.RLock()
+        self._lease = _Lease(getattr(fn, "__qualname__", "the graphed callable"))
+        self._last: Stream | None = None
+        self._misses = 0
+        self._calls = 0
+
+    # the call ----------------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the function's graph for these arguments (capturing it on first use)."""
+        leaves: list[Any] = []
+        spec = _flatten((args, kwargs), leaves)
+        device = self.device
+        ins = [_describe(x, device) for x in leaves]
+        n, bucket = self._bucket(ins)
+        key = (spec, tuple([(i.dtype, self._shape(i.shape, bucket)) for i in ins]))
+        with self._lock:
+            stream = self._call_stream(ins)
+            last = self._last
+            if last is not None and last is not stream and not last.closed:
+                stream.wait(last)  # the static buffers were last used there
+            self._last = stream
+            entry = self._entries.get(key)
+            self._lease.calls += 1  # every earlier output is stale from here on
+            self._calls += 1
+            if entry is None:
+                self._misses += 1
+                entry = self._capture(key, spec, ins, n, bucket, stream)
+            else:
+                entry.hits += 1
+                self._stage(entry, ins, n, bucket, stream)
+            graph = entry.graph
+            assert graph is not None
+            graph.replay(stream)
+            return self._outputs(entry, n, bucket, stream)
+
+    def _shape(self, shape: tuple[int, ...], bucket: int | None) -> tuple[int, ...]:
+        if bucket is None:
+            return shape
+        d = self.dim
+        return (*shape[:d], bucket, *shape[d + 1 :])
+
+    def _bucket(self, ins: list[_In]) -> tuple[int | None, int | None]:
+        """(the true size along ``dim``, its bucket), or (None, None) without buckets."""
+        buckets = self.buckets
+        if buckets is None or not ins:
+            return None, None
+        d = self.dim
+        sizes = {i.shape[d] if len(i.shape) > d else None for i in ins}
+        if len(sizes) != 1 or None in sizes:
+            shapes = ", ".join(str(i.shape) for i in ins)
+            raise ValueError(
+                f"graphed with buckets: every array input is padded along dimension {d}, so "
+                f"they must all have it, of one size; got shapes {shapes}. Pass arrays that "
+                "are not batched (weights) through a closure or a GraphModule"
+            )
+        n = sizes.pop()
+        assert n is not None
+        for b in buckets:
+            if b >= n:
+                return n, b
+        raise ValueError(
+            f"graphed: size {n} along dimension {d} is larger than the largest bucket "
+            f"({buckets[-1]}); add a bucket of at least {n}"
+        )
+
+    def _call_stream(self, ins: list[_In]) -> Stream:
+        if self._stream is not None:
+            return self._stream
+        for i in ins:
+            if i.lib is not None:
+                return self.device.external_stream(i.lib.current_stream(self.device.index))
+        return self.device.current_stream()
+
+    # staging ------------------------------------------------------------------------------
+    def _stage(
+        self, entry: _Entry, ins: list[_In], n: int | None, bucket: int | None, stream: Stream
+    ) -> None:
+        """Copy the inputs into the entry's static buffers and fill the padding."""
+        for dst, i in zip(entry.static, ins):
+            part = dst[_cut(dst.shape, self.dim, n)] if n is not None and n != bucket else dst
+            if i.contiguous and part.is_contiguous:
+                nbytes = part.nbytes
+                if nbytes:
+                    copy = Copy(part.ptr, i.ptr, nbytes, "dtod")
+                    submit(stream, Work("memcpy", dst.device.backend.memcpy, copy, (i.obj,), (part,)))
+            else:
+                copy_view(part, i.obj, stream)
+            if n is not None and n != bucket and self.pad_value is not None:
+                d = self.dim
+                pad = dst[(slice(None),) * d + (slice(n, bucket),)]
+                fill_view(pad, fill_value("graphed padding", dst.dtype, self.pad_value), stream)
+
+    def _static_inputs(self, spec: Any, ins: list[_In], bucket: int | None) -> list[DeviceArray]:
+        """Static input buffers for a key: views of buffers shared by all its buckets."""
+        if bucket is None:
+            return [empty(i.shape, i.dtype, device=self.device) for i in ins]
+        assert self.buckets is not None
+        family = (spec, tuple([(i.dtype, self._shape(i.shape, 0)) for i in ins]))
+        buffers = self._buffers.get(family)
+        if buffers is None:
+            top = self.buckets[-1]
+            buffers = [empty(self._shape(i.shape, top), i.dtype, device=self.device) for i in ins]
+            self._buffers[family] = buffers
+        return [b[_cut(b.shape, self.dim, bucket)] for b in buffers]
+
+    # capture ------------------------------------------------------------------------------
+    def _capture(
+        self, key: Any, spec: Any, ins: list[_In], n: int | None, bucket: int | None, stream: Stream
+    ) -> _Entry:
+        entry = _Entry(bucket)
+        entry.static = self._static_inputs(spec, ins, bucket)
+        self._stage(entry, ins, n, bucket, stream)
+        args, kwargs = _unflatten(spec, iter([self._as_lib(s, i.lib) for s, i in zip(entry.static, ins)]))
+        for _ in range(self.warmup):  # eagerly, on the call stream, every library routed to it
+            with stream, _streams_only(self.device, stream):
+                self.fn(*args, **kwargs)
+        side = self._capture_stream
+        if side is None:
+            side = self._capture_stream = self.device.create_stream()
+        side.wait(stream)  # (capturing runs nothing; the wait orders the side stream's own uses)
+        before = self._reserved()
+        session = CaptureSession(self.device, side, self.mode, self.pool, "pool")
+        graph = session.begin()
+        try:
+            with side:
+                out = self.fn(*args, **kwargs)
+        except BaseException:
+            session.abort()
+            raise
+        session.end()
+        graph.output = None
+        outs: list[Any] = []
+        entry.out_spec = _flatten(out, outs)
+        entry.outs = outs
+        entry.out_libs = [None if isinstance(o, DeviceArray) else interop.library_of(o) for o in outs]
+        graph.keep(*entry.static)
+        entry.graph = graph
+        entry.memory = self._reserved() - before
+        self._entries[key] = entry
+        return entry
+
+    def _as_lib(self, array: DeviceArray, lib: Any) -> Any:
+        return array if lib is None else lib.view(array)
+
+    def _reserved(self) -> int:
+        total = self.pool.reserved
+        torch_pool = self.pool.foreign.get("torch")
+        if torch_pool is not None:
+            total += _torch_pool_bytes(torch_pool)
+        return total
+
+    # outputs ------------------------------------------------------------------------------
+    def _outputs(self, entry: _Entry, n: int | None, bucket: int | None, stream: Stream) -> Any:
+        cut = n is not None and n != bucket
+        d = self.dim
+        result = []
+        for o in entry.outs:
+            if isinstance(o, DeviceArray):
+                if cut and len(o.shape) > d and o.shape[d] == bucket:
+                    o = o[_cut(o.shape, d, n)]  # type: ignore[arg-type]
+                if self.copy_outputs:
+                    result.append(o.copy(stream=stream))
+                else:
+                    result.append(GraphOutput._expiring(o, self._lease))
+                continue
+            shape = tuple(getattr(o, "shape", ()))
+            if cut and len(shape) > d and shape[d] == bucket:
+                o = o[_cut(shape, d, n)]  # type: ignore[arg-type]
+            if self.copy_outputs:
+                o = o.clone() if hasattr(o, "clone") else o.copy()
+            result.append(o)
+        return _unflatten(entry.out_spec, iter(result))
+
+    # the rest of the API --------------------------------------------------------------------
+    def capture_all(self, *args: Any, **kwargs: Any) -> GraphedCallable:
+        """Capture the graph of every bucket now, largest first, for arguments like these.
+
+        ``args`` are example arguments (any size along ``dim`` up to the
+        largest bucket); each bucket's graph is warmed up and captured on
+        them, padded. Capturing the largest bucket first lets the smaller
+        ones reuse its temporaries. Returns the callable.
+        """
+        if self.buckets is None:
+            raise ValueError("capture_all needs buckets: without them, graphs are keyed by exact shape")
+        leaves: list[Any] = []
+        spec = _flatten((args, kwargs), leaves)
+        ins = [_describe(x, self.device) for x in leaves]
+        n, _ = self._bucket(ins)
+        assert n is not None
+        d = self.dim
+        with self._lock:
+            stream = self._call_stream(ins)
+            for b in reversed(self.buckets):
+                key = (spec, tuple([(i.dtype, self._shape(i.shape, b)) for i in ins]))
+                if key in self._entries:
+                    continue
+                if n <= b:
+                    self._capture(key, spec, ins, n, b, stream)
+                    continue
+                cut = []  # the examples' first b rows
+                for i in ins:
+                    part = i.obj[_cut(i.shape, d, b)]
+                    cut.append(
+                        i._replace(obj=part, ptr=part.ptr, shape=part.shape, contiguous=part.is_contiguous)
+                    )
+                self._capture(key, spec, cut, b, b, stream)
+            self._last = stream
+        return self
+
+    @property
+    def graphs(self) -> dict[Any, Graph]:
+        """The captured graphs by bucket (or by input shapes without buckets), for inspection."""
+        out: dict[Any, Graph] = {}
+        for key, entry in self._entries.items():
+            name = entry.bucket if entry.bucket is not None else tuple(shape for _, shape in key[1])
+            assert entry.graph is not None
+            out[name if name not in out else (name, len(out))] = entry.graph
+        return out
+
+    def stats(self) -> dict[str, Any]:
+        """Calls, hits, misses, captures, and per graph its hits and the memory its capture added."""
+        with self._lock:
+            per = {
+                name: {"hits": e.hits, "memory": e.memory, "nodes": len(g.nodes)}
+                for (name, g), e in zip(self.graphs.items(), self._entries.values())
+            }
+            return {
+                "calls": self._calls,
+                "hits": self._calls - self._misses,
+                "misses": self._misses,
+                "captures": len(self._entries),
+                "reserved": self._reserved(),
+                "graphs": per,
+            }
+
+    def close(self) -> None:
+        """Free every graph and buffer (after their replays); later calls capture again."""
+        with self._lock:
+            entries, self._entries = self._entries, {}
+            self._buffers.clear()
+            self._lease.calls += 1
+            for e in entries.values():
+                if e.graph is not None:
+                    e.graph.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"<cudagraphs.GraphedCallable {self._lease.name}: {len(self._entries)} graphs, "
+            f"buckets {self.buckets}>"
+        )
+
+
+class _streams_only:
+    """Route the other libraries' current streams to ``stream`` (eager runs: no pools)."""
+
+    def __init__(self, device: Device, stream: Stream) -> None:
+        self.routing = interop.route(device, stream, None)
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        self.routing.close()
+
+
+def _torch_pool_bytes(pool: Any) -> int:
+    """Bytes a ``torch.cuda.MemPool`` holds (0 where PyTorch cannot say)."""
+    try:
+        return sum(int(seg["total_size"]) for seg in pool.snapshot())
+    except Exception:  # (an older PyTorch without MemPool.snapshot)
+        return 0
+
+
+def graphed(
+    fn: Callable[..., Any] | None = None,
+    *,
+    buckets: Sequence[int] | None = None,
+    dim: int = 0,
+    warmup: int = 1,
+    pool: GraphPool | None = None,
+    stream: Stream | None = None,
+    mode: str = "thread_local",
+    copy_outputs: bool = False,
+    pad_value: Any = 0,
+    device: Device | None = None,
+) -> Any:
+    """Run ``fn`` as CUDA graphs: one per input shape (or bucket), captured on first use.
+
+    Usable as ``f = cg.graphed(fn, ...)`` or as a decorator
+    (``@cg.graphed(buckets=[1, 2, 4, 8])``).
+
+    Parameters
+    ----------
+    fn : callable
+        Takes device arrays (cudagraphs, PyTorch, CuPy, or any with
+        ``__cuda_array_interface__``/DLPack), possibly nested in tuples,
+        lists and dicts, and hashable other arguments; returns arrays (nested
+        likewise). It must queue its work on the current stream (cudagraphs',
+        PyTorch's or CuPy's: all three are the captured stream while it is
+        captured) and must not synchronize or read results on the host.
+    buckets : sequence of int, optional
+        Sizes for dimension ``dim`` of every array input: a call is padded up
+        to the smallest bucket that holds it, and outputs that have the
+        bucket's size along ``dim`` are cut back to the true size. ``fn`` must
+        treat the rows along ``dim`` independently. Without buckets, each new
+        input shape is a new graph.
+    dim : int
+        The padded dimension (default: the leading one).
+    warmup : int
+        Eager runs of ``fn`` on a new key's inputs before capturing it (they
+        compile kernels and let libraries set up). Functions that update
+        state in place see those runs too: use 0 for them, after compiling.
+    pool : GraphPool, optional
+        The pool the graphs share (default: a new one for this callable).
+    stream : Stream, optional
+        Where calls replay (default: the caller's current stream of the
+        inputs' library, or cudagraphs').
+    mode : {"thread_local", "global", "relaxed"}
+        The capture mode.
+    copy_outputs : bool
+        Return copies instead of views of the static outputs.
+    pad_value : number or None
+        What the padding rows of the inputs are filled with on each call
+        (None: left as they are, which saves a kernel per input).
+    device : Device, optional
+        Default: the stream's, the pool's or the current device.
+
+    Returns
+    -------
+    GraphedCallable
+
+    Raises
+    ------
+    TypeError, ValueError
+        For bad arguments, here or at the call (unhashable non-array
+        arguments, sizes larger than the largest bucket).
+    """
+    options = {
+        "buckets": buckets,
+        "dim": dim,
+        "warmup": warmup,
+        "pool": pool,
+        "stream": stream,
+        "mode": mode,
+        "copy_outputs": copy_outputs,
+        "pad_value": pad_value,
+        "device": device,
+    }
+    if fn is None:
+        return lambda f: GraphedCallable(f, **options)
+    return GraphedCallable(fn, **options)

@@ -1,0 +1,271 @@
+"""GraphModule: a graph-backed inference module whose parameters can be replaced safely.
+
+A module's graphs read its parameters (weights) at the addresses they had
+when captured. Replacing a parameter by a new array (a weight reload:
+``module.weight = nn.Parameter(...)``, ``w.data = ...``, ``params["w"] = ...``)
+leaves the graphs reading the old memory: PyTorch's graphs silently compute
+with stale weights then, or read freed memory. A GraphModule checks its
+parameters before every replay and refuses to replay after an unnoticed
+replacement (:class:`~cudagraphs.StaleParameterError`); :meth:`GraphModule.refresh`
+repoints the graphs' nodes at the new arrays (:meth:`cudagraphs.Graph.repoint`)
+where cudagraphs recorded every node, and drops the graphs to capture again
+where another library's kernels read them (their arguments are not visible).
+The module keeps every parameter its graphs were captured with alive.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+from . import interop
+from ._array import DeviceArray, foreign_view
+from ._device import Device, Stream
+from ._errors import StaleParameterError, UpdateError
+from ._graphed import GraphedCallable, foreign_view_possible
+from ._pool import GraphPool
+
+__all__ = ["GraphModule"]
+
+
+class _Param(NamedTuple):
+    """A parameter as the graphs saw it: how to read it now, and what it was."""
+
+    name: str
+    get: Callable[[], Any]
+    obj: Any  # the array the graphs were captured (or last repointed) with
+    ptr: int
+
+
+def _address(obj: Any) -> int:
+    if isinstance(obj, DeviceArray):
+        return obj.ptr
+    data_ptr = getattr(obj, "data_ptr", None)  # torch.Tensor, cheaply
+    if data_ptr is not None:
+        return int(data_ptr())
+    view = foreign_view(obj, None)
+    return -1 if view is None else view.ptr
+
+
+class GraphModule:
+    """A graph-backed inference module: ``forward`` stages the input, replays, returns the output.
+
+    Three ways to make one:
+
+    * ``cg.GraphModule(torch_module)``: a ``torch.nn.Module`` run in inference
+      mode; its parameters and buffers are the module's;
+    * ``cg.GraphModule(fn, params={"w": w, ...})``: ``fn(*inputs, **params)``;
+      ``gm.params["w"] = new_w`` replaces one;
+    * a subclass defining ``compute(self, *inputs)``; its parameters are the
+      instance's attributes that are device arrays (``self.w = ...``).
+
+    Every other keyword is :func:`cudagraphs.graphed`'s (``buckets``, ``warmup``,
+    ``pool``, ``stream``, ``mode``, ``copy_outputs``, ``pad_value``, ``device``).
+
+    Attributes
+    ----------
+    params : dict or None
+        The parameters of the ``fn`` form (replace entries to reload weights).
+    graphed : GraphedCallable
+        The graphs, for inspection (``.graphs``, ``.stats()``).
+    """
+
+    def __init__(
+        self,
+        module: Any = None,
+        *,
+        params: dict[str, Any] | None = None,
+        buckets: Sequence[int] | None = None,
+        dim: int = 0,
+        warmup: int = 1,
+        pool: GraphPool | None = None,
+        stream: Stream | None = None,
+        mode: str = "thread_local",
+        copy_outputs: bool = False,
+        pad_value: Any = 0,
+        device: Device | None = None,
+    ) -> None:
+        if module is not None and not callable(module):
+            raise TypeError(f"GraphModule wraps a callable or a torch.nn.Module, got {type(module).__name__}")
+        if module is None and type(self).compute is GraphModule.compute:
+            raise TypeError(
+                "GraphModule needs something to run: pass a torch.nn.Module or a function, or "
+                "subclass it and define compute(self, *inputs)"
+            )
+        if params is not None:
+            if module is None:
+                raise TypeError("params= goes with a function: GraphModule(fn, params={...})")
+            if not isinstance(params, dict) or not all(isinstance(k, str) for k in params):
+                raise TypeError(f"params must be a dict of name -> array, got {type(params).__name__}")
+        self._module = module
+        self.params = dict(params) if params is not None else None
+        self._torch = _is_torch_module(module)
+        self.graphed = GraphedCallable(
+            self._run,
+            buckets=buckets,
+            dim=dim,
+            warmup=warmup,
+            pool=pool,
+            stream=stream,
+            mode=mode,
+            copy_outputs=copy_outputs,
+            pad_value=pad_value,
+            device=device,
+        )
+        self._seen: list[_Param] | None = None  # parameters as the graphs use them
+
+    def compute(self, *inputs: Any) -> Any:
+        """The forward computation of a subclass (captured, then replayed)."""
+        raise NotImplementedError
+
+    def _run(self, *inputs: Any) -> Any:
+        module = self._module
+        if module is None:
+            return self.compute(*inputs)
+        if self._torch:
+            with sys.modules["torch"].inference_mode():
+                return module(*inputs)
+        if self.params is not None:
+            return module(*inputs, **self.params)
+        return module(*inputs)
+
+    # parameters ---------------------------------------------------------------------------
+    def _readers(self) -> list[tuple[str, Callable[[], Any]]]:
+        """(name, a function returning the parameter now) for every parameter."""
+        if self._torch:
+            out: list[tuple[str, Callable[[], Any]]] = []
+            for prefix, sub in self._module.named_modules():
+                for table in (sub._parameters, sub._buffers):
+                    for name, value in table.items():
+                        if value is not None:
+                            full = f"{prefix}.{name}" if prefix else name
+                            out.append((full, functools.partial(table.__getitem__, name)))
+            return out
+        if self.params is not None:
+            params = self.params
+            return [(k, functools.partial(params.__getitem__, k)) for k in params]
+        return [
+            (k, functools.partial(getattr, self, k))
+            for k, v in vars(self).items()
+            if not k.startswith("_") and k not in ("params", "graphed") and _is_param(v)
+        ]
+
+    def parameters(self) -> dict[str, Any]:
+        """The parameters by name, as they are now."""
+        return {name: get() for name, get in self._readers()}
+
+    def _stale(self) -> list[tuple[_Param, Any]]:
+        """(parameter as the graphs use it, the array now) for every replaced parameter."""
+        seen = self._seen
+        if seen is None:
+            return []
+        out = []
+        for p in seen:
+            try:
+                now = p.get()
+            except (KeyError, AttributeError):
+                now = None
+            if now is not p.obj or _address(now) != p.ptr:
+                out.append((p, now))
+        return out
+
+    def _snapshot(self) -> None:
+        self._seen = [
+            _Param(name, get, obj, _address(obj)) for name, get in self._readers() for obj in (get(),)
+        ]
+
+    # the call -----------------------------------------------------------------------------
+    def forward(self, *inputs: Any) -> Any:
+        """Stage the inputs, replay the graph for their shape (capturing it first), return the output.
+
+        Raises
+        ------
+        StaleParameterError
+            If a parameter was replaced since the graphs were captured and
+            :meth:`refresh` was not called.
+        """
+        if self._seen is None:
+            self._snapshot()
+        else:
+            stale = self._stale()
+            if stale:
+                names = ", ".join(repr(p.name) for p, _ in stale)
+                raise StaleParameterError(
+                    f"parameter(s) {names} of this GraphModule were replaced since its graphs "
+                    "were captured, and the graphs still read the old memory: call refresh() "
+                    "to point them at the new arrays (or to capture again)"
+                )
+        return self.graphed(*inputs)
+
+    __call__ = forward
+
+    def refresh(self) -> dict[str, int]:
+        """Point the graphs at replaced parameters; returns what was done.
+
+        Each replaced parameter that matches the old one (shape, strides,
+        dtype, device) is repointed in every graph whose nodes cudagraphs
+        recorded (:meth:`cudagraphs.Graph.repoint`: no capture). Graphs
+        with other libraries' nodes, and every graph when a parameter changed
+        shape or dtype, are dropped and captured again on their next call.
+
+        Returns
+        -------
+        dict
+            ``{"replaced": parameters, "repointed": nodes changed,
+            "recaptured": graphs dropped}``.
+        """
+        stale = self._stale()
+        report = {"replaced": len(stale), "repointed": 0, "recaptured": 0}
+        if not stale:
+            return report
+        graphs = self.graphed._entries
+        drop: set[Any] = set()
+        for p, now in stale:
+            old, new = _view(p.obj), _view(now)
+            same = (
+                old is not None
+                and new is not None
+                and (old.shape, old.strides, old.dtype, old.device)
+                == (new.shape, new.strides, new.dtype, new.device)
+            )
+            for key, entry in graphs.items():
+                if key in drop:
+                    continue
+                if not same:
+                    drop.add(key)
+                    continue
+                assert entry.graph is not None
+                try:
+                    report["repointed"] += entry.graph.repoint(old, new)
+                except ValueError:  # this graph does not read that parameter
+                    continue
+                except UpdateError:  # other libraries' nodes: their arguments are unseen
+                    drop.add(key)
+        for key in drop:
+            entry = graphs.pop(key)
+            if entry.graph is not None:
+                entry.graph.close()
+        report["recaptured"] = len(drop)
+        self._snapshot()
+        return report
+
+    def __repr__(self) -> str:
+        what = type(self._module).__name__ if self._module is not None else type(self).__name__
+        return f"<cudagraphs.GraphModule of {what}: {len(self.graphed._entries)} graphs>"
+
+
+def _view(obj: Any) -> DeviceArray | None:
+    if obj is None:
+        return None
+    return obj if isinstance(obj, DeviceArray) else foreign_view(obj, None)
+
+
+def _is_param(v: Any) -> bool:
+    return isinstance(v, DeviceArray) or interop.library_of(v) is not None or foreign_view_possible(v)
+
+
+def _is_torch_module(module: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(module, torch.nn.Module)

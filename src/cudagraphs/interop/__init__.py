@@ -1,0 +1,122 @@
+"""Other libraries inside cudagraphs' captures: PyTorch and CuPy.
+
+While cudagraphs captures a stream, each supported library that the program
+has imported is *routed* for the capturing thread (:func:`route`):
+
+* its current stream is the captured stream, so the library's kernels land
+  in the graph (``torch.cuda.stream``/``cupy.cuda.ExternalStream``);
+* its allocations go to memory the graph owns: PyTorch's to a
+  ``torch.cuda.MemPool`` made for the capture (``torch.cuda.use_mem_pool``),
+  CuPy's to the capture's own :class:`~cudagraphs.GraphPool`
+  (``cupy.cuda.using_allocator``). The graph keeps that memory, so the
+  library's caching allocator can never hand a block the graph still uses
+  to other code.
+
+A library is never imported here: one that the program has not imported is
+not routed (nothing of it can run in the capture). Each adapter
+(:class:`Library`) also converts arrays both ways without copies and names
+the library's current stream, which graphed callables use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+from . import cupy as _cupy
+from . import torch as _torch
+
+__all__ = ["Library", "Routing", "libraries", "library_of", "route"]
+
+
+class Library(Protocol):
+    """What cudagraphs needs from another array library (see :mod:`.torch`, :mod:`.cupy`)."""
+
+    name: str
+    module: str  # the top-level module name, looked up in sys.modules
+
+    def owns(self, obj: object) -> bool:
+        """Whether ``obj`` is one of this library's device arrays."""
+        ...
+
+    def route(
+        self,
+        device: Any,
+        stream_handle: int,
+        allocate: Callable[[int], Any] | None,
+        keep: list[Any],
+        shared: dict[str, Any],
+    ) -> contextlib.AbstractContextManager[Any]:
+        """The context routing the library's stream and allocations into a capture.
+
+        ``allocate(nbytes)`` returns a device array of the capture's memory
+        (None: route the stream only); what must live as long as the graph
+        is appended to ``keep``; ``shared`` holds the library's pool shared
+        by every capture into one :class:`~cudagraphs.GraphPool`.
+        """
+        ...
+
+    def view(self, array: Any) -> Any:
+        """A zero-copy view of a cudagraphs DeviceArray as this library's array."""
+        ...
+
+    def current_stream(self, device_index: int) -> int:
+        """The driver handle of the library's current stream on that device."""
+        ...
+
+
+class Routing:
+    """Open routings of one capture; :meth:`close` ends them, :attr:`keep` outlives them."""
+
+    def __init__(self) -> None:
+        self.stack = contextlib.ExitStack()
+        self.keep: list[Any] = []
+
+    def close(self) -> None:
+        """End every routing (idempotent)."""
+        self.stack.close()
+
+
+def libraries() -> Iterator[Library]:
+    """The supported libraries the program has imported."""
+    for lib in (_torch.ADAPTER, _cupy.ADAPTER):
+        if lib.module in sys.modules:
+            yield lib
+
+
+def library_of(obj: object) -> Library | None:
+    """The library ``obj`` (a device array) belongs to, or None (cudagraphs' own or unknown)."""
+    for lib in libraries():
+        if lib.owns(obj):
+            return lib
+    return None
+
+
+def route(
+    device: Any, stream: Any, allocate: Callable[[int], Any] | None, shared: dict[str, Any] | None = None
+) -> Routing:
+    """Route every imported library to ``stream`` on ``device`` (for a capture of it).
+
+    ``allocate`` gives the capture's memory to libraries that allocate
+    through a callback (None: route the streams only, for eager work);
+    ``shared`` is the capture pool's ``foreign`` dict, where libraries with
+    pools of their own keep the one every capture into that pool shares.
+    Nothing is routed on a backend whose memory other libraries cannot see
+    (``sim``). If a routing fails half-way, the ones opened are closed and
+    the error raised.
+    """
+    routing = Routing()
+    if not device.backend.capabilities.shares_memory:
+        return routing
+    try:
+        for lib in libraries():
+            context = lib.route(
+                device, stream.handle, allocate, routing.keep, {} if shared is None else shared
+            )
+            routing.stack.enter_context(context)
+    except BaseException:
+        routing.close()
+        raise
+    return routing

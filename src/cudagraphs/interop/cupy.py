@@ -1,0 +1,69 @@
+"""The CuPy adapter: routing into captures, zero-copy views, the current stream.
+
+CuPy is never imported here; every function looks it up in ``sys.modules``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+__all__ = ["ADAPTER", "CupyLibrary"]
+
+
+class CupyLibrary:
+    """CuPy: ``cupy.ndarray`` (see :class:`cudagraphs.interop.Library`)."""
+
+    name = "CuPy"
+    module = "cupy"
+
+    def owns(self, obj: object) -> bool:
+        """Whether ``obj`` is a ``cupy.ndarray``."""
+        cupy = sys.modules.get("cupy")
+        return cupy is not None and isinstance(obj, cupy.ndarray)
+
+    @contextlib.contextmanager
+    def route(
+        self,
+        device: Any,
+        stream_handle: int,
+        allocate: Callable[[int], Any] | None,
+        keep: list[Any],
+        shared: dict[str, Any],
+    ) -> Iterator[None]:
+        """Make the captured stream CuPy's current one and its allocations the capture's.
+
+        Each CuPy allocation is a cudagraphs array of the capture's pool
+        (``allocate``); when CuPy drops it, the block goes back to that pool,
+        which the graph owns.
+        """
+        cupy = sys.modules["cupy"]
+        cuda = cupy.cuda
+
+        def allocator(nbytes: int) -> Any:
+            assert allocate is not None
+            array = allocate(nbytes)
+            memory = cuda.UnownedMemory(array.ptr, nbytes, array, device.index)
+            return cuda.MemoryPointer(memory, 0)
+
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(cuda.Device(device.index))
+            stack.enter_context(cuda.ExternalStream(stream_handle))
+            if allocate is not None:
+                stack.enter_context(cuda.using_allocator(allocator))
+            yield
+
+    def view(self, array: Any) -> Any:
+        """``array`` as a ``cupy.ndarray`` sharing its memory."""
+        cupy = sys.modules["cupy"]
+        return cupy.asarray(array)
+
+    def current_stream(self, device_index: int) -> int:
+        """The handle of CuPy's current stream on the device."""
+        cupy = sys.modules["cupy"]
+        return int(cupy.cuda.get_current_stream(device_index).ptr)
+
+
+ADAPTER = CupyLibrary()

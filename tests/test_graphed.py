@@ -1,0 +1,398 @@
+"""Graphed callables, buckets, GraphModule, repoint, pools shared by buckets, foreign views.
+
+Every test runs on each backend in CUDAGRAPHS_TEST_BACKENDS; numbers are
+checked against numpy on random data, outputs poisoned first.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import random_array
+
+import cudagraphs as cg
+
+
+@pytest.fixture
+def dev(device: cg.Device) -> cg.Device:
+    cg.ops.preload(["float32"], device)
+    return device
+
+
+def affine(x: cg.DeviceArray, y: cg.DeviceArray, *, scale: float = 2.0) -> dict[str, Any]:
+    """Compute scale * x + y and x + y: two outputs, allocated inside."""
+    s = cg.ops.scale(scale, x)
+    return {"out": cg.ops.add(s, y), "sum": cg.ops.add(x, y)}
+
+
+class FakeForeign:
+    """Another library's device array, as far as cudagraphs can tell (it speaks CAI)."""
+
+    def __init__(self, a: cg.DeviceArray) -> None:
+        self.a = a
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        a = self.a
+        return {
+            "shape": a.shape,
+            "typestr": a.dtype.str,
+            "data": (a.ptr, False),
+            "version": 3,
+            "strides": None,
+        }
+
+
+# graphed callables -----------------------------------------------------------------------
+def test_graphed_replays_with_new_inputs_and_matches_numpy(dev: cg.Device, rng: np.random.Generator) -> None:
+    f = cg.graphed(affine, device=dev)
+    for _ in range(4):
+        xh, yh = random_array(rng, (64, 3), "float32"), random_array(rng, (64, 3), "float32")
+        r = f(cg.asarray(xh), cg.asarray(yh))
+        np.testing.assert_allclose(r["out"].get(), 2 * xh + yh, rtol=1e-6)
+        np.testing.assert_allclose(r["sum"].get(), xh + yh, rtol=1e-6)
+    st = f.stats()
+    assert (st["calls"], st["captures"], st["misses"], st["hits"]) == (4, 1, 1, 3)
+    assert len(f.graphs) == 1
+    assert f.graphs[((64, 3), (64, 3))].replays == 4
+
+
+def test_a_new_static_argument_is_a_new_graph(dev: cg.Device, rng: np.random.Generator) -> None:
+    f = cg.graphed(lambda x, y, scale: affine(x, y, scale=scale), device=dev)
+    xh, yh = random_array(rng, 32, "float32"), random_array(rng, 32, "float32")
+    x, y = cg.asarray(xh), cg.asarray(yh)
+    np.testing.assert_allclose(f(x, y, 2.0)["out"].get(), 2 * xh + yh, rtol=1e-6)
+    np.testing.assert_allclose(f(x, y, 3.0)["out"].get(), 3 * xh + yh, rtol=1e-6)
+    np.testing.assert_allclose(f(x, y, 2.0)["out"].get(), 2 * xh + yh, rtol=1e-6)
+    assert f.stats()["captures"] == 2
+
+
+def test_nested_arguments_and_outputs_keep_their_structure(dev: cg.Device, rng: np.random.Generator) -> None:
+    def fn(pair: tuple[cg.DeviceArray, cg.DeviceArray], extra: dict[str, Any]) -> list[Any]:
+        a, b = pair
+        return [cg.ops.add(a, b), (cg.ops.scale(extra["k"], extra["c"]),)]
+
+    f = cg.graphed(fn, device=dev)
+    ah, bh, ch = (random_array(rng, 16, "float32") for _ in range(3))
+    out = f((cg.asarray(ah), cg.asarray(bh)), {"k": 4.0, "c": cg.asarray(ch)})
+    assert isinstance(out, list)
+    assert isinstance(out[1], tuple)
+    np.testing.assert_allclose(out[0].get(), ah + bh, rtol=1e-6)
+    np.testing.assert_allclose(out[1][0].get(), 4 * ch, rtol=1e-6)
+
+
+def test_outputs_expire_at_the_next_call(dev: cg.Device, rng: np.random.Generator) -> None:
+    f = cg.graphed(affine, device=dev)
+    x, y = cg.asarray(random_array(rng, 8, "float32")), cg.asarray(random_array(rng, 8, "float32"))
+    first = f(x, y)["out"]
+    kept = first.copy()
+    part = first[2:]
+    assert "valid" in repr(first)
+    f(x, y)
+    for use in (first.get, part.get, lambda: first[1:], lambda: cg.ops.add(first, first), first.copy):
+        with pytest.raises(cg.StaleOutputError, match="copy them"):
+            use()
+    assert "stale" in repr(first)
+    np.testing.assert_allclose(kept.get(), 2 * x.get() + y.get(), rtol=1e-6)
+
+
+def test_copy_outputs_returns_arrays_that_survive_later_calls(
+    dev: cg.Device, rng: np.random.Generator
+) -> None:
+    f = cg.graphed(affine, device=dev, copy_outputs=True)
+    xh, yh = random_array(rng, 8, "float32"), random_array(rng, 8, "float32")
+    a = f(cg.asarray(xh), cg.asarray(yh))["out"]
+    f(cg.asarray(yh), cg.asarray(xh))
+    assert type(a) is cg.DeviceArray
+    np.testing.assert_allclose(a.get(), 2 * xh + yh, rtol=1e-6)
+
+
+def test_buckets_pad_and_cut_and_match_numpy(dev: cg.Device, rng: np.random.Generator) -> None:
+    f = cg.graphed(affine, buckets=[2, 4, 8], device=dev)
+    for n in (1, 3, 8, 2, 5, 3):
+        xh, yh = random_array(rng, (n, 5), "float32"), random_array(rng, (n, 5), "float32")
+        r = f(cg.asarray(xh), cg.asarray(yh))
+        assert r["out"].shape == (n, 5)
+        np.testing.assert_allclose(r["out"].get(), 2 * xh + yh, rtol=1e-6)
+    st = f.stats()
+    assert st["captures"] == 3
+    assert sorted(f.graphs) == [2, 4, 8]
+    # 1 -> 2, 3 -> 4, 8 -> 8 capture; 2 -> 2, 5 -> 8, 3 -> 4 replay
+    assert [st["graphs"][b]["hits"] for b in (2, 4, 8)] == [1, 1, 1]
+    with pytest.raises(ValueError, match="larger than the largest bucket"):
+        f(cg.zeros((9, 5), "float32", device=dev), cg.zeros((9, 5), "float32", device=dev))
+    with pytest.raises(ValueError, match="of one size"):
+        f(cg.zeros((2, 5), "float32", device=dev), cg.zeros((3, 5), "float32", device=dev))
+
+
+def test_padding_rows_are_filled_with_pad_value(dev: cg.Device, rng: np.random.Generator) -> None:
+    seen: list[cg.DeviceArray] = []
+
+    def fn(x: cg.DeviceArray) -> cg.DeviceArray:
+        seen.append(x)
+        return cg.ops.scale(1.0, x)
+
+    f = cg.graphed(fn, buckets=[4], device=dev, pad_value=-7.0)
+    f(cg.asarray(random_array(rng, (4, 2), "float32")))  # the static buffer holds data now
+    xh = random_array(rng, (1, 2), "float32")
+    f(cg.asarray(xh))
+    static = seen[-1].get()
+    np.testing.assert_array_equal(static[0], xh[0])
+    np.testing.assert_array_equal(static[1:], np.full((3, 2), -7.0, "float32"))
+
+
+def test_capture_all_captures_largest_first_and_shares_memory(
+    dev: cg.Device, rng: np.random.Generator
+) -> None:
+    order: list[int] = []
+
+    def fn(x: cg.DeviceArray) -> cg.DeviceArray:
+        order.append(x.shape[0])
+        t = cg.ops.scale(3.0, x)  # temporaries the smaller buckets can reuse
+        u = cg.ops.add(t, x)
+        return cg.ops.add(u, t)
+
+    buckets = [1, 2, 4, 8, 16, 32, 64, 128]
+    f = cg.graphed(fn, buckets=buckets, device=dev, warmup=0)
+    f.capture_all(cg.asarray(random_array(rng, (3, 256), "float32")))
+    assert order == buckets[::-1]
+    shared = f.stats()["reserved"]
+    alone = cg.graphed(fn, buckets=[128], device=dev, warmup=0)
+    alone(cg.asarray(random_array(rng, (128, 256), "float32")))
+    largest = alone.stats()["reserved"]
+    assert shared <= 1.5 * largest, (shared, largest)
+    graphs = [cg.capture(fn, cg.zeros((b, 256), "float32", device=dev)) for b in buckets]
+    separate = sum(g.pool.reserved for g in graphs)
+    assert separate > 1.5 * largest  # what sharing saves
+    for n in (1, 7, 100, 128):
+        xh = random_array(rng, (n, 256), "float32")
+        np.testing.assert_allclose(f(cg.asarray(xh)).get(), 7 * xh, rtol=1e-5)
+    assert f.stats()["captures"] == 8
+
+
+def test_warmup_runs_eagerly_before_the_capture(dev: cg.Device, rng: np.random.Generator) -> None:
+    calls: list[bool] = []
+
+    def fn(x: cg.DeviceArray) -> cg.DeviceArray:
+        calls.append(cg.is_capturing())
+        return cg.ops.scale(2.0, x)
+
+    f = cg.graphed(fn, warmup=2, device=dev)
+    f(cg.asarray(random_array(rng, 4, "float32")))
+    f(cg.asarray(random_array(rng, 4, "float32")))
+    assert calls == [False, False, True]
+
+
+def test_a_failing_function_leaves_nothing_behind(dev: cg.Device) -> None:
+    def fn(x: cg.DeviceArray) -> cg.DeviceArray:
+        if cg.is_capturing():
+            x.get()  # a host read: refused in a capture
+        return cg.ops.scale(2.0, x)
+
+    f = cg.graphed(fn, device=dev)
+    x = cg.ones(4, "float32", device=dev)
+    with pytest.raises(cg.CaptureError, match="get"):
+        f(x)
+    assert f.stats()["captures"] == 0
+    assert not cg.is_capturing()
+    np.testing.assert_array_equal(cg.ops.scale(2.0, x).get(), np.full(4, 2.0, "float32"))
+
+
+def test_bad_arguments_are_clear(dev: cg.Device) -> None:
+    with pytest.raises(TypeError, match="callable"):
+        cg.graphed(3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="positive"):
+        cg.graphed(affine, buckets=[0, 2])
+    with pytest.raises(TypeError, match="sequence"):
+        cg.graphed(affine, buckets=4)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="mode"):
+        cg.graphed(affine, mode="eager")
+    with pytest.raises(ValueError, match="warmup"):
+        cg.graphed(affine, warmup=-1)
+    f = cg.graphed(lambda x, opts: cg.ops.scale(2.0, x), device=dev)
+    with pytest.raises(TypeError, match="neither a device array nor hashable"):
+        f(cg.ones(2, "float32", device=dev), {"k": {1}})
+    with pytest.raises(TypeError, match="host numpy array"):
+        f(np.ones(2, "float32"), 1)
+    with pytest.raises(ValueError, match="buckets"):
+        cg.graphed(affine).capture_all(cg.ones(2, "float32", device=dev), cg.ones(2, "float32", device=dev))
+
+
+def test_decorator_form(dev: cg.Device, rng: np.random.Generator) -> None:
+    @cg.graphed(buckets=[4], device=dev)
+    def double(x: cg.DeviceArray) -> cg.DeviceArray:
+        return cg.ops.scale(2.0, x)
+
+    xh = random_array(rng, (3,), "float32")
+    np.testing.assert_allclose(double(cg.asarray(xh)).get(), 2 * xh, rtol=1e-6)
+
+
+def test_calls_from_several_threads_are_serialized(dev: cg.Device, rng: np.random.Generator) -> None:
+    f = cg.graphed(affine, buckets=[4, 8], device=dev, copy_outputs=True)
+    errors: list[BaseException] = []
+
+    def worker(seed: int) -> None:
+        r = np.random.default_rng(seed)
+        try:
+            for _ in range(10):
+                n = int(r.integers(1, 9))
+                xh, yh = r.standard_normal((n, 3)).astype("f4"), r.standard_normal((n, 3)).astype("f4")
+                out = f(cg.asarray(xh), cg.asarray(yh))["out"]
+                np.testing.assert_allclose(out.get(), 2 * xh + yh, rtol=1e-6)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    assert f.stats()["calls"] == 40
+
+
+def test_foreign_arrays_are_viewed_without_copies(dev: cg.Device, rng: np.random.Generator) -> None:
+    base = cg.asarray(random_array(rng, 6, "float32"))
+    foreign = FakeForeign(base)
+    view = cg.asarray(foreign)
+    assert (view.ptr, view.shape, view.dtype) == (base.ptr, (6,), np.float32)
+    before = base.get()
+    cg.ops.scale(2.0, view, view)
+    np.testing.assert_allclose(base.get(), 2 * before)  # (the same memory)
+    with pytest.raises(TypeError, match="cannot be converted"):
+        cg.asarray(foreign, dtype="float64")
+    # a foreign array stays alive as long as views of it (and graphs using them) do
+    g = cg.capture(lambda: cg.ops.scale(3.0, cg.asarray(FakeForeign(base)), base))
+    gc.collect()
+    g.replay()
+    assert g.replays == 1
+
+
+def test_graphed_takes_foreign_inputs(dev: cg.Device, rng: np.random.Generator) -> None:
+    f = cg.graphed(affine, device=dev)
+    xh, yh = random_array(rng, 10, "float32"), random_array(rng, 10, "float32")
+    r = f(FakeForeign(cg.asarray(xh)), FakeForeign(cg.asarray(yh)))
+    np.testing.assert_allclose(r["out"].get(), 2 * xh + yh, rtol=1e-6)
+
+
+# repoint ----------------------------------------------------------------------------------
+def test_repoint_moves_views_and_parts_of_an_array(dev: cg.Device, rng: np.random.Generator) -> None:
+    wh, wh2 = random_array(rng, (4, 6), "float32"), random_array(rng, (4, 6), "float32")
+    w, w2 = cg.asarray(wh), cg.asarray(wh2)
+    out1, out2 = cg.zeros(6, "float32", device=dev), cg.zeros((6, 4), "float32", device=dev)
+
+    def fn() -> None:
+        cg.ops.scale(2.0, w[1], out1)  # a row view
+        cg.ops.copy(out2, w.T)  # a transposed view (strided copy kernel)
+
+    g = cg.capture(fn)
+    assert g.repoint(w, w2) == 2
+    del w2
+    gc.collect()  # the graph keeps the new array alive
+    out1.set(np.full(6, np.nan, "float32"))
+    g.replay()
+    np.testing.assert_allclose(out1.get(), 2 * wh2[1], rtol=1e-6)
+    np.testing.assert_array_equal(out2.get(), wh2.T)
+    with pytest.raises(ValueError, match="no node"):
+        g.repoint(cg.zeros((4, 6), "float32", device=dev), cg.zeros((4, 6), "float32", device=dev))
+    with pytest.raises(ValueError, match="must match"):
+        g.repoint(w, cg.zeros((6, 4), "float32", device=dev))
+
+
+def test_repoint_refuses_nodes_it_cannot_change_and_changes_nothing(dev: cg.Device) -> None:
+    x, y = cg.ones(8, "float32", device=dev), cg.zeros(8, "float32", device=dev)
+    host = np.arange(8, dtype="float32")
+
+    def fn() -> None:
+        x.set(host)  # a host-to-device copy node writes x
+        cg.ops.scale(2.0, x, y)
+
+    g = cg.capture(fn)
+    with pytest.raises(cg.UpdateError, match="node by node"):
+        g.repoint(x, cg.ones(8, "float32", device=dev))
+    g.replay()
+    np.testing.assert_array_equal(y.get(), 2 * host)
+
+
+# GraphModule --------------------------------------------------------------------------------
+class Dense(cg.GraphModule):
+    def __init__(self, w: cg.DeviceArray, b: cg.DeviceArray, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.w, self.b = w, b
+
+    def compute(self, x: cg.DeviceArray, k: float) -> cg.DeviceArray:
+        t = cg.empty_like(x)
+        cg.ops.copy(t, x)
+        cg.ops.axpy(k, self.w, t)
+        return cg.ops.add(t, self.b)
+
+
+def test_graph_module_subclass_forward_and_refresh(dev: cg.Device, rng: np.random.Generator) -> None:
+    wh, bh = random_array(rng, (3, 4), "float32"), random_array(rng, (3, 4), "float32")
+    m = Dense(cg.asarray(wh), cg.asarray(bh), device=dev)
+    assert set(m.parameters()) == {"w", "b"}
+    xh = random_array(rng, (3, 4), "float32")
+    np.testing.assert_allclose(m(cg.asarray(xh), 1.0).get(), xh + wh + bh, rtol=1e-6)
+    np.testing.assert_allclose(m(cg.asarray(xh), 2.0).get(), xh + 2 * wh + bh, rtol=1e-6)
+    wh2 = random_array(rng, (3, 4), "float32")
+    m.w = cg.asarray(wh2)  # a weight reload
+    with pytest.raises(cg.StaleParameterError, match=r"'w'.*refresh"):
+        m(cg.asarray(xh), 1.0)
+    report = m.refresh()
+    assert report == {"replaced": 1, "repointed": 2, "recaptured": 0}
+    gc.collect()
+    np.testing.assert_allclose(m(cg.asarray(xh), 1.0).get(), xh + wh2 + bh, rtol=1e-6)
+    np.testing.assert_allclose(m(cg.asarray(xh), 2.0).get(), xh + 2 * wh2 + bh, rtol=1e-6)
+    assert m.graphed.stats()["captures"] == 2  # no capture again
+    m.w = cg.asarray(wh2[:, :2].copy())  # another shape: graphs are captured again
+    assert m.refresh()["recaptured"] == 2
+
+
+def test_graph_module_function_form(dev: cg.Device, rng: np.random.Generator) -> None:
+    def fn(x: cg.DeviceArray, *, scale: cg.DeviceArray, shift: cg.DeviceArray) -> cg.DeviceArray:
+        out = cg.ops.add(x, shift)
+        cg.ops.axpy(1.0, scale, out)
+        return out
+
+    sh, hh = random_array(rng, 5, "float32"), random_array(rng, 5, "float32")
+    m = cg.GraphModule(fn, params={"scale": cg.asarray(sh), "shift": cg.asarray(hh)}, device=dev)
+    xh = random_array(rng, 5, "float32")
+    np.testing.assert_allclose(m(cg.asarray(xh)).get(), xh + sh + hh, rtol=1e-6)
+    assert m.params is not None
+    sh2 = random_array(rng, 5, "float32")
+    m.params["scale"] = cg.asarray(sh2)
+    with pytest.raises(cg.StaleParameterError):
+        m(cg.asarray(xh))
+    assert m.refresh()["repointed"] == 1
+    np.testing.assert_allclose(m(cg.asarray(xh)).get(), xh + sh2 + hh, rtol=1e-6)
+
+
+def test_graph_module_needs_something_to_run() -> None:
+    with pytest.raises(TypeError, match="compute"):
+        cg.GraphModule()
+    with pytest.raises(TypeError, match="callable"):
+        cg.GraphModule(3)
+    with pytest.raises(TypeError, match="params"):
+        cg.GraphModule(affine, params=[1])  # type: ignore[arg-type]
+
+
+# graph pools ----------------------------------------------------------------------------------
+def test_pool_reuses_freed_ranges_by_best_fit_and_merges_neighbours(dev: cg.Device) -> None:
+    pool = cg.GraphPool(dev)
+    pool.acquire()
+    try:
+        a = pool.allocate(4096)
+        b = pool.allocate(4096)
+        reserved = pool.reserved
+        pool.release(a, None)
+        pool.release(b, None)
+        c = pool.allocate(3000)  # fits in a freed range: no new segment
+        assert pool.reserved == reserved
+        assert c in (a, b)
+        pool.release(c, None)
+    finally:
+        pool.drop([])
