@@ -593,6 +593,8 @@ def _foreign_device(obj: Any, fallback: Device | int | None, found: int | None) 
 
 def foreign_view(obj: Any, device: Device | int | None) -> DeviceArray | None:
     """A zero-copy view of another library's device array, or None for anything else."""
+    if getattr(obj, "requires_grad", False) and hasattr(obj, "detach"):
+        obj = obj.detach()  # (PyTorch shares no tensor that autograd tracks; the data is the same)
     try:
         cai = getattr(obj, "__cuda_array_interface__", None)
     except Exception:  # (a library's property may raise anything for host tensors)

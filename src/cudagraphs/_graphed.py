@@ -214,10 +214,27 @@ def _describe(obj: Any, device: Device) -> _In:
             raise ValueError(f"graphed: an input array is on {obj.device}, the callable on {device}")
         return _In(obj, None, obj.ptr, obj.shape, obj.dtype, obj.is_contiguous)
     lib = interop.library_of(obj)
+    if lib is not None:  # PyTorch, CuPy: described without a view (the repeat path)
+        ptr, shape, dtype, contiguous, index = lib.describe(obj)
+        if index != device.index:
+            raise ValueError(
+                f"graphed: an input {lib.name} array is on device {index}, the callable on {device}"
+            )
+        return _In(obj, lib, ptr, shape, dtype, contiguous)
     view = foreign_view(obj, device)
     if view is None:
         raise TypeError(f"graphed: {type(obj).__name__} is not a CUDA device array")
-    return _In(view, lib, view.ptr, view.shape, view.dtype, view.is_contiguous)
+    return _In(view, None, view.ptr, view.shape, view.dtype, view.is_contiguous)
+
+
+def _array_of(i: _In, device: Device) -> DeviceArray:
+    """The input as a cudagraphs array (a zero-copy view of another library's)."""
+    obj = i.obj
+    if isinstance(obj, DeviceArray):
+        return obj
+    view = foreign_view(obj, device)
+    assert view is not None
+    return view
 
 
 def _cut(shape: tuple[int, ...], dim: int, size: int) -> tuple[slice | int, ...]:
@@ -238,7 +255,7 @@ class _Entry:
         self.outs: list[Any] = []  # the static outputs (as fn returned them)
         self.out_libs: list[Any] = []  # the library of each output (None: cudagraphs)
         self.hits = 0
-        self.memory = 0  # bytes the capture added to the shared pools
+        self.memory = 0  # bytes the capture added to the cudagraphs pool
 
 
 class GraphedCallable:
@@ -387,7 +404,7 @@ class GraphedCallable:
                     copy = Copy(part.ptr, i.ptr, nbytes, "dtod")
                     submit(stream, Work("memcpy", dst.device.backend.memcpy, copy, (i.obj,), (part,)))
             else:
-                copy_view(part, i.obj, stream)
+                copy_view(part, _array_of(i, dst.device), stream)
             if n is not None and n != bucket and self.pad_value is not None:
                 d = self.dim
                 pad = dst[(slice(None),) * d + (slice(n, bucket),)]
@@ -421,7 +438,7 @@ class GraphedCallable:
         if side is None:
             side = self._capture_stream = self.device.create_stream()
         side.wait(stream)  # (capturing runs nothing; the wait orders the side stream's own uses)
-        before = self._reserved()
+        before = self.pool.reserved
         session = CaptureSession(self.device, side, self.mode, self.pool, "pool")
         graph = session.begin()
         try:
@@ -438,7 +455,7 @@ class GraphedCallable:
         entry.out_libs = [None if isinstance(o, DeviceArray) else interop.library_of(o) for o in outs]
         graph.keep(*entry.static)
         entry.graph = graph
-        entry.memory = self._reserved() - before
+        entry.memory = self.pool.reserved - before
         self._entries[key] = entry
         return entry
 
@@ -502,7 +519,7 @@ class GraphedCallable:
                     continue
                 cut = []  # the examples' first b rows
                 for i in ins:
-                    part = i.obj[_cut(i.shape, d, b)]
+                    part = _array_of(i, self.device)[_cut(i.shape, d, b)]
                     cut.append(
                         i._replace(obj=part, ptr=part.ptr, shape=part.shape, contiguous=part.is_contiguous)
                     )
@@ -521,7 +538,12 @@ class GraphedCallable:
         return out
 
     def stats(self) -> dict[str, Any]:
-        """Calls, hits, misses, captures, and per graph its hits and the memory its capture added."""
+        """Calls, hits, misses, captures, memory, and per graph its hits, nodes and memory.
+
+        ``reserved`` is what the callable's pools hold, PyTorch's ``MemPool``
+        included; a graph's ``memory`` is what its capture added to the
+        cudagraphs pool (other libraries' pools are shared and not split).
+        """
         with self._lock:
             per = {
                 name: {"hits": e.hits, "memory": e.memory, "nodes": len(g.nodes)}

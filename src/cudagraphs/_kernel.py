@@ -422,7 +422,7 @@ def _converter(p: Param, kernel: str) -> Callable[[Any, Device], Any]:
                         "pass a contiguous array (.copy() makes one), or pass x.ptr and the "
                         "strides as arguments of your own"
                     )
-                return a.ptr
+                return spec().ptr  # (the view's own check runs: an expired graph output raises)
             if a is None:
                 return 0
             if _is_int(a):

@@ -26,7 +26,7 @@ import numpy as np
 
 import cudagraphs as cg
 
-from . import graphs, rawc
+from . import decoder, graphs, rawc
 
 TINY = 'extern "C" __global__ void inc(float* p) { p[0] += 1.0f; }'
 TARGETS = {"eager launch": 3.7, "alloc+free": 0.5}  # DESIGN.md section 6, microseconds
@@ -186,6 +186,8 @@ def run(quick: bool = False) -> tuple[dict[str, Any], str]:
         rounds=3 if quick else 5, sizes=(10, 100) if cg.backend() == "sim" else graphs.SIZES
     )
     benches.update(graph_results)
+    decoder_results, decoder_notes = decoder.run(quick)
+    benches.update(decoder_results)
     results: dict[str, Any] = {
         "gpu": dev.name,
         "backend": cg.backend(),
@@ -197,7 +199,12 @@ def run(quick: bool = False) -> tuple[dict[str, Any], str]:
     }
     ours = {"eager launch": {c[0] for c in eager if c[3]}, "alloc+free": {c[0] for c in alloc if c[3]}}
     ours.update({bench: {"cudagraphs"} for bench in graph_results})
+    ours.update(
+        {bench: {k for k in rows if k.startswith("cudagraphs")} for bench, rows in decoder_results.items()}
+    )
     table = report(results, ours)
+    if decoder_notes:
+        table += "\n\n" + "\n".join(decoder_notes)
     for name, row in graph_results.items():
         if name.startswith("whole-graph update"):
             recapture = graph_results[name.replace("whole-graph update", "re-capture + instantiate")]

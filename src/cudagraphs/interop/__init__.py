@@ -58,6 +58,10 @@ class Library(Protocol):
         """
         ...
 
+    def describe(self, obj: Any) -> tuple[int, tuple[int, ...], Any, bool, int]:
+        """(address, shape, numpy dtype, C-contiguous, device index) of one of its arrays."""
+        ...
+
     def view(self, array: Any) -> Any:
         """A zero-copy view of a cudagraphs DeviceArray as this library's array."""
         ...
@@ -86,12 +90,20 @@ def libraries() -> Iterator[Library]:
             yield lib
 
 
+_BY_TYPE: dict[type, Library | None] = {}  # what library_of found for each type
+
+
 def library_of(obj: object) -> Library | None:
     """The library ``obj`` (a device array) belongs to, or None (cudagraphs' own or unknown)."""
-    for lib in libraries():
-        if lib.owns(obj):
-            return lib
-    return None
+    t = type(obj)
+    try:
+        lib = _BY_TYPE[t]
+    except KeyError:
+        lib = next((lib for lib in libraries() if lib.owns(obj)), None)
+        if lib is not None:
+            _BY_TYPE[t] = lib  # (a library's array type stays its; others are asked again)
+        return lib
+    return lib if lib is not None and lib.owns(obj) else None
 
 
 def route(

@@ -50,10 +50,15 @@ class CupyLibrary:
 
         with contextlib.ExitStack() as stack:
             stack.enter_context(cuda.Device(device.index))
-            stack.enter_context(cuda.ExternalStream(stream_handle))
+            if stream_handle != self.current_stream(device.index):
+                stack.enter_context(_external_stream(cuda, stream_handle))
             if allocate is not None:
                 stack.enter_context(cuda.using_allocator(allocator))
             yield
+
+    def describe(self, obj: Any) -> tuple[int, tuple[int, ...], Any, bool, int]:
+        """(address, shape, numpy dtype, C-contiguous, device index) of an array, cheaply."""
+        return obj.data.ptr, obj.shape, obj.dtype, obj.flags.c_contiguous, obj.device.id
 
     def view(self, array: Any) -> Any:
         """``array`` as a ``cupy.ndarray`` sharing its memory."""
@@ -64,6 +69,26 @@ class CupyLibrary:
         """The handle of CuPy's current stream on the device."""
         cupy = sys.modules["cupy"]
         return int(cupy.cuda.get_current_stream(device_index).ptr)
+
+
+class _Handle:
+    """A stream handle speaking the CUDA stream protocol (for ``Stream.from_external``)."""
+
+    def __init__(self, handle: int) -> None:
+        self.handle = handle
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, self.handle)
+
+
+def _external_stream(cuda: Any, handle: int) -> Any:
+    """CuPy's Stream object for a stream made elsewhere (``from_external`` where CuPy has it)."""
+    if handle == 0:
+        return cuda.Stream.null
+    from_external = getattr(cuda.Stream, "from_external", None)
+    if from_external is not None:
+        return from_external(_Handle(handle))
+    return cuda.ExternalStream(handle)
 
 
 ADAPTER = CupyLibrary()

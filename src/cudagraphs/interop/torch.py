@@ -11,6 +11,10 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
+
+from .._dtypes import SUPPORTED
+
 __all__ = ["ADAPTER", "TorchLibrary"]
 
 
@@ -44,16 +48,32 @@ class TorchLibrary:
         if not torch.cuda.is_available():
             yield
             return
-        stream = torch.cuda.ExternalStream(stream_handle, device=torch.device("cuda", device.index))
         with contextlib.ExitStack() as stack:
-            stack.enter_context(torch.cuda.stream(stream))
+            if stream_handle != self.current_stream(device.index):
+                stack.enter_context(torch.cuda.stream(_torch_stream(torch, stream_handle, device.index)))
             if allocate is not None:
+                # as torch.cuda.graph does: cuBLAS's workspaces are made again during the
+                # capture, from the graph's pool, so none is shared with other code that
+                # could free it while the graph still uses it (PyTorch issue #193402)
+                clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+                if clear is not None:
+                    clear()
                 pool = shared.get("torch")
                 if pool is None:
                     pool = shared["torch"] = torch.cuda.MemPool()
                 keep.append(pool)
                 stack.enter_context(torch.cuda.use_mem_pool(pool, device=device.index))
             yield
+
+    def describe(self, obj: Any) -> tuple[int, tuple[int, ...], Any, bool, int]:
+        """(address, shape, numpy dtype, C-contiguous, device index) of a CUDA tensor, cheaply."""
+        dtypes = _DTYPES
+        if not dtypes:
+            _fill_dtypes(sys.modules["torch"])
+        dtype = dtypes.get(obj.dtype)
+        if dtype is None:
+            raise TypeError(f"tensors of {obj.dtype} are not supported by cudagraphs")
+        return obj.data_ptr(), tuple(obj.shape), dtype, obj.is_contiguous(), obj.device.index
 
     def view(self, array: Any) -> Any:
         """``array`` as a ``torch.Tensor`` sharing its memory (DLPack)."""
@@ -67,6 +87,28 @@ class TorchLibrary:
         if raw is not None:  # (no Stream object made: the fast way)
             return int(raw(device_index))
         return int(torch.cuda.current_stream(device_index).cuda_stream)
+
+
+def _torch_stream(torch: Any, handle: int, index: int) -> Any:
+    """PyTorch's Stream object for a driver handle.
+
+    Handle 0 is the default stream, which ``ExternalStream(0)`` does not give
+    (measured, PyTorch 2.11: it makes a new stream each time).
+    """
+    if handle == 0:
+        return torch.cuda.default_stream(index)
+    return torch.cuda.ExternalStream(handle, device=torch.device("cuda", index))
+
+
+_DTYPES: dict[Any, Any] = {}  # torch dtype -> numpy dtype, filled on first use
+
+
+def _fill_dtypes(torch: Any) -> None:
+    for name, dt in SUPPORTED.items():
+        found = getattr(torch, name, None)
+        if found is not None and isinstance(found, torch.dtype):
+            _DTYPES[found] = dt
+    _DTYPES.setdefault(torch.bool, np.dtype("bool"))
 
 
 ADAPTER = TorchLibrary()

@@ -1,0 +1,303 @@
+"""A small GPT-style decoder in PyTorch, and what graphs do for its decode step.
+
+The model: ``layers`` pre-norm transformer blocks of width ``width``, a static
+KV cache for ``max_batch`` sequences of ``max_len`` tokens, and per-sequence
+positions held on the device, so one decode step has static shapes and can
+be captured once and replayed at every position. One decode step is run, in
+one process and on the same weights:
+
+* eagerly (PyTorch);
+* through ``torch.cuda.graph`` (static inputs copied by hand) and
+  ``torch.cuda.make_graphed_callables``;
+* through ``cg.graphed`` and ``cg.GraphModule`` with batch buckets 1-8.
+
+Each graphed version is checked against the eager logits after the same
+steps. The module also measures the call overhead of a graphed callable
+beyond its bare replay, and the capture time and reserved memory of 8 batch
+buckets sharing one pool against 8 separate graphs.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import cudagraphs as cg
+
+__all__ = ["make_decoder", "run"]
+
+
+def make_decoder(
+    torch: Any,
+    *,
+    layers: int = 4,
+    width: int = 256,
+    heads: int = 4,
+    vocab: int = 1024,
+    max_len: int = 128,
+    max_batch: int = 8,
+    seed: int = 0,
+) -> Any:
+    """The decoder (a ``torch.nn.Module`` on the GPU, in eval mode, no gradients)."""
+    nn = torch.nn
+    hd = width // heads
+
+    class Block(nn.Module):  # type: ignore[misc,name-defined,unused-ignore]
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(width), nn.LayerNorm(width)
+            self.qkv, self.proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
+            self.fc1, self.fc2 = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
+
+    class Decoder(nn.Module):  # type: ignore[misc,name-defined,unused-ignore]
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb, self.pos = nn.Embedding(vocab, width), nn.Embedding(max_len, width)
+            self.blocks = nn.ModuleList([Block() for _ in range(layers)])
+            self.lnf, self.head = nn.LayerNorm(width), nn.Linear(width, vocab, bias=False)
+            self.register_buffer("k_cache", torch.zeros(layers, max_batch, heads, max_len, hd))
+            self.register_buffer("v_cache", torch.zeros(layers, max_batch, heads, max_len, hd))
+            self.register_buffer("steps", torch.arange(max_len))
+
+        def forward(self, tokens: Any, pos: Any) -> Any:
+            """Logits of the next token for each sequence; writes the KV cache at ``pos``."""
+            b = tokens.shape[0]
+            x = self.emb(tokens) + self.pos(pos)
+            rows = torch.arange(b, device=tokens.device)
+            bias = torch.where(self.steps[None, :] <= pos[:, None], 0.0, float("-inf"))[:, None, None, :]
+            for i, blk in enumerate(self.blocks):
+                q, k, v = blk.qkv(blk.ln1(x)).view(b, 3, heads, hd).unbind(1)
+                kc, vc = self.k_cache[i], self.v_cache[i]
+                kc[rows, :, pos] = k
+                vc[rows, :, pos] = v
+                att = (q[:, :, None, :] @ kc[:b].transpose(-1, -2)) * hd**-0.5 + bias
+                o = (att.softmax(-1) @ vc[:b]).reshape(b, width)
+                x = x + blk.proj(o)
+                x = x + blk.fc2(torch.nn.functional.gelu(blk.fc1(blk.ln2(x))))
+            return self.head(self.lnf(x))
+
+    torch.manual_seed(seed)
+    model = Decoder().cuda().eval()
+    model.requires_grad_(False)
+    return model
+
+
+def _Wrapper(torch: Any, model: Any) -> Any:
+    class Wrapper(torch.nn.Module):  # type: ignore[misc,name-defined,unused-ignore]
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, tokens: Any, pos: Any) -> Any:
+            return self.model(tokens, pos)
+
+    return Wrapper()
+
+
+def _ignore_index(call: Callable[[], object]) -> Callable[[int], object]:
+    return lambda _i: call()
+
+
+def _time_steps(step: Callable[[int], Any], sync: Callable[[], None], n: int, rounds: int) -> float:
+    """Median over rounds of microseconds per decode step (``step(i)`` queues step i)."""
+    samples = []
+    for _ in range(rounds):
+        sync()
+        t0 = time.perf_counter()
+        for i in range(n):
+            step(i)
+        sync()
+        samples.append((time.perf_counter() - t0) / n * 1e6)
+    return statistics.median(samples)
+
+
+def run(quick: bool = False) -> tuple[dict[str, dict[str, float]], list[str]]:
+    """Run the decoder benchmarks; returns ``{bench: {contender: value}}`` and notes.
+
+    Needs PyTorch and the cuda backend; returns ({}, [reason]) otherwise.
+    """
+    try:
+        import torch
+    except ImportError:
+        return {}, ["decoder benchmark skipped: PyTorch is not installed"]
+    if cg.backend() != "cuda" or not torch.cuda.is_available():
+        return {}, ["decoder benchmark skipped: it needs a GPU (cuda backend and PyTorch's CUDA)"]
+    n, rounds = (100, 3) if quick else (300, 5)
+    model = make_decoder(torch)
+    notes: list[str] = []
+    results: dict[str, dict[str, float]] = {}
+    tokens = torch.randint(0, 1024, (64, 8), device="cuda", generator=torch.Generator("cuda").manual_seed(1))
+
+    def inputs(i: int, b: int = 1) -> tuple[Any, Any]:
+        return tokens[i % 64, :b], torch.full((b,), i % 128, dtype=torch.long, device="cuda")
+
+    def reset() -> None:
+        model.k_cache.zero_()
+        model.v_cache.zero_()
+
+    # the contenders: each a function queueing step i at batch 1 -----------------------------
+    def eager(i: int) -> Any:
+        with torch.inference_mode():
+            return model(*inputs(i))
+
+    contenders: dict[str, Callable[[int], Any]] = {"PyTorch eager": eager}
+    static_t, static_p = inputs(0)
+    static_t, static_p = static_t.clone(), static_p.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.inference_mode():
+        for _ in range(3):
+            model(static_t, static_p)
+    torch.cuda.current_stream().wait_stream(side)
+    tg = torch.cuda.CUDAGraph()
+    with torch.inference_mode(), torch.cuda.graph(tg):
+        static_out = model(static_t, static_p)
+
+    def torch_graph(i: int) -> Any:
+        t, p = inputs(i)
+        static_t.copy_(t)
+        static_p.copy_(p)
+        tg.replay()
+        return static_out
+
+    contenders["PyTorch CUDAGraph"] = torch_graph
+    try:
+        # (it patches the forward of the module it is given: give it a wrapper, not the model)
+        mg = torch.cuda.make_graphed_callables(_Wrapper(torch, model), (static_t.clone(), static_p.clone()))
+        contenders["PyTorch make_graphed_callables"] = lambda i: mg(*inputs(i))
+    except Exception as exc:  # (its autograd machinery may refuse a model without gradients)
+        notes.append(f"make_graphed_callables skipped: {type(exc).__name__}: {exc}")
+
+    def forward(t: Any, p: Any) -> Any:
+        with torch.inference_mode():
+            return model(t, p)
+
+    graphed = cg.graphed(forward, buckets=list(range(1, 9)))
+    contenders["cudagraphs graphed"] = lambda i: graphed(*inputs(i))
+    module = cg.GraphModule(model, buckets=list(range(1, 9)))
+    contenders["cudagraphs GraphModule"] = lambda i: module(*inputs(i))
+
+    # correctness: the same 6 steps from an empty cache, against eager -----------------------
+    reset()
+    expect = [eager(i).clone() for i in range(6)][-1]
+    worst = 0.0
+    for name, step in contenders.items():
+        reset()
+        got = [step(i) for i in range(6)][-1]
+        err = float((got - expect).abs().max())
+        worst = max(worst, err)
+        if not torch.allclose(got, expect, rtol=1e-3, atol=1e-3):
+            raise AssertionError(f"decoder: {name} differs from eager by {err:.3g}")
+    notes.append(f"decoder: every graphed decode step matches eager (max abs difference {worst:.2g})")
+
+    # time per decode step, batch 1 ------------------------------------------------------------
+    sync = torch.cuda.synchronize
+    steps: dict[str, float] = {}
+    for _ in range(rounds):  # interleaved
+        for name, step in contenders.items():
+            us = _time_steps(step, sync, n, 1)
+            steps[name] = min(steps.get(name, us), us)
+    results["decoder step, batch 1 (µs)"] = steps
+
+    results["graphed-callable call overhead (µs)"] = over = _overhead(torch, n * 10, rounds)
+    results.update(_buckets(torch, forward, inputs))
+    mem = results["8 buckets: reserved memory (MiB)"]
+    best_torch = min(v for k, v in steps.items() if k.startswith("PyTorch") and k != "PyTorch eager")
+    for name in ("cudagraphs graphed", "cudagraphs GraphModule"):
+        notes.append(
+            f"decoder: {name} step is {steps['PyTorch eager'] / steps[name]:.2f}x eager and "
+            f"{steps[name] / best_torch:.3f}x PyTorch's best graphed step"
+        )
+    notes.append(
+        f"graphed-callable overhead: cudagraphs {over['cudagraphs graphed']:.2f} µs, PyTorch "
+        f"make_graphed_callables {over['PyTorch make_graphed_callables']:.2f} µs per call"
+    )
+    notes.append(
+        f"8 buckets sharing one pool reserve {mem['8 buckets, one shared pool']:.2f} MiB: "
+        f"{mem['8 buckets, one shared pool'] / max(mem['largest bucket alone'], 1e-9):.2f}x the largest "
+        f"bucket alone, against {mem['8 separate graphs']:.2f} MiB for 8 separate graphs"
+    )
+    return results, notes
+
+
+def _overhead(torch: Any, n: int, rounds: int) -> dict[str, float]:
+    """Per-call CPU cost of a graphed callable beyond its bare replay, for a tiny function."""
+    x = torch.randn(8, 256, device="cuda")
+
+    def fn(a: Any) -> Any:
+        return a * 2 + 1
+
+    class Fn(torch.nn.Module):  # type: ignore[misc,name-defined,unused-ignore]
+        def forward(self, a: Any) -> Any:
+            return fn(a)
+
+    sync = torch.cuda.synchronize
+    tg = torch.cuda.CUDAGraph()
+    sx = x.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn(sx)
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.cuda.graph(tg):
+        fn(sx)
+    mg = torch.cuda.make_graphed_callables(Fn(), (x.clone(),))
+    ours = cg.graphed(fn)
+    ours(x)
+    graph = next(iter(ours.graphs.values()))
+    stream = cg.Device(0).external_stream(torch.cuda.current_stream().cuda_stream)
+    calls = {
+        "PyTorch CUDAGraph.replay": tg.replay,
+        "PyTorch make_graphed_callables": lambda: mg(x),
+        "cudagraphs Graph.replay": lambda: graph.replay(stream),
+        "cudagraphs graphed": lambda: ours(x),
+    }
+    best: dict[str, float] = {}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            us = _time_steps(_ignore_index(call), sync, n, 1)
+            best[name] = min(best.get(name, us), us)
+    return {
+        "PyTorch make_graphed_callables": best["PyTorch make_graphed_callables"]
+        - best["PyTorch CUDAGraph.replay"],
+        "cudagraphs graphed": best["cudagraphs graphed"] - best["cudagraphs Graph.replay"],
+    }
+
+
+def _buckets(
+    torch: Any, forward: Callable[..., Any], inputs: Callable[..., Any]
+) -> dict[str, dict[str, float]]:
+    """Capture time and reserved memory: 8 buckets sharing a pool, 8 separate graphs, the largest alone."""
+
+    def measure(make: Callable[[], list[Any]]) -> tuple[float, float]:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        made = make()
+        torch.cuda.synchronize()
+        ms = (time.perf_counter() - t0) * 1e3
+        # what the graphs' pools hold: cudagraphs' and PyTorch's MemPool (cuBLAS's workspace too)
+        mib = sum(f.stats()["reserved"] for f in made) / 2**20
+        for f in made:
+            f.close()
+        return ms, mib
+
+    def shared() -> list[Any]:
+        return [cg.graphed(forward, buckets=list(range(1, 9)), warmup=1).capture_all(*inputs(0, 8))]
+
+    def separate() -> list[Any]:
+        return [cg.graphed(forward, buckets=[b], warmup=1).capture_all(*inputs(0, b)) for b in range(1, 9)]
+
+    def largest() -> list[Any]:
+        return [cg.graphed(forward, buckets=[8], warmup=1).capture_all(*inputs(0, 8))]
+
+    largest()  # (kernels and libraries warm)
+    out_ms, out_mib = {}, {}
+    for name, make in (
+        ("8 buckets, one shared pool", shared),
+        ("8 separate graphs", separate),
+        ("largest bucket alone", largest),
+    ):
+        out_ms[name], out_mib[name] = measure(make)
+    return {"8 buckets: capture + instantiate (ms)": out_ms, "8 buckets: reserved memory (MiB)": out_mib}

@@ -1,0 +1,170 @@
+"""PyTorch and CuPy inside cudagraphs' captures and graphed callables (GPU only).
+
+What a demanding user relies on: the libraries' kernels land in our graphs
+without stream juggling, their temporaries live in memory the graph owns (so
+churning the library's allocator between capture and replay cannot corrupt a
+replay), arrays come back as the type that went in, and a GraphModule never
+replays stale weights.
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import numpy as np
+import pytest
+
+import cudagraphs as cg
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture
+def cuda() -> Any:
+    with cg.override(backend="cuda"):
+        yield cg.Device(0)
+
+
+def _churn_torch(torch: Any) -> None:
+    """Allocate, write and free many blocks: reuses anything the graph does not own."""
+    junk = [torch.full((n,), float("nan"), device="cuda") for n in (1, 7, 64, 500, 4096, 70000) * 8]
+    del junk
+    junk = [torch.full((n, 33), -1e30, device="cuda") for n in (3, 17, 128, 900)]
+    torch.cuda.synchronize()
+    del junk
+
+
+def _churn_cupy(cp: Any) -> None:
+    junk = [cp.full((n,), cp.nan, dtype=cp.float32) for n in (1, 7, 64, 500, 4096, 70000) * 8]
+    del junk
+    cp.cuda.Device().synchronize()
+
+
+def test_torch_ops_inside_capture_land_in_the_graph_and_survive_allocator_churn(cuda: cg.Device) -> None:
+    torch = pytest.importorskip("torch")
+    g_ = torch.Generator(device="cuda").manual_seed(1)
+    x = torch.randn(64, 32, device="cuda", generator=g_)
+    w = torch.randn(32, 16, device="cuda", generator=g_)
+    out = torch.empty(64, 16, device="cuda")
+    torch.relu(x @ w)  # warm up cuBLAS outside the capture
+    torch.cuda.synchronize()
+    with cg.capture() as g:  # no ExternalStream, no pool: routed by cudagraphs
+        t = torch.relu(x @ w)  # temporaries from the graph's MemPool
+        u = t * 2 + 1
+        out.copy_(u)
+    del t, u
+    gc.collect()
+    assert g.pool.foreign.get("torch") is not None
+    assert len(g.nodes) >= 3
+    for _ in range(3):
+        _churn_torch(torch)
+        x.copy_(torch.randn(64, 32, device="cuda", generator=g_))
+        out.fill_(float("nan"))
+        torch.cuda.synchronize()
+        g.replay()
+        g.stream.synchronize()
+        expect = torch.relu(x @ w) * 2 + 1
+        torch.testing.assert_close(out, expect)
+
+
+def test_cupy_ops_inside_capture_use_the_graphs_pool(cuda: cg.Device) -> None:
+    cp = pytest.importorskip("cupy")
+    rng = np.random.default_rng(3)
+    x = cp.asarray(rng.standard_normal(10000).astype(np.float32))
+    out = cp.empty_like(x)
+    reserved = None
+    with cg.capture() as g:
+        t = cp.sin(x) * 3  # temporaries: cudagraphs arrays of the graph's pool
+        cp.add(t, x, out=out)
+        reserved = g.pool.reserved
+    del t
+    assert reserved and reserved >= x.nbytes
+    for _ in range(3):
+        _churn_cupy(cp)
+        x[...] = cp.asarray(rng.standard_normal(10000).astype(np.float32))
+        out.fill(cp.nan)
+        cp.cuda.Device().synchronize()
+        g.replay()
+        g.stream.synchronize()
+        np.testing.assert_allclose(cp.asnumpy(out), np.sin(cp.asnumpy(x)) * 3 + cp.asnumpy(x), rtol=1e-5)
+
+
+def test_graphed_torch_function_with_buckets_returns_tensors(cuda: cg.Device) -> None:
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    w = torch.randn(32, 32, device="cuda", generator=gen) / 8
+    b = torch.randn(32, device="cuda", generator=gen)
+
+    def step(x: Any) -> Any:
+        h = torch.tanh(x @ w + b)
+        return {"h": h, "norm": (h * h).sum(dim=1)}
+
+    f = cg.graphed(step, buckets=[1, 2, 4, 8])
+    f.capture_all(torch.zeros(8, 32, device="cuda"))
+    for n in (1, 3, 8, 5, 2):
+        x = torch.randn(n, 32, device="cuda", generator=gen)
+        _churn_torch(torch)
+        r = f(x)
+        assert isinstance(r["h"], torch.Tensor)
+        assert tuple(r["h"].shape) == (n, 32)
+        expect = step(x)
+        torch.testing.assert_close(r["h"], expect["h"], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(r["norm"], expect["norm"], rtol=1e-4, atol=1e-4)
+    st = f.stats()
+    assert st["captures"] == 4
+    assert st["hits"] == 5
+
+
+def test_graphed_cupy_function(cuda: cg.Device) -> None:
+    cp = pytest.importorskip("cupy")
+    rng = np.random.default_rng(4)
+
+    def fn(x: Any, y: Any) -> Any:
+        return cp.exp(x) - y * 2
+
+    f = cg.graphed(fn, buckets=[16, 64])
+    for n in (10, 64, 33):
+        xh, yh = rng.standard_normal((n, 4)).astype("f4"), rng.standard_normal((n, 4)).astype("f4")
+        _churn_cupy(cp)
+        r = f(cp.asarray(xh), cp.asarray(yh))
+        assert isinstance(r, cp.ndarray)
+        np.testing.assert_allclose(cp.asnumpy(r), np.exp(xh) - yh * 2, rtol=1e-5)
+
+
+def test_graph_module_wraps_a_torch_module_and_refuses_stale_weights(cuda: cg.Device) -> None:
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).cuda()
+    gm = cg.GraphModule(model, buckets=[1, 4])
+    x = torch.randn(3, 16, device="cuda")
+    with torch.inference_mode():
+        torch.testing.assert_close(gm(x), model(x))
+        new = torch.nn.Parameter(torch.randn(32, 16, device="cuda"))
+        model[0].weight = new  # a weight reload by replacement
+        with pytest.raises(cg.StaleParameterError, match="0.weight"):
+            gm(x)
+        report = gm.refresh()
+        assert report["replaced"] == 1
+        assert report["recaptured"] == 1  # PyTorch's kernels: captured again
+        torch.testing.assert_close(gm(x), model(x))
+        model[2].weight.data = torch.randn(8, 32, device="cuda")  # a .data swap is seen too
+        with pytest.raises(cg.StaleParameterError):
+            gm(x)
+        gm.refresh()
+        torch.testing.assert_close(gm(x), model(x))
+
+
+def test_graph_keeps_foreign_arrays_given_to_our_kernels_and_keep(cuda: cg.Device) -> None:
+    torch = pytest.importorskip("torch")
+    src = torch.arange(1000, dtype=torch.float32, device="cuda")
+    out = cg.zeros(1000, "float32")
+    view = cg.asarray(src)  # zero-copy
+    g = cg.capture(lambda: cg.ops.scale(2.0, view, out))
+    extra = torch.ones(4, device="cuda")
+    g.keep(extra)
+    del src, view
+    gc.collect()
+    _churn_torch(torch)
+    g.replay()
+    np.testing.assert_array_equal(out.get(), 2 * np.arange(1000, dtype="float32"))
