@@ -90,12 +90,31 @@ def _host_copies(dev: cg.Device) -> None:
     slot.close()
 
 
+def _graphed(dev: cg.Device) -> None:
+    def fn(x: cg.DeviceArray) -> cg.DeviceArray:
+        return cg.ops.scale(2.0, cg.ops.add(x, x))  # a temporary of the shared pool
+
+    f = cg.graphed(fn, buckets=[2, 4])
+    for n in (3, 2, 3):
+        out = f(cg.asarray(np.arange(n * 4, dtype=np.float32).reshape(n, 4)))
+        assert np.array_equal(out.get(), 4 * np.arange(n * 4).reshape(n, 4))
+    m = cg.GraphModule(lambda x, *, w: cg.ops.add(x, w), params={"w": cg.ones(4, "float32")})
+    m(cg.zeros(4, "float32"))
+    assert m.params is not None
+    m.params["w"] = cg.full(4, 2.0, "float32")
+    m.refresh()
+    assert np.array_equal(m(cg.zeros(4, "float32")).get(), np.full(4, 2.0))
+    f.close()
+    m.graphed.close()
+
+
 PATHS: dict[str, Callable[[cg.Device], None]] = {
     "eager ops": _eager,
     "capture and replay": _capture_replay,
     "update and rebind": _update_rebind,
     "builder": _builder,
     "host copies": _host_copies,
+    "graphed callables": _graphed,
 }
 
 

@@ -396,3 +396,56 @@ def test_pool_reuses_freed_ranges_by_best_fit_and_merges_neighbours(dev: cg.Devi
         pool.release(c, None)
     finally:
         pool.drop([])
+
+
+def test_rebind_and_repoint_refuse_arrays_used_inside_conditional_bodies(dev: cg.Device) -> None:
+    x, y = cg.ones(8, "float32", device=dev), cg.zeros(8, "float32", device=dev)
+    flag = cg.ones(1, "int32", device=dev)
+    with cg.capture() as g:
+        cg.ops.scale(2.0, x, y)
+        cond = g.condition()
+        cg.ops.set_condition(cond, flag)
+        with g.if_then(cond):
+            cg.ops.axpy(1.0, x, y)  # x used inside the body too
+    x2 = cg.full(8, 5.0, "float32", device=dev)
+    for change in (g.rebind, g.repoint):
+        with pytest.raises(cg.UpdateError, match="conditional body"):
+            change(x, x2)
+    g.replay()  # unchanged
+    np.testing.assert_array_equal(y.get(), np.full(8, 3.0, "float32"))
+
+
+def test_rebind_refuses_an_array_another_librarys_node_uses_and_repoint_moves_it(
+    dev: cg.Device, rng: np.random.Generator
+) -> None:
+    a_h, b_h = random_array(rng, (4, 4), "float32"), random_array(rng, (4, 4), "float32")
+    a, b = cg.asarray(a_h), cg.asarray(b_h)
+    y, out = cg.zeros((4, 4), "float32", device=dev), cg.zeros((4, 4), "float32", device=dev)
+    with cg.capture() as g:
+        cg.ops.scale(2.0, a, y)  # recorded by cudagraphs
+        cg.ops.matmul(a, b, out=out)  # the library's node
+    a2_h, a3_h = random_array(rng, (4, 4), "float32"), random_array(rng, (4, 4), "float32")
+    a2, a3 = cg.asarray(a2_h), cg.asarray(a3_h)
+    with pytest.raises(cg.UpdateError, match="use repoint"):
+        g.rebind(a, a2)
+    assert g.repoint(a, a2) == 2
+    assert g.repoint(a2, a3) == 2  # moves compose: the library's node follows
+    del a2, a3
+    gc.collect()
+    g.replay()
+    np.testing.assert_allclose(y.get(), 2 * a3_h, rtol=1e-6)
+    np.testing.assert_allclose(out.get(), a3_h @ b_h, rtol=1e-4, atol=1e-5)
+
+
+def test_graph_module_repoints_library_nodes_without_capturing_again(
+    dev: cg.Device, rng: np.random.Generator
+) -> None:
+    w_h, w2_h = random_array(rng, (8, 8), "float32"), random_array(rng, (8, 8), "float32")
+    m = cg.GraphModule(lambda x, *, w: cg.ops.matmul(x, w), params={"w": cg.asarray(w_h)}, device=dev)
+    x_h = random_array(rng, (3, 8), "float32")
+    np.testing.assert_allclose(m(cg.asarray(x_h)).get(), x_h @ w_h, rtol=1e-4, atol=1e-5)
+    assert m.params is not None
+    m.params["w"] = cg.asarray(w2_h)
+    assert m.refresh() == {"replaced": 1, "repointed": 1, "recaptured": 0}
+    np.testing.assert_allclose(m(cg.asarray(x_h)).get(), x_h @ w2_h, rtol=1e-4, atol=1e-5)
+    assert m.graphed.stats()["captures"] == 1

@@ -146,7 +146,9 @@ def test_graph_module_wraps_a_torch_module_and_refuses_stale_weights(cuda: cg.De
             gm(x)
         report = gm.refresh()
         assert report["replaced"] == 1
-        assert report["recaptured"] == 1  # PyTorch's kernels: captured again
+        assert report["repointed"] >= 1  # PyTorch's kernels read the weight: moved in place
+        assert report["recaptured"] == 0
+        assert gm.graphed.stats()["captures"] == 1
         torch.testing.assert_close(gm(x), model(x))
         model[2].weight.data = torch.randn(8, 32, device="cuda")  # a .data swap is seen too
         with pytest.raises(cg.StaleParameterError):

@@ -168,9 +168,11 @@ class Graph:
     __slots__ = (
         "__weakref__",
         "_auto_free",
+        "_bodies",
         "_exec",
         "_finalizer",
         "_launch",
+        "_moves",
         "_nodes",
         "_patched",
         "_rec",
@@ -203,6 +205,8 @@ class Graph:
     _auto_free: bool
     _patched: bool
     _traced: list[tuple[str, str]] | None  # (node type, kernel name) per node
+    _bodies: list[NodeRecord]  # the records of nodes inside conditional bodies
+    _moves: list[tuple[int, int, int]]  # repoint()s of other libraries' nodes, from the captured values
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("Graph objects are made by cg.capture(), not directly")
@@ -223,6 +227,8 @@ class Graph:
         g._auto_free = False
         g._patched = False
         g._traced = None
+        g._bodies = []
+        g._moves = []
         return g
 
     def _ready_from(self, raw_graph: Any, rec: Recording, auto_free: bool, instantiate: bool) -> None:
@@ -237,6 +243,7 @@ class Graph:
             else [r if r.handle is None else r._replace(handle=None) for r in rec.nodes if r.top]
         )
         self._traced = None  # made from the records when an update compares graphs
+        self._bodies = [] if rec.plain else [r for r in rec.nodes if not r.top]
         self._auto_free = auto_free
         self._res = res
         self._finalizer = weakref.finalize(self, _recording.later, self.device, release_resources, res)
@@ -334,6 +341,7 @@ class Graph:
         # the same nodes, with the source's values; handles are the instantiated
         # graph's, found on first use (records of a finished capture carry none)
         self._records = list(source._records)
+        self._bodies, self._moves = source._bodies, []
         source._res, source._exec, source.state = None, None, GraphState.CONSUMED
         self._traced = source._traced
         self._nodes = None

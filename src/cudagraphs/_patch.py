@@ -64,6 +64,15 @@ def rebind(graph: Any, exec_: Any, old: Any, new: Any) -> None:
     hits = [i for i, r in enumerate(records) if key in _used(r)]
     if not hits:
         raise ValueError("rebind: this graph does not use that array")
+    _refuse_bodies(graph, lambda r: key in _used(r))
+    start, end = _extent(old.shape, old.strides, old.dtype.itemsize)
+    unseen = _unrecorded_users(graph, exec_, records, [(old.ptr + start, old.ptr + end, 0)], patch=False)
+    if unseen:
+        raise UpdateError(
+            f"node {unseen[0]} (another library's kernel, not recorded by cudagraphs) uses the "
+            "array: use repoint(), which moves it there too",
+            unseen[0],
+        )
     for i in hits:
         r = records[i]
         if r.patch is None or (r.kind == "memcpy" and not isinstance(r.patch, Copy)):
@@ -96,11 +105,43 @@ def rebind(graph: Any, exec_: Any, old: Any, new: Any) -> None:
     graph._patched = True
 
 
-def _foreign_nodes(graph: Any, records: list[Any]) -> list[int]:
-    """Indices of the graph's nodes that cudagraphs did not record (their arguments are unseen)."""
-    ours = {int(r.handle) for r in records}
-    found, _ = graph.device.backend.graph_topology(graph._res.graph, details=False)
-    return [i for i, n in enumerate(found) if int(n.handle) not in ours]
+def _refuse_bodies(graph: Any, uses: Any) -> None:
+    """UpdateError if a node inside a conditional body uses the memory (``uses(record)``)."""
+    for r in graph._bodies:
+        if uses(r):
+            raise UpdateError(
+                f"a {r.kind} node {r.name!r} inside a conditional body uses the memory, and nodes "
+                "of bodies cannot be changed node by node: capture again and use update()"
+            )
+
+
+def _unrecorded_users(
+    graph: Any, exec_: Any, records: list[Any], moves: list[tuple[int, int, int]], patch: bool
+) -> list[int]:
+    """Indices of the nodes cudagraphs did not record (other libraries') that use ``moves``' ranges.
+
+    With ``patch``, their arguments are moved too (addresses as recorded in
+    the graph, moved by ``moves``, which start from the capture's values).
+    Child-graph nodes cannot be seen into: the backend refuses them.
+    """
+    ours = {int(r.handle) for r in records if r.kind != "child"}
+    res = graph._res
+    if len(ours) == len(graph.device.backend.graph_topology(res.graph, details=False)[0]):
+        return []  # every node is ours (the common case: no scan)
+    if res.params_graph is not None:
+        raise UpdateError(
+            "this graph was updated from another (update()), and holds nodes of other libraries "
+            "whose new arguments cudagraphs cannot see: capture again"
+        )
+    return graph.device.backend.graph_repoint(exec_, res.graph, moves, ours, patch)  # type: ignore[no-any-return]
+
+
+def _compose(moves: list[tuple[int, int, int]], lo: int, hi: int, delta: int) -> list[tuple[int, int, int]]:
+    """Moves from the captured addresses, after moving ``[lo, hi)`` by ``delta``."""
+    out = [(a, b, d + delta) if lo <= a + d and b + d <= hi else (a, b, d) for a, b, d in moves]
+    if not any(a < hi and lo < b for a, b, _ in moves):  # memory the capture itself used
+        out.append((lo, hi, delta))
+    return out
 
 
 def repoint(graph: Any, exec_: Any, old: Any, new: Any) -> int:
@@ -143,17 +184,25 @@ def repoint(graph: Any, exec_: Any, old: Any, new: Any) -> int:
                     where,
                 )
             changes.append((i, r.patch._replace(src=moved(r.patch.src), dst=moved(r.patch.dst))))
-    foreign = _foreign_nodes(graph, records)
-    if foreign:
-        raise UpdateError(
-            f"{len(foreign)} node(s) of this graph (first: node {foreign[0]}) were added by other "
-            "libraries or are conditional nodes: cudagraphs cannot see their arguments, so it "
-            "cannot tell whether they use the memory; capture again",
-            foreign[0],
-        )
-    if not changes:
+    _refuse_bodies(
+        graph,
+        lambda r: (
+            any(v is not None and lo <= v.ptr < hi for v in _used(r))
+            or (
+                r.kind == "kernel"
+                and r.patch is not None
+                and any(type(v) is int and lo <= v < hi for v in r.patch[1].values)
+            )
+        ),
+    )
+    moves = _compose(graph._moves, lo, hi, delta)
+    others = _unrecorded_users(graph, exec_, records, moves, patch=False)  # refuses what it cannot see
+    if not changes and not others:
         raise ValueError("repoint: no node of this graph uses that memory")
     backend = graph.device.backend
+    if others:
+        _unrecorded_users(graph, exec_, records, moves, patch=True)
+    graph._moves = moves
     for i, patch in changes:
         r = records[i]
         if isinstance(patch, Copy):
@@ -165,7 +214,7 @@ def repoint(graph: Any, exec_: Any, old: Any, new: Any) -> int:
             records[i] = _tuple_new(type(r), (*r[:4], patch, r[5]))
     graph._res.keep.append(new)
     graph._patched = True
-    return len(changes)
+    return len(changes) + len(others)
 
 
 def set_arg(graph: Any, exec_: Any, node: Any, arg: int | str, value: Any) -> None:

@@ -30,6 +30,7 @@ __all__ = [
     "KernelLaunch",
     "NodeInfo",
     "Param",
+    "move_words",
 ]
 
 Handle = Any
@@ -204,6 +205,29 @@ class NodeInfo(NamedTuple):
     bodies: tuple[Handle, ...]
 
 
+def move_words(data: bytes, moves: Sequence[tuple[int, int, int]]) -> bytes | None:
+    """``data`` with every 8-byte-aligned word in a moved range moved, or None if none is.
+
+    ``moves`` are ``(lo, hi, delta)`` (see :meth:`Backend.graph_repoint`);
+    words are little-endian unsigned 64-bit values, as addresses in kernel
+    parameters are.
+    """
+    n = len(data) // 8
+    if not n:
+        return None
+    words = np.frombuffer(data, dtype="<u8", count=n)
+    out = None
+    for lo, hi, delta in moves:
+        hit = (words >= lo) & (words < hi)
+        if hit.any():
+            if out is None:
+                out = words.copy()
+            out[hit] = words[hit] + np.uint64(delta % (1 << 64))  # (wraps: a negative delta)
+    if out is None:
+        return None
+    return bytes(out.tobytes()) + data[n * 8 :]
+
+
 @runtime_checkable
 class Backend(Protocol):
     """The primitives a backend provides (all on opaque handles).
@@ -321,6 +345,32 @@ class Backend(Protocol):
 
     def graph_update(self, exec_: Handle, target: Handle, params: KernelLaunch | Copy | None = None) -> None:
         """Update ``exec_``: from the graph ``target``, or node ``target`` to ``params``."""
+
+    def graph_repoint(
+        self,
+        exec_: Handle,
+        graph: Handle,
+        moves: Sequence[tuple[int, int, int]],
+        skip: set[int],
+        patch: bool,
+    ) -> list[int]:
+        """Find, and with ``patch`` move, addresses in the nodes of ``graph`` not in ``skip``.
+
+        ``moves`` are ``(lo, hi, delta)``: an address in ``[lo, hi)`` of a
+        node's parameters *as recorded in* ``graph`` becomes ``address +
+        delta`` in ``exec_`` (every 8-byte-aligned word of each kernel
+        parameter is looked at, so pointers inside structs move too).
+        ``skip`` holds the ``int`` handles of nodes not to look at. Returns
+        the indices (in ``graph_topology`` order) of the kernel nodes that
+        use a moved range.
+
+        Raises
+        ------
+        UpdateError
+            If a node that is not a kernel (a copy, a memset) uses a moved
+            range, or a node's parameters cannot be seen (child graphs,
+            conditional nodes); nothing is changed then.
+        """
 
     def graph_launch(self, exec_: Handle, stream: Handle, upload: bool = False) -> None:
         """Queue a launch of ``exec_`` on ``stream`` (``upload``: only upload it)."""

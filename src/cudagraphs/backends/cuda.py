@@ -19,7 +19,7 @@ from typing import Any
 
 from .._errors import BackendUnavailableError, CudaError, UpdateError
 from . import base
-from .base import Capabilities, Copy, DeviceProperties, KernelLaunch, NodeInfo
+from .base import Capabilities, Copy, DeviceProperties, KernelLaunch, NodeInfo, move_words
 
 __all__ = ["CudaBackend"]
 
@@ -574,6 +574,98 @@ class CudaBackend:
             wanted = int(info.errorNode)
             node = next((i for i, n in enumerate(self._graph_nodes(target)) if int(n) == wanted), None)
         raise UpdateError(reason, node)
+
+    def graph_repoint(
+        self,
+        exec_: Any,
+        graph: Any,
+        moves: Sequence[tuple[int, int, int]],
+        skip: set[int],
+        patch: bool,
+    ) -> list[int]:
+        drv = _driver()
+        types = drv.CUgraphNodeType
+        kernel_type, memcpy_type, memset_type = (
+            int(types.CU_GRAPH_NODE_TYPE_KERNEL),
+            int(types.CU_GRAPH_NODE_TYPE_MEMCPY),
+            int(types.CU_GRAPH_NODE_TYPE_MEMSET),
+        )
+        plain = {int(getattr(types, n)) for n in ("CU_GRAPH_NODE_TYPE_EMPTY", "CU_GRAPH_NODE_TYPE_HOST")}
+        plain |= {
+            int(getattr(types, n))
+            for n in (
+                "CU_GRAPH_NODE_TYPE_EVENT_RECORD",
+                "CU_GRAPH_NODE_TYPE_WAIT_EVENT",
+                "CU_GRAPH_NODE_TYPE_MEM_ALLOC",
+                "CU_GRAPH_NODE_TYPE_MEM_FREE",
+            )
+            if hasattr(types, n)
+        }
+
+        def used(address: int) -> bool:
+            return any(lo <= address < hi for lo, hi, _ in moves)
+
+        hits: list[int] = []
+        changes: list[tuple[Any, Any, list[bytes]]] = []
+        for i, node in enumerate(self._graph_nodes(graph)):
+            if int(node) in skip:
+                continue
+            kind = int(_check(drv.cuGraphNodeGetType(node), "cuGraphNodeGetType"))
+            if kind == kernel_type:
+                params = _check(drv.cuGraphKernelNodeGetParams(node), "cuGraphKernelNodeGetParams")
+                values = self._kernel_values(params, i)
+                moved = [move_words(v, moves) for v in values]
+                if any(m is not None for m in moved):
+                    hits.append(i)
+                    changes.append((node, params, [m if m is not None else v for m, v in zip(moved, values)]))
+            elif kind == memcpy_type:
+                p = _check(drv.cuGraphMemcpyNodeGetParams(node), "cuGraphMemcpyNodeGetParams")
+                if used(int(p.srcDevice)) or used(int(p.dstDevice)):
+                    raise UpdateError(f"node {i} (memcpy) uses the memory: capture again", i)
+            elif kind == memset_type:
+                p = _check(drv.cuGraphMemsetNodeGetParams(node), "cuGraphMemsetNodeGetParams")
+                if used(int(p.dst)):
+                    raise UpdateError(f"node {i} (memset) uses the memory: capture again", i)
+            elif kind not in plain:
+                raise UpdateError(
+                    f"node {i} ({base.NODE_TYPES[kind] if kind < len(base.NODE_TYPES) else kind}) may "
+                    "use the memory inside a graph cudagraphs cannot see into: capture again",
+                    i,
+                )
+        if patch:
+            for node, params, values in changes:
+                buffers = [ctypes.create_string_buffer(v, max(len(v), 1)) for v in values]
+                pointers = (ctypes.c_void_p * max(len(buffers), 1))(*[ctypes.addressof(b) for b in buffers])
+                params.kernelParams = ctypes.addressof(pointers)
+                params.extra = 0
+                _check(
+                    drv.cuGraphExecKernelNodeSetParams(exec_, node, params), "cuGraphExecKernelNodeSetParams"
+                )
+        return hits
+
+    @staticmethod
+    def _kernel_values(params: Any, index: int) -> list[bytes]:
+        """The bytes of each parameter of a kernel node (sizes from cuFuncGetParamInfo)."""
+        drv = _driver()
+        pointer = int(params.kernelParams or 0)
+        if not pointer:
+            raise UpdateError(
+                f"node {index} passes its kernel's parameters in an 'extra' buffer, which "
+                "cudagraphs cannot read: capture again",
+                index,
+            )
+        func = params.func
+        info = drv.cuFuncGetParamInfo
+        if not int(func or 0) and int(getattr(params, "kern", 0) or 0):
+            func, info = params.kern, drv.cuKernelGetParamInfo
+        values: list[bytes] = []
+        while True:
+            err, _offset, size = info(func, len(values))
+            if err:
+                break
+            address = ctypes.c_void_p.from_address(pointer + 8 * len(values)).value
+            values.append(ctypes.string_at(address, int(size)) if address else b"")
+        return values
 
     @staticmethod
     def graph_launch(exec_: Any, stream: Any, upload: bool = False) -> None:

@@ -70,11 +70,13 @@ from .base import (
     DeviceProperties,
     KernelLaunch,
     NodeInfo,
+    move_words,
 )
 
 __all__ = ["FAULTS", "RULES", "Rule", "SimBackend", "set_conditional"]
 
 POISON = 0xCD
+_PLAIN_NODES = frozenset(("empty", "host", "event_record", "event_wait", "mem_alloc", "mem_free"))
 _H = TypeVar("_H")  # a handle type
 _ALIGN = 512
 _MAX_PENDING = 4096  # queued items per stream before the simulated device catches up
@@ -190,10 +192,13 @@ def _disown(conditions: Sequence[tuple[int, int]]) -> None:
 class _SimNode:
     """One node; immutable once recorded (executables patch copies of the work)."""
 
-    __slots__ = ("bodies", "cond", "deps", "kind", "label", "work")
+    __slots__ = ("bodies", "cond", "deps", "kind", "label", "params", "work")
 
     def __init__(self, kind: str, label: str, work: Callable[[], None] | None, deps: list[_SimNode]) -> None:
         self.kind, self.label, self.work, self.deps = kind, label, work, deps
+        # what the driver keeps of the node: a KernelLaunch, or the addresses (first, last)
+        # a copy or memset touches
+        self.params: Any = None
         self.bodies: tuple[_SimGraph, ...] = ()
         self.cond: tuple[str, int, int] | None = None  # (kind, size, handle)
 
@@ -796,9 +801,15 @@ class SimBackend:
         return (end.time - start.time) * 1e3
 
     def _submit(
-        self, stream: _SimStream, call: str, kind: str, label: str, work: Callable[[], None] | None
+        self,
+        stream: _SimStream,
+        call: str,
+        kind: str,
+        label: str,
+        work: Callable[[], None] | None,
+        params: Any = None,
     ) -> None:
-        """Run ``work`` now, or record it as a node when ``stream`` is capturing."""
+        """Run ``work`` now, or record it as a node (with ``params``) when ``stream`` is capturing."""
         self._live(stream, call)
         if stream.capture is None:
             self._check_context()
@@ -811,7 +822,7 @@ class SimBackend:
                 "the capture was invalidated by an earlier illegal call",
             )
         else:
-            stream.record(kind, label, work)
+            stream.record(kind, label, work).params = params
 
     # memory -------------------------------------------------------------
     def mem_alloc(self, ordinal: int, nbytes: int, stream: _SimStream) -> int:
@@ -871,7 +882,8 @@ class SimBackend:
         self._fault("copy")
         dst, src, nbytes, kind = copy
         if kind == "dtod":
-            self._submit(stream, "cuMemcpyDtoDAsync", "memcpy", "", self._dtod(dst, src, nbytes))
+            copy_work = self._dtod(dst, src, nbytes)
+            self._submit(stream, "cuMemcpyDtoDAsync", "memcpy", "", copy_work, (dst, src))
             return
         call = "cuMemcpyHtoDAsync" if kind == "htod" else "cuMemcpyDtoHAsync"
         host = src if kind == "htod" else dst
@@ -897,7 +909,7 @@ class SimBackend:
             else:
                 _host_bytes(host, nbytes)[...] = buf[off : off + nbytes]
 
-        self._submit(stream, call, "memcpy", "", work)
+        self._submit(stream, call, "memcpy", "", work, (device,))
         if pageable and kind == "dtoh":  # into pageable memory: done when the call returns
             self._run(stream)
 
@@ -923,7 +935,7 @@ class SimBackend:
             buf, off = resolve(dst, nbytes, call)
             buf[off : off + nbytes] = value
 
-        self._submit(stream, call, "memset", "", work)
+        self._submit(stream, call, "memset", "", work, (dst,))
 
     def view(self, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         """A writable numpy view of simulated device memory.
@@ -997,7 +1009,7 @@ class SimBackend:
                 "or run on the cuda backend"
             )
         _check_dims(launch)
-        self._submit(stream, "cuLaunchKernel", "kernel", fn.name, self._kernel_work(launch))
+        self._submit(stream, "cuLaunchKernel", "kernel", fn.name, self._kernel_work(launch), launch)
 
     def launch_host(self, stream: _SimStream, fn: Callable[[], None]) -> object:
         # as the driver, keep only a pointer to the callback: the caller keeps the
@@ -1165,6 +1177,56 @@ class SimBackend:
             if kind != "memcpy":
                 raise _error(CUDA_ERROR_INVALID_VALUE, call, f"node {i} is a {kind} node")
             exec_.works[i] = self._dtod(params.dst, params.src, params.nbytes)
+
+    def graph_repoint(
+        self,
+        exec_: _SimExec,
+        graph: _SimGraph,
+        moves: Sequence[tuple[int, int, int]],
+        skip: set[int],
+        patch: bool,
+    ) -> list[int]:
+        self._live(exec_, "cuGraphExecKernelNodeSetParams")
+        self._live(graph, "cuGraphKernelNodeGetParams")
+
+        def moved(value: int) -> int | None:
+            out = move_words(int(value).to_bytes(8, "little"), moves)
+            return None if out is None else int.from_bytes(out, "little")
+
+        hits: list[int] = []
+        changes: list[tuple[int, KernelLaunch]] = []
+        for i, node in enumerate(graph.nodes):
+            if id(node) in skip or node.kind in _PLAIN_NODES:
+                continue
+            if node.kind == "kernel":
+                launch: KernelLaunch = node.params
+                values: list[Any] = []
+                views: list[Any] = []
+                changed = False
+                for value, view, p in zip(launch.values, launch.views, launch.function.params):
+                    new: Any = move_words(value, moves) if isinstance(value, bytes) else None
+                    if p.pointer and isinstance(value, int):
+                        new = moved(value)
+                    changed |= new is not None
+                    values.append(value if new is None else new)
+                    at = None if view is None else moved(view.ptr)
+                    views.append(view if view is None or at is None else view._replace(ptr=at))
+                if changed:
+                    hits.append(i)
+                    changes.append((i, launch._replace(values=tuple(values), views=tuple(views))))
+            elif node.kind in ("memcpy", "memset"):
+                if any(moved(a) is not None for a in node.params):
+                    raise UpdateError(f"node {i} ({node.kind}) uses the memory: capture again", i)
+            else:
+                raise UpdateError(
+                    f"node {i} ({node.kind}) may use the memory inside a graph cudagraphs cannot "
+                    "see into: capture again",
+                    i,
+                )
+        if patch:
+            for i, launch in changes:
+                exec_.works[i] = self._kernel_work(launch)
+        return hits
 
     def graph_launch(self, exec_: _SimExec, stream: _SimStream, upload: bool = False) -> None:
         self._fault("upload" if upload else "graph_launch")

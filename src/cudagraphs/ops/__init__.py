@@ -14,6 +14,7 @@ op                         computes                                   dtypes
 ``add(a, b, out=None)``    ``out = a + b``                            float32/64, int32/64
 ``axpy(alpha, x, y)``      ``y += alpha * x``                         float32/64, int32/64
 ``scale(alpha, x, out)``   ``out = alpha * x``                        float32/64, int32/64
+``matmul(a, b, out)``      ``out = alpha*a@b + beta*out`` (cuBLASLt)  float16/32/64, bfloat16
 =========================  =========================================  ===================
 
 ``alpha`` is a Python number or a one-element device array of the same dtype
@@ -59,6 +60,7 @@ from .._control import Condition
 from .._device import Device, Stream, current_device, resolve_stream
 from .._dtypes import normalize_dtype
 from .._kernel import preload as preload_kernels
+from ._matmul import matmul
 
 __all__ = [
     "MAX_NDIM",
@@ -68,6 +70,7 @@ __all__ = [
     "copy",
     "elementwise_kernel",
     "fill",
+    "matmul",
     "preload",
     "scale",
     "set_condition",
@@ -146,6 +149,7 @@ def _arrays(op: str, **named: Any) -> Device:
             if not isinstance(a, DeviceArray):
                 name = next(n for n, v in named.items() if v is a)
                 raise TypeError(f"{op}: {name} must be a cudagraphs DeviceArray, got {type(a).__name__}")
+            a._view_spec()  # a subclass's own check (an expired graph output raises here)
             check_same(op, **named)  # raises the error that names the mismatch
     return first.device  # type: ignore[no-any-return]
 
