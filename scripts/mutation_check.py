@@ -210,6 +210,12 @@ MUTATIONS = [
         "# patch replaced\n",
     ),
     (
+        "a foreign array is let go during a capture",
+        "src/cudagraphs/_array.py",
+        "        release(self.device, _drop, obj)",
+        "        _drop(obj)",
+    ),
+    (
         "repoint keeps no new array",
         "src/cudagraphs/_patch.py",
         "    graph._res.keep.append(new)\n    graph._patched = True\n    return len(changes)",

@@ -449,3 +449,23 @@ def test_graph_module_repoints_library_nodes_without_capturing_again(
     assert m.refresh() == {"replaced": 1, "repointed": 1, "recaptured": 0}
     np.testing.assert_allclose(m(cg.asarray(x_h)).get(), x_h @ w2_h, rtol=1e-4, atol=1e-5)
     assert m.graphed.stats()["captures"] == 1
+
+
+def test_another_librarys_array_is_let_go_only_outside_captures(dev: cg.Device) -> None:
+    import weakref
+
+    base = cg.zeros(16, "float32", device=dev)
+    foreign = FakeForeign(base)
+    alive = weakref.ref(foreign)
+    view = cg.asarray(foreign)
+    del foreign
+    with cg.capture() as g:
+        cg.ops.scale(2.0, base, base)
+        del view
+        gc.collect()
+        cg.empty(4, "float32")  # an allocation: a safe point where dead blocks are released
+        assert alive() is not None  # its free may call the driver: not during a capture
+    g.close()
+    gc.collect()
+    cg.empty(4, "float32")
+    assert alive() is None

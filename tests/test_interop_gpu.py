@@ -170,3 +170,21 @@ def test_graph_keeps_foreign_arrays_given_to_our_kernels_and_keep(cuda: cg.Devic
     _churn_torch(torch)
     g.replay()
     np.testing.assert_array_equal(out.get(), 2 * np.arange(1000, dtype="float32"))
+
+
+def test_cyclic_gc_is_paused_while_a_library_is_routed_into_a_capture(cuda: cg.Device) -> None:
+    torch = pytest.importorskip("torch")
+    x = torch.ones(8, device="cuda")
+    assert gc.isenabled()
+    with cg.capture() as g:
+        # a collection here could free a tensor of a cycle through PyTorch's allocator
+        assert not gc.isenabled()
+        with cg.capture(stream=cg.Device(0).create_stream()) as inner:  # nested: one pause
+            x.add_(1)
+        assert not gc.isenabled()
+        x.mul_(2)
+    assert gc.isenabled()
+    inner.replay()
+    g.replay()
+    torch.cuda.synchronize()
+    assert float(x.sum()) == 8 * 4.0

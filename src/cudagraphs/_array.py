@@ -20,7 +20,7 @@ from ._builtin import c_strides, check_same, copy_view, fill_view
 from ._builtin import fill_value as _fill_value
 from ._device import Device, Stream, current_device, resolve_stream
 from ._dtypes import normalize_dtype
-from ._recording import Work, submit
+from ._recording import Work, release, submit
 from ._transfer import PendingCopy, to_device, to_host
 from .backends.base import ArrayArg
 
@@ -563,16 +563,24 @@ class Borrowed:
     """The owner of another library's memory viewed as a DeviceArray: keeps it alive.
 
     The BlockOwner of such views' block: nothing goes back to any allocator
-    when the block dies, the reference to the other library's array is dropped.
+    when the block dies; the reference to the other library's array is
+    dropped, once no capture is active on the device (dropping it may run
+    that library's free, which may call the driver in ways a capture forbids:
+    measured, PyTorch aborts the process then).
     """
 
-    __slots__ = ("obj",)
+    __slots__ = ("device", "obj")
 
-    def __init__(self, obj: object) -> None:
-        self.obj = obj
+    def __init__(self, obj: object, device: Device) -> None:
+        self.obj, self.device = obj, device
 
     def release(self, ptr: int, streams: object) -> None:
-        self.obj = None
+        obj, self.obj = self.obj, None
+        release(self.device, _drop, obj)
+
+
+def _drop(obj: object) -> None:
+    """Nothing: the last reference to ``obj`` goes with the call's arguments."""
 
 
 def _foreign_device(obj: Any, fallback: Device | int | None, found: int | None) -> Device:
@@ -591,14 +599,27 @@ def _foreign_device(obj: Any, fallback: Device | int | None, found: int | None) 
     return _device(fallback)
 
 
+def _cai_dtype(cai: dict[str, Any]) -> np.dtype | None:
+    """The dtype of a ``__cuda_array_interface__``, or None where arrays do not support it."""
+    try:
+        return normalize_dtype(np.dtype(cai["typestr"]))
+    except TypeError:
+        return None
+
+
 def foreign_view(obj: Any, device: Device | int | None) -> DeviceArray | None:
     """A zero-copy view of another library's device array, or None for anything else."""
-    if getattr(obj, "requires_grad", False) and hasattr(obj, "detach"):
-        obj = obj.detach()  # (PyTorch shares no tensor that autograd tracks; the data is the same)
+    if hasattr(obj, "detach") and hasattr(obj, "data_ptr"):
+        # a PyTorch tensor: a new tensor of the same storage, so that the view keeps that
+        # storage alive even if the original later gets other data (``t.data = ...``),
+        # and one autograd does not track (PyTorch shares no tracked tensor)
+        obj = obj.detach()
     try:
         cai = getattr(obj, "__cuda_array_interface__", None)
     except Exception:  # (a library's property may raise anything for host tensors)
         cai = None
+    if cai is not None and _cai_dtype(cai) is None and hasattr(obj, "__dlpack__"):
+        cai = None  # (PyTorch's bfloat16 is "<V2" there: DLPack names it)
     if cai is not None:
         if cai.get("mask") is not None:
             raise ValueError("asarray: masked arrays (__cuda_array_interface__ 'mask') are not supported")
@@ -616,7 +637,7 @@ def foreign_view(obj: Any, device: Device | int | None) -> DeviceArray | None:
         ptr, keep, found = imported.ptr, (obj, imported), imported.device_id
     dev = _foreign_device(obj, device, found)
     lo, hi = _extent(shape, strides, dtype.itemsize)
-    block = new_block(dev, ptr + lo, hi - lo, Borrowed(keep))
+    block = new_block(dev, ptr + lo, hi - lo, Borrowed(keep, dev))
     return DeviceArray._wrap(block, ptr, shape, strides, dtype)
 
 

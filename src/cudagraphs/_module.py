@@ -37,6 +37,7 @@ class _Param(NamedTuple):
     get: Callable[[], Any]
     obj: Any  # the array the graphs were captured (or last repointed) with
     ptr: int
+    view: DeviceArray | None  # its memory then (kept alive: the graphs read it until refreshed)
 
 
 def _address(obj: Any) -> int:
@@ -173,7 +174,9 @@ class GraphModule:
 
     def _snapshot(self) -> None:
         self._seen = [
-            _Param(name, get, obj, _address(obj)) for name, get in self._readers() for obj in (get(),)
+            _Param(name, get, obj, _address(obj), _view(obj))
+            for name, get in self._readers()
+            for obj in (get(),)
         ]
 
     # the call -----------------------------------------------------------------------------
@@ -223,7 +226,7 @@ class GraphModule:
         graphs = self.graphed._entries
         drop: set[Any] = set()
         for p, now in stale:
-            old, new = _view(p.obj), _view(now)
+            old, new = p.view, _view(now)
             same = (
                 old is not None
                 and new is not None

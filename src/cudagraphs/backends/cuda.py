@@ -614,6 +614,13 @@ class CudaBackend:
             if kind == kernel_type:
                 params = _check(drv.cuGraphKernelNodeGetParams(node), "cuGraphKernelNodeGetParams")
                 values = self._kernel_values(params, i)
+                if any(len(v) == 128 for v in values):
+                    # a CUtensorMap (TMA descriptor) encodes its address: cudagraphs cannot move it
+                    raise UpdateError(
+                        f"node {i} (a kernel of another library) takes a 128-byte parameter, which may "
+                        "be a tensor map whose address cudagraphs cannot read: capture again",
+                        i,
+                    )
                 moved = [move_words(v, moves) for v in values]
                 if any(m is not None for m in moved):
                     hits.append(i)

@@ -21,7 +21,9 @@ the library's current stream, which graphed callables use.
 from __future__ import annotations
 
 import contextlib
+import gc
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
@@ -106,6 +108,36 @@ def library_of(obj: object) -> Library | None:
     return lib if lib is not None and lib.owns(obj) else None
 
 
+_gc_lock = threading.Lock()
+_gc_pauses = [0, False]  # captures that paused the cyclic collector; whether it was on before
+
+
+@contextlib.contextmanager
+def _no_cyclic_gc() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while another library is routed into a capture.
+
+    A cycle that holds another library's arrays, collected during a capture,
+    frees them through that library's allocator, which may call the driver in
+    ways the capture forbids (measured: PyTorch then aborts the process).
+    ``torch.cuda.graph`` runs ``gc.collect()`` before capturing for the same
+    reason; pausing the collector costs nothing. Reference counting still
+    frees what the captured code drops; nested and concurrent captures share
+    one pause.
+    """
+    with _gc_lock:
+        if _gc_pauses[0] == 0:
+            _gc_pauses[1] = gc.isenabled()
+            gc.disable()
+        _gc_pauses[0] += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_pauses[0] -= 1
+            if _gc_pauses[0] == 0 and _gc_pauses[1]:
+                gc.enable()
+
+
 def route(
     device: Any, stream: Any, allocate: Callable[[int], Any] | None, shared: dict[str, Any] | None = None
 ) -> Routing:
@@ -123,6 +155,8 @@ def route(
     if not device.backend.capabilities.shares_memory:
         return routing
     try:
+        if allocate is not None and any(True for _ in libraries()):
+            routing.stack.enter_context(_no_cyclic_gc())
         for lib in libraries():
             context = lib.route(
                 device, stream.handle, allocate, routing.keep, {} if shared is None else shared
