@@ -7,8 +7,8 @@ against numpy, and timed:
   device-side while node (no host round trip per iteration);
 * **MLP decode step**: a deep, narrow network (6 layers of width 64, as in
   small-batch decoding) applied token after token, one captured step
-  replayed per token. Matmuls go through CuPy's cuBLAS when
-  CuPy is there (on the cuda backend), else through a cudagraphs kernel;
+  replayed per token. Matmuls go through ``cg.ops.matmul`` (cuBLASLt, with
+  the ``blas`` extra), else through a naive cudagraphs kernel;
 * **GPT decoder** (on a GPU with PyTorch): a 4-layer, width-256 decoder
   written in PyTorch with a static KV cache, decoding greedily token after
   token, eagerly and through :class:`cudagraphs.GraphModule`.
@@ -70,6 +70,14 @@ extern "C" __global__ void dense(float* y, const float* W, const float* x, const
     for (int j = 0; j < cols; ++j) s += W[(long long)i * cols + j] * x[j];
     y[i] = act == 1 ? fmaxf(s, 0.0f) : (act == 2 ? tanhf(s) : s);
 }
+
+// y = act(y + b), after a matmul wrote y = W x
+extern "C" __global__ void bias_act(float* y, const float* b, int rows, int act) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= rows) return;
+    float s = y[i] + b[i];
+    y[i] = act == 1 ? fmaxf(s, 0.0f) : (act == 2 ? tanhf(s) : s);
+}
 """
 
 
@@ -96,6 +104,11 @@ def _dense_host(
     y: np.ndarray, W: np.ndarray, x: np.ndarray, b: np.ndarray, rows: Any, cols: Any, act: Any
 ) -> None:
     s = (W.reshape(rows, cols) @ x[:cols] + b[:rows]).astype(np.float32)
+    y[:rows] = np.maximum(s, 0) if act == 1 else (np.tanh(s) if act == 2 else s)
+
+
+def _bias_act_host(y: np.ndarray, b: np.ndarray, rows: Any, act: Any) -> None:
+    s = (y[:rows] + b[:rows]).astype(np.float32)
     y[:rows] = np.maximum(s, 0) if act == 1 else (np.tanh(s) if act == 2 else s)
 
 
@@ -202,26 +215,25 @@ def jacobi_demo(n: int, device: cg.Device) -> dict[str, Any]:
     }
 
 
-def _cupy_dense(device: cg.Device) -> Callable[..., None] | None:
-    """A dense layer through CuPy's cuBLAS on our stream, if CuPy can do it here."""
-    if not device.backend.capabilities.shares_memory:
-        return None
+def _matmul_dense(device: cg.Device) -> Callable[..., None] | None:
+    """A dense layer as ``cg.ops.matmul`` (cuBLASLt on a GPU) and a bias+activation kernel.
+
+    None where the matmul cannot run here (the cuda backend without the
+    ``blas`` extra).
+    """
+    probe = cg.ones((2, 2), "float32", device=device)
     try:
-        import cupy as cp
-    except ImportError:
+        cg.ops.matmul(probe, probe)
+    except (ImportError, cg.CudaGraphsError) as exc:
+        print(f"  (cg.ops.matmul unavailable, using a cudagraphs kernel: {exc})", file=sys.stderr)
         return None
-    stream = cp.cuda.ExternalStream(device.stream.handle)
+    kernel = cg.Kernel(MLP_SOURCE, "bias_act", host=_bias_act_host)
+    cg.preload([kernel], device)
 
     def dense(y: cg.DeviceArray, W: cg.DeviceArray, x: cg.DeviceArray, b: cg.DeviceArray, act: int) -> None:
-        with stream:
-            s = cp.matmul(cp.asarray(W), cp.asarray(x), out=None) + cp.asarray(b)
-            out = cp.asarray(y)
-            if act == 1:
-                cp.maximum(s, 0, out=out)
-            elif act == 2:
-                cp.tanh(s, out=out)
-            else:
-                out[...] = s
+        rows, cols = W.shape
+        cg.ops.matmul(W, x.reshape(cols, 1), out=y.reshape(rows, 1))
+        kernel.launch(-(-rows // 128), 128, y, b, rows, act)
 
     return dense
 
@@ -242,17 +254,9 @@ def build_mlp(d: int, device: cg.Device, layers: int = 6) -> tuple[cg.Graph, dic
         kernel.launch(-(-rows // 128), 128, y, W, v, bias, rows, cols, act)
 
     engine, dense = "cudagraphs kernels", ours
-    cupy_dense = _cupy_dense(device)
-    if cupy_dense is not None:
-        try:  # cuBLAS must be capturable here: check once, fall back otherwise
-            with cg.capture() as probe:
-                cupy_dense(tmp, Ws[0], x, bs[0], 1)
-            probe.close()
-            engine, dense = "CuPy cuBLAS", cupy_dense
-        except Exception as exc:  # a failed probe leaves nothing behind
-            print(
-                f"  (CuPy matmuls cannot be captured here, using cudagraphs kernels: {exc})", file=sys.stderr
-            )
+    matmul_dense = _matmul_dense(device)
+    if matmul_dense is not None:
+        engine, dense = "cg.ops.matmul", matmul_dense
 
     def step() -> None:
         # ping-pong between x and tmp; an even number of layers ends in x
@@ -260,7 +264,7 @@ def build_mlp(d: int, device: cg.Device, layers: int = 6) -> tuple[cg.Graph, dic
             src, dst = (x, tmp) if i % 2 == 0 else (tmp, x)
             dense(dst, Ws[i], src, bs[i], 2 if i == layers - 1 else 1)
 
-    step()  # warm up (CuPy plans, caches) outside the capture
+    step()  # warm up (matmul plans, kernels) outside the capture
     x.set(x0)
     with cg.capture() as decode:
         step()
