@@ -69,6 +69,7 @@ PUBLIC = {
     "StaleParameterError",
     "graphed",
     "interop",
+    "random",
     "current_stream",
 }
 

@@ -7,7 +7,7 @@ everything runs on the ``sim`` backend, a CPU simulation of CUDA.
 
 from __future__ import annotations
 
-from . import interop, ops
+from . import interop, ops, random
 from ._allocator import AllocatorStats, Block, CachingAllocator
 from ._array import (
     DeviceArray,
@@ -106,6 +106,7 @@ __all__ = [
     "ops",
     "override",
     "preload",
+    "random",
     "settings",
     "zeros",
     "zeros_like",
