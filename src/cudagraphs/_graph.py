@@ -169,6 +169,7 @@ class Graph:
         "__weakref__",
         "_auto_free",
         "_bodies",
+        "_count",
         "_exec",
         "_finalizer",
         "_launch",
@@ -206,6 +207,7 @@ class Graph:
     _patched: bool
     _traced: list[tuple[str, str]] | None  # (node type, kernel name) per node
     _bodies: list[NodeRecord]  # the records of nodes inside conditional bodies
+    _count: int | None  # nodes of the driver graph, read on first use
     _moves: list[tuple[int, int, int]]  # repoint()s of other libraries' nodes, from the captured values
 
     def __init__(self, *args: object, **kwargs: object) -> None:
@@ -229,6 +231,7 @@ class Graph:
         g._traced = None
         g._bodies = []
         g._moves = []
+        g._count = None
         return g
 
     def _ready_from(self, raw_graph: Any, rec: Recording, auto_free: bool, instantiate: bool) -> None:
@@ -341,7 +344,7 @@ class Graph:
         # the same nodes, with the source's values; handles are the instantiated
         # graph's, found on first use (records of a finished capture carry none)
         self._records = list(source._records)
-        self._bodies, self._moves = source._bodies, []
+        self._bodies, self._moves, self._count = source._bodies, [], None
         source._res, source._exec, source.state = None, None, GraphState.CONSUMED
         self._traced = source._traced
         self._nodes = None

@@ -126,7 +126,7 @@ def _unrecorded_users(
     """
     ours = {int(r.handle) for r in records if r.kind != "child"}
     res = graph._res
-    if len(ours) == len(graph.device.backend.graph_topology(res.graph, details=False)[0]):
+    if len(ours) == _node_count(graph):
         return []  # every node is ours (the common case: no scan)
     if res.params_graph is not None:
         raise UpdateError(
@@ -134,6 +134,14 @@ def _unrecorded_users(
             "whose new arguments cudagraphs cannot see: capture again"
         )
     return graph.device.backend.graph_repoint(exec_, res.graph, moves, ours, patch)  # type: ignore[no-any-return]
+
+
+def _node_count(graph: Any) -> int:
+    """How many nodes the graph's driver graph has (read once: it never changes)."""
+    count = graph._count
+    if count is None:
+        count = graph._count = len(graph.device.backend.graph_topology(graph._res.graph, details=False)[0])
+    return count  # type: ignore[no-any-return]
 
 
 def _compose(moves: list[tuple[int, int, int]], lo: int, hi: int, delta: int) -> list[tuple[int, int, int]]:
