@@ -43,10 +43,37 @@ from ._graph import Graph, Resources, release_resources
 from ._pool import ForbidMemory, GraphMemory, GraphPool, PoolMemory
 from .backends.base import CAPTURE_MODES
 
-__all__ = ["CaptureSession", "capture", "capture_status", "is_capturing"]
+__all__ = ["CaptureSession", "capture", "capture_options", "capture_status", "is_capturing"]
 
 ALLOC_POLICIES = ("pool", "forbid", "graph")
 _MEMORY = {"pool": PoolMemory, "forbid": ForbidMemory, "graph": GraphMemory}
+
+
+def capture_options(
+    device: Device | None, stream: Stream | None, mode: str, pool: GraphPool | None
+) -> Device:
+    """Check a capture's options; return its device (given, or the stream's, the pool's, the current).
+
+    Raises
+    ------
+    TypeError
+        For a stream, pool or device that is not cudagraphs'.
+    ValueError
+        For an unknown mode, or a pool on another device.
+    """
+    if mode not in CAPTURE_MODES:
+        raise ValueError(f"mode must be one of {CAPTURE_MODES}, got {mode!r}")
+    if stream is not None and type(stream) is not Stream:
+        raise TypeError(f"stream must be a cudagraphs Stream, got {type(stream).__name__}")
+    if pool is not None and not isinstance(pool, GraphPool):
+        raise TypeError(f"pool must be a cudagraphs GraphPool, got {type(pool).__name__}")
+    if device is not None and not isinstance(device, Device):
+        raise TypeError(f"device must be a cudagraphs Device, got {type(device).__name__}")
+    if device is None:
+        device = stream.device if stream is not None else pool.device if pool else current_device()
+    if pool is not None and pool.device is not device:
+        raise ValueError(f"pool is on {pool.device}, the capture on {device}")
+    return device
 
 
 class CaptureSession:
@@ -64,21 +91,10 @@ class CaptureSession:
         alloc: str,
         instantiate: bool = True,
     ) -> None:
-        if mode not in CAPTURE_MODES:
-            raise ValueError(f"mode must be one of {CAPTURE_MODES}, got {mode!r}")
         if alloc not in ALLOC_POLICIES:
             raise ValueError(f"alloc must be one of {ALLOC_POLICIES}, got {alloc!r}")
-        if stream is not None and type(stream) is not Stream:
-            raise TypeError(f"stream must be a cudagraphs Stream, got {type(stream).__name__}")
-        if pool is not None and not isinstance(pool, GraphPool):
-            raise TypeError(f"pool must be a cudagraphs GraphPool, got {type(pool).__name__}")
-        if device is not None and not isinstance(device, Device):
-            raise TypeError(f"device must be a cudagraphs Device, got {type(device).__name__}")
-        if device is None:
-            device = stream.device if stream is not None else pool.device if pool else current_device()
+        device = capture_options(device, stream, mode, pool)
         stream = resolve_stream(stream, device)
-        if pool is not None and pool.device is not device:
-            raise ValueError(f"pool is on {pool.device}, the capture on {device}")
         self.device, self.stream, self.mode, self.alloc = device, stream, mode, alloc
         self.pool = pool if pool is not None else GraphPool(device)
         self.instantiate = bool(instantiate)

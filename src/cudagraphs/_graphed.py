@@ -37,13 +37,13 @@ import numpy as np
 from . import interop
 from ._array import DeviceArray, empty, foreign_view
 from ._builtin import copy_view, fill_value, fill_view
-from ._capture import CaptureSession
-from ._device import Device, Stream, current_device
+from ._capture import CaptureSession, capture_options
+from ._device import Device, Stream
 from ._errors import StaleOutputError
 from ._graph import Graph
 from ._pool import GraphPool
 from ._recording import Work, submit
-from .backends.base import CAPTURE_MODES, Copy
+from .backends.base import Copy
 
 __all__ = ["GraphOutput", "GraphedCallable", "graphed"]
 
@@ -297,14 +297,9 @@ class GraphedCallable:
             raise ValueError(f"dim must be a non-negative int, got {dim!r}")
         if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
             raise ValueError(f"warmup must be a non-negative int, got {warmup!r}")
-        if mode not in CAPTURE_MODES:
-            raise ValueError(f"mode must be one of {CAPTURE_MODES}, got {mode!r}")
-        if stream is not None and type(stream) is not Stream:
-            raise TypeError(f"stream must be a cudagraphs Stream, got {type(stream).__name__}")
-        if pool is not None and not isinstance(pool, GraphPool):
-            raise TypeError(f"pool must be a cudagraphs GraphPool, got {type(pool).__name__}")
-        if device is None:
-            device = stream.device if stream is not None else pool.device if pool else current_device()
+        device = capture_options(device, stream, mode, pool)
+        if stream is not None and stream.device is not device:
+            raise ValueError(f"stream {stream} is on {stream.device}, the callable on {device}")
         self.fn = fn
         self.buckets = buckets
         self.dim = dim
