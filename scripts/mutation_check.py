@@ -210,6 +210,30 @@ MUTATIONS = [
         "# patch replaced\n",
     ),
     (
+        "graph outputs never expire",
+        "src/cudagraphs/_graphed.py",
+        "        if lease.calls != self._call:",
+        "        if False:",
+    ),
+    (
+        "GraphModule replays with replaced parameters",
+        "src/cudagraphs/_module.py",
+        "            if stale:",
+        "            if False:",
+    ),
+    (
+        "graph pools reuse no freed range",
+        "src/cudagraphs/_pool.py",
+        "            fits = [(n, start) for start, (n, _) in self._free.items() if n >= size]",
+        "            fits = [(n, start) for start, (n, _) in self._free.items() if n == -1]",
+    ),
+    (
+        "repoint leaves other libraries' nodes alone",
+        "src/cudagraphs/_patch.py",
+        "    if others:\n        _unrecorded_users(graph, exec_, records, moves, patch=True)",
+        "    if others:\n        pass",
+    ),
+    (
         "a foreign array is let go during a capture",
         "src/cudagraphs/_array.py",
         "        release(self.device, _drop, obj)",
