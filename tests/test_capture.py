@@ -494,3 +494,26 @@ def test_refcount_of_inputs_drops_after_close(dev: cg.Device) -> None:
     g.close()
     gc.collect()
     assert sys.getrefcount(x) == start
+
+
+def test_a_graph_captured_inside_another_capture_is_instantiated_on_first_use(device: cg.Device) -> None:
+    cg.ops.preload(["float32"], device)
+    x = cg.zeros(4, "float32", device=device)
+    side = device.create_stream()
+    with cg.capture(device=device) as outer:
+        with cg.capture(stream=side) as inner:  # the driver refuses to instantiate here
+            cg.ops.fill(x, 1.0, stream=side)
+        assert inner.state == "captured"
+        with pytest.raises(cg.CaptureError, match="forbids instantiating"):
+            inner.instantiate()  # refused before the driver would invalidate the capture
+        inner.replay(stream=outer.stream)  # embedded as a child node
+        cg.ops.scale(2.0, x, x, stream=outer.stream)
+    assert outer.state == "ready"
+    outer.replay()
+    np.testing.assert_array_equal(x.get(), np.full(4, 2.0, "float32"))
+    x.set(np.zeros(4, "float32"))
+    side.wait(device.current_stream())  # (the set is queued on the current stream)
+    inner.replay(stream=side)  # instantiated now, on first use
+    assert inner.state == "ready"
+    side.synchronize()
+    np.testing.assert_array_equal(x.get(), np.ones(4, "float32"))

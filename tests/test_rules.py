@@ -88,6 +88,9 @@ class Case:
                 s, Copy(self.pageable.ctypes.data, self.ptr, 64, "dtoh")
             ),
             ("cuGraphLaunch", "the capturing stream"): lambda: b.graph_launch(self.graph._exec, s),
+            ("cuGraphInstantiate", "another graph"): lambda: self.made.append(
+                ("exec", b.graph_instantiate(self.graph._res.graph, False))
+            ),
             ("cuModuleLoadData", "a new module (compiling and loading a kernel)"): lambda: cg.Kernel(
                 f'extern "C" __global__ void k{next(_fresh)}(float* p) {{ p[0] = 1; }}',
                 f"k{next(_fresh) - 1}",
@@ -100,7 +103,10 @@ class Case:
         b, i = self.b, self.dev.index
         b.synchronize(i)
         for kind, handle in self.made:
-            (b.host_free if kind == "host" else lambda p: b.mem_free(p, self.other))(handle)
+            if kind == "exec":
+                b.destroy(handle)
+            else:
+                (b.host_free if kind == "host" else lambda p: b.mem_free(p, self.other))(handle)
         if "exec" in self.gone:
             self.graph._exec = self.graph._res.exec = None  # the row destroyed it
         self.graph.close()

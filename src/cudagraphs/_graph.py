@@ -172,6 +172,7 @@ class Graph:
         "_count",
         "_exec",
         "_finalizer",
+        "_later",
         "_launch",
         "_moves",
         "_nodes",
@@ -208,6 +209,7 @@ class Graph:
     _traced: list[tuple[str, str]] | None  # (node type, kernel name) per node
     _bodies: list[NodeRecord]  # the records of nodes inside conditional bodies
     _count: int | None  # nodes of the driver graph, read on first use
+    _later: bool  # captured inside another capture: instantiated on first use
     _moves: list[tuple[int, int, int]]  # repoint()s of other libraries' nodes, from the captured values
 
     def __init__(self, *args: object, **kwargs: object) -> None:
@@ -232,10 +234,18 @@ class Graph:
         g._bodies = []
         g._moves = []
         g._count = None
+        g._later = False
         return g
 
     def _ready_from(self, raw_graph: Any, rec: Recording, auto_free: bool, instantiate: bool) -> None:
-        """Take over a finished capture's driver graph and what it kept."""
+        """Take over a finished capture's driver graph and what it kept.
+
+        Inside another capture that forbids instantiating (an enclosing
+        capture of this thread, a global one), the graph is instantiated on
+        its first use instead, once that capture has ended.
+        """
+        if instantiate and _recording.instantiate_blocked(self.device):
+            instantiate, self._later = False, True
         exec_ = self.device.backend.graph_instantiate(raw_graph, auto_free) if instantiate else None
         res = Resources(self.device, raw_graph, list(rec.keep), [self.pool], [self.stream])
         rec.keep.clear()
@@ -265,10 +275,17 @@ class Graph:
         """Make a graph captured with ``instantiate=False`` replayable; returns it."""
         if self.state != GraphState.CAPTURED:
             raise RuntimeError(f"this graph is {self.state}; only a captured graph can be instantiated")
+        if _recording.instantiate_blocked(self.device):
+            raise CaptureError(
+                f"a capture in progress on {self.device} forbids instantiating a graph now (the "
+                "driver refuses it and would invalidate that capture): replay this graph inside "
+                "that capture (it becomes a child node), or instantiate it after the capture ends"
+            )
         res = self._res
         assert res is not None
         res.exec = self._exec = self.device.backend.graph_instantiate(res.graph, self._auto_free)
         self.state = GraphState.READY
+        self._later = False
         return self
 
     def keep(self, *objects: Any) -> Graph:
@@ -465,6 +482,8 @@ class Graph:
 
     # replay ---------------------------------------------------------------------------------
     def _ready(self) -> Any:
+        if self._later and self.state == GraphState.CAPTURED:
+            self.instantiate()  # captured inside another capture: instantiated on first use
         if self._exec is None or self.state != GraphState.READY:
             hint = (
                 ": call g.instantiate() first, or use it as a source for update()"
@@ -495,8 +514,8 @@ class Graph:
         keeps this one alive.
         """
         exec_ = self._exec
-        if exec_ is None:
-            self._ready()
+        if exec_ is None and not self._later:
+            self._ready()  # (raises: the graph is not ready)
         if stream is None:
             stream = self.stream
         elif stream is not self.stream:
@@ -507,6 +526,8 @@ class Graph:
         if stream._recording is not None:
             self._embed(stream)
             return
+        if exec_ is None:
+            exec_ = self._ready()
         self._launch(exec_, stream._raw)
         self.replays += 1
 

@@ -58,6 +58,7 @@ from .backends.base import (
 
 __all__ = [
     "NodeRecord",
+    "instantiate_blocked",
     "Recording",
     "Work",
     "active",
@@ -424,6 +425,16 @@ def active(device: Any) -> list[Recording]:
     """The captures in progress on ``device`` (a snapshot)."""
     recs = _ACTIVE.get(device)
     return list(recs) if recs else []
+
+
+def instantiate_blocked(device: Any) -> bool:
+    """Whether a capture in progress forbids this thread to instantiate a graph on ``device``.
+
+    ``cuGraphInstantiate`` is an unsafe call (``sim.RULES``): a global capture
+    refuses it from any thread, a thread-local one from its own thread.
+    """
+    me = threading.get_ident()
+    return any(r.mode == "global" or (r.mode == "thread_local" and r.thread == me) for r in active(device))
 
 
 def status(stream: Any) -> str:

@@ -136,6 +136,7 @@ RULES: tuple[Rule, ...] = (
     Rule("cuMemcpyHtoDAsync", "the capturing stream, from pageable memory", (), _NO, False),
     Rule("cuMemcpyDtoHAsync", "the capturing stream, to pageable memory", (), _NO, False),
     Rule("cuGraphLaunch", "the capturing stream", _ALL, _NO, True, _ALL, _ALL),
+    Rule("cuGraphInstantiate", "another graph", _UNSAFE, _NO, True, _GLOBAL, _GLOBAL),
     Rule("cuModuleLoadData", "a new module (compiling and loading a kernel)", (), _NO, False),
 )
 """What the simulated driver refuses while a capture is active, one row per call.
@@ -1119,6 +1120,7 @@ class SimBackend:
     def graph_instantiate(self, graph: _SimGraph, auto_free: bool) -> _SimExec:
         self._fault("instantiate")
         self._live(graph, "cuGraphInstantiate")
+        self._unsafe(0, "cuGraphInstantiate")
         made, used = self._conditions(graph)
         if made - used:  # the driver refuses a handle no conditional node uses
             raise _error(
