@@ -58,13 +58,13 @@ from .backends.base import (
 
 __all__ = [
     "NodeRecord",
-    "instantiate_blocked",
     "Recording",
     "Work",
     "active",
     "begin",
     "drain",
     "forbid",
+    "instantiate_blocked",
     "later",
     "release",
     "resolve_handles",
