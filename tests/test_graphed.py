@@ -29,6 +29,12 @@ def affine(x: cg.DeviceArray, y: cg.DeviceArray, *, scale: float = 2.0) -> dict[
     return {"out": cg.ops.add(s, y), "sum": cg.ops.add(x, y)}
 
 
+def needs_matmul(dev: cg.Device) -> None:
+    """Skip where cg.ops.matmul cannot run (the cuda backend without nvmath-python)."""
+    if dev.backend.capabilities.shares_memory:
+        pytest.importorskip("nvmath", reason="cg.ops.matmul on a GPU needs nvmath-python (extra 'blas')")
+
+
 class FakeForeign:
     """Another library's device array, as far as cudagraphs can tell (it speaks CAI)."""
 
@@ -418,6 +424,7 @@ def test_rebind_and_repoint_refuse_arrays_used_inside_conditional_bodies(dev: cg
 def test_rebind_refuses_an_array_another_librarys_node_uses_and_repoint_moves_it(
     dev: cg.Device, rng: np.random.Generator
 ) -> None:
+    needs_matmul(dev)
     a_h, b_h = random_array(rng, (4, 4), "float32"), random_array(rng, (4, 4), "float32")
     a, b = cg.asarray(a_h), cg.asarray(b_h)
     y, out = cg.zeros((4, 4), "float32", device=dev), cg.zeros((4, 4), "float32", device=dev)
@@ -440,6 +447,7 @@ def test_rebind_refuses_an_array_another_librarys_node_uses_and_repoint_moves_it
 def test_graph_module_repoints_library_nodes_without_capturing_again(
     dev: cg.Device, rng: np.random.Generator
 ) -> None:
+    needs_matmul(dev)
     w_h, w2_h = random_array(rng, (8, 8), "float32"), random_array(rng, (8, 8), "float32")
     m = cg.GraphModule(lambda x, *, w: cg.ops.matmul(x, w), params={"w": cg.asarray(w_h)}, device=dev)
     x_h = random_array(rng, (3, 8), "float32")

@@ -531,7 +531,12 @@ class CudaBackend:
             if auto_free
             else 0
         )
-        return _check(drv.cuGraphInstantiate(graph, flags), "cuGraphInstantiate")
+        result = drv.cuGraphInstantiate(graph, flags)
+        if result[0]:  # (a thread that never used the device has no current context)
+            result = self._retry(
+                result[0], "cuGraphInstantiate", lambda: drv.cuGraphInstantiate(graph, flags), None
+            )
+        return result[1]
 
     def graph_update(self, exec_: Any, target: Any, params: KernelLaunch | Copy | None = None) -> None:
         drv = _driver()
