@@ -477,3 +477,15 @@ def test_another_librarys_array_is_let_go_only_outside_captures(dev: cg.Device) 
     gc.collect()
     cg.empty(4, "float32")
     assert alive() is None
+
+
+def test_the_fast_path_and_the_general_one_find_the_same_graph(dev: cg.Device, rng: np.random.Generator) -> None:
+    f = cg.graphed(affine, buckets=[4], device=dev)
+    x_h, y_h = random_array(rng, (3, 2), "float32"), random_array(rng, (3, 2), "float32")
+    x, y = cg.asarray(x_h), cg.asarray(y_h)
+    f.capture_all(x, y)  # the general path (capture_all flattens every argument)
+    out = f(x, y)  # positional arrays: the fast path
+    np.testing.assert_allclose(out["out"].get(), 2 * x_h + y_h, rtol=1e-6)
+    np.testing.assert_allclose(f(x, y=y)["sum"].get(), x_h + y_h, rtol=1e-6)  # a keyword: general
+    assert f.stats()["captures"] == 2  # (a keyword argument is another key)
+    assert f.stats()["misses"] == 1

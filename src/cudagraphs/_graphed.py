@@ -28,6 +28,7 @@ another stream than the previous one waits for it first.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple, cast
@@ -75,7 +76,15 @@ class GraphOutput(DeviceArray):
 
     @classmethod
     def _expiring(cls, base: DeviceArray, lease: _Lease) -> GraphOutput:
-        out = cast(GraphOutput, cls._wrap(base._block, base.ptr, base.shape, base.strides, base.dtype))
+        out: GraphOutput = object.__new__(cls)  # base's description, copied as it is
+        out._block, out.ptr, out.shape, out.strides = base._block, base.ptr, base.shape, base.strides
+        out.dtype, out.device, out.size, out.is_contiguous = (
+            base.dtype,
+            base.device,
+            base.size,
+            base.is_contiguous,
+        )
+        out._arg = base._arg
         out._lease, out._call = lease, lease.calls
         return out
 
@@ -134,16 +143,27 @@ class GraphOutput(DeviceArray):
         return f"<cudagraphs.GraphOutput shape={self.shape} dtype={self.dtype} ({state})>"
 
 
+_tuple_new = tuple.__new__  # (named tuples built in C: the repeat path)
+
 # arguments ------------------------------------------------------------------------------
 _LEAF = ("array",)  # the place of an array in a flattened argument tree
 
 
 def _is_array(obj: Any) -> bool:
     if isinstance(obj, DeviceArray):
+        _ARRAY_TYPES.add(type(obj))
         return True
     if isinstance(obj, (int, float, str, bytes, bool, type(None), np.ndarray, np.generic)):
         return False
-    return interop.library_of(obj) is not None or foreign_view_possible(obj)
+    if interop.library_of(obj) is not None:
+        _ARRAY_TYPES.add(type(obj))
+        return True
+    if getattr(obj, "is_cuda", True) is False:  # a PyTorch tensor in host memory
+        raise TypeError(
+            f"graphed: a {type(obj).__name__} in host memory; graphs read device memory: "
+            "move it to the GPU first (.cuda())"
+        )
+    return foreign_view_possible(obj)
 
 
 def foreign_view_possible(obj: Any) -> bool:
@@ -160,6 +180,22 @@ def foreign_view_possible(obj: Any) -> bool:
         return False
 
 
+_ARRAY_TYPES: set[type] = set()  # types seen to be device arrays (a fast path for calls)
+
+
+@functools.cache
+def _positional_spec(n: int) -> Any:
+    """What :func:`_flatten` gives for ``n`` positional arrays and no keyword."""
+    return _flatten((tuple([_SPEC_ARRAY] * n), {}), [])
+
+
+class _SpecArray:  # a stand-in array, only for _positional_spec
+    pass
+
+
+_SPEC_ARRAY = _SpecArray()
+
+
 def _flatten(obj: Any, leaves: list[Any]) -> Any:
     """The tree of ``obj`` with arrays replaced by ``_LEAF``; arrays appended to ``leaves``."""
     t = type(obj)
@@ -169,7 +205,7 @@ def _flatten(obj: Any, leaves: list[Any]) -> Any:
         return (dict, tuple(obj), tuple([_flatten(v, leaves) for v in obj.values()]))
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a named tuple
         return (t, tuple([_flatten(x, leaves) for x in obj]))
-    if _is_array(obj):
+    if obj is _SPEC_ARRAY or _is_array(obj):
         leaves.append(obj)
         return _LEAF
     try:
@@ -215,6 +251,11 @@ def _describe(obj: Any, device: Device) -> _In:
         return _In(obj, None, obj.ptr, obj.shape, obj.dtype, obj.is_contiguous)
     lib = interop.library_of(obj)
     if lib is not None:  # PyTorch, CuPy: described without a view (the repeat path)
+        if not lib.owns(obj):  # (the type is the library's: an array in host memory)
+            raise TypeError(
+                f"graphed: a {type(obj).__name__} in host memory; graphs read device memory: "
+                "move it to the GPU first"
+            )
         ptr, shape, dtype, contiguous, index = lib.describe(obj)
         if index != device.index:
             raise ValueError(
@@ -322,8 +363,12 @@ class GraphedCallable:
     # the call ----------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the function's graph for these arguments (capturing it on first use)."""
-        leaves: list[Any] = []
-        spec = _flatten((args, kwargs), leaves)
+        if not kwargs and all(map(_ARRAY_TYPES.__contains__, map(type, args))):
+            leaves: list[Any] = list(args)  # the common case: arrays, positionally
+            spec = _positional_spec(len(args))
+        else:
+            leaves = []
+            spec = _flatten((args, kwargs), leaves)
         device = self.device
         ins = [_describe(x, device) for x in leaves]
         n, bucket = self._bucket(ins)
@@ -396,8 +441,11 @@ class GraphedCallable:
             if i.contiguous and part.is_contiguous:
                 nbytes = part.nbytes
                 if nbytes:
-                    copy = Copy(part.ptr, i.ptr, nbytes, "dtod")
-                    submit(stream, Work("memcpy", dst.device.backend.memcpy, copy, (i.obj,), (part,)))
+                    copy = _tuple_new(Copy, (part.ptr, i.ptr, nbytes, "dtod"))
+                    work = (
+                        "memcpy", dst.device.backend.memcpy, copy, (i.obj,), (part,), (), "", None, None,
+                    )  # fmt: skip
+                    submit(stream, _tuple_new(Work, work))
             else:
                 copy_view(part, _array_of(i, dst.device), stream)
             if n is not None and n != bucket and self.pad_value is not None:
