@@ -479,7 +479,9 @@ def test_another_librarys_array_is_let_go_only_outside_captures(dev: cg.Device) 
     assert alive() is None
 
 
-def test_the_fast_path_and_the_general_one_find_the_same_graph(dev: cg.Device, rng: np.random.Generator) -> None:
+def test_the_fast_path_and_the_general_one_find_the_same_graph(
+    dev: cg.Device, rng: np.random.Generator
+) -> None:
     f = cg.graphed(affine, buckets=[4], device=dev)
     x_h, y_h = random_array(rng, (3, 2), "float32"), random_array(rng, (3, 2), "float32")
     x, y = cg.asarray(x_h), cg.asarray(y_h)
