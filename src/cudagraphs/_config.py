@@ -9,6 +9,7 @@ variable                               meaning (default)
 ``CUDAGRAPHS_SIM_MEMORY_MB``           memory of each simulated device (16384)
 ``CUDAGRAPHS_SIM_DEVICES``             number of simulated devices (1)
 ``CUDAGRAPHS_SIM_SEED``                seed of the simulator's stream interleaving (0)
+``CUDAGRAPHS_FASTCALL``                ``0`` calls the driver through cuda.bindings only (1)
 =====================================  ===========================================
 
 Settings can be changed in-process with :func:`configure` or, scoped, with
@@ -57,6 +58,7 @@ class Settings:
     sim_memory_mb: int = 16384
     sim_devices: int = 1
     sim_seed: int = 0
+    fastcall: bool = True
 
     def __post_init__(self) -> None:
         if self.backend is not None and self.backend not in _BACKENDS:
@@ -65,6 +67,8 @@ class Settings:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+        if not isinstance(self.fastcall, bool):
+            raise ValueError(f"fastcall must be a bool, got {self.fastcall!r}")
         object.__setattr__(self, "cache_dir", Path(self.cache_dir))
 
 
@@ -84,6 +88,11 @@ def _from_environ(env: Mapping[str, str]) -> Settings:
                 kwargs[field] = int(env[var])
             except ValueError:
                 raise ValueError(f"{var} must be an integer, got {env[var]!r}") from None
+    flag = env.get("CUDAGRAPHS_FASTCALL", "").strip().lower()
+    if flag:
+        if flag not in ("0", "1", "false", "true", "no", "yes", "off", "on"):
+            raise ValueError(f"CUDAGRAPHS_FASTCALL must be 0 or 1, got {env['CUDAGRAPHS_FASTCALL']!r}")
+        kwargs["fastcall"] = flag in ("1", "true", "yes", "on")
     if env.get("CUDAGRAPHS_CACHE_DIR"):
         kwargs["cache_dir"] = Path(env["CUDAGRAPHS_CACHE_DIR"]).expanduser()
     return Settings(**kwargs)  # type: ignore[arg-type]

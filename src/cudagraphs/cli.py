@@ -45,7 +45,16 @@ def doctor() -> int:
     print(f"backend in use: {cg.backend()}")
     print(f"kernel cache: {cg.settings().cache_dir}")
     try:
+        from cudagraphs import _fastcall  # type: ignore[attr-defined]  # noqa: F401
+
+        built = "built"
+    except ImportError:
+        built = "not built (the driver is called through cuda.bindings, 1-2 µs slower a call)"
+    try:
         dev = cg.Device(0)
+        if cg.backend() == "cuda":
+            built += ", in use" if getattr(dev.backend, "fastcall", False) else ", not in use"
+        print(f"fast driver calls (cudagraphs._fastcall): {built}")
         print(
             f"device 0: {dev.name}, compute capability {dev.compute_capability}, "
             f"{dev.total_memory / 2**30:.1f} GiB"

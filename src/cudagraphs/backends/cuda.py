@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .._config import settings
 from .._errors import BackendUnavailableError, CudaError, UpdateError
 from . import base
 from .base import Capabilities, Copy, DeviceProperties, KernelLaunch, NodeInfo, move_words
@@ -26,6 +27,9 @@ __all__ = ["CudaBackend"]
 CUDA_ERROR_INVALID_CONTEXT = 201
 _drv: Any = None
 _graph_launch: Any = None  # cuGraphLaunch, bound when the backend starts
+# the driver functions of the hot paths, by name: cudagraphs._fastcall's when it is
+# built and enabled, else cuda.bindings' (bound when the backend starts)
+_call: dict[str, Any] = {}
 _HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _cuda_lib: Any = None
 
@@ -57,7 +61,7 @@ def _driver() -> Any:
 
 def _raise(err: Any, call: str, detail: str = "") -> None:
     drv = _driver()
-    res, name = drv.cuGetErrorName(err)
+    res, name = drv.cuGetErrorName(drv.CUresult(int(err)))  # (fast calls return plain ints)
     text = name.decode() if not res and name else f"CUresult {int(err)}"
     raise CudaError(int(err), text, call, detail)
 
@@ -87,6 +91,75 @@ _STRUCT_CODES = {
     "e": "e",
     "?": "?",
 }
+
+
+_FAST = (
+    "cuLaunchKernel",
+    "cuGraphLaunch",
+    "cuMemcpyDtoDAsync",
+    "cuMemcpyHtoDAsync",
+    "cuMemcpyDtoHAsync",
+    "cuMemsetD8Async",
+    "cuMemAllocFromPoolAsync",
+    "cuMemFreeAsync",
+    "cuEventRecord",
+    "cuStreamWaitEvent",
+)
+
+
+def _bind_calls(drv: Any) -> dict[str, Any]:
+    """The hot paths' driver functions by name: compiled fast calls where possible.
+
+    ``cudagraphs._fastcall`` calls the driver's entry points at C's cost
+    (cuda.bindings spends 1-2 µs a call); it gets them from
+    ``cuGetProcAddress`` for the driver's version, as cuda.bindings does.
+    Without the module (not built), with ``CUDAGRAPHS_FASTCALL=0``, or when
+    an entry point is missing, every call goes through cuda.bindings.
+    """
+    bindings = {name: getattr(drv, name) for name in _FAST}
+    if not settings().fastcall:
+        return bindings
+    try:
+        from .. import _fastcall  # type: ignore[attr-defined]
+    except ImportError:
+        return bindings
+    err, version = drv.cuDriverGetVersion()
+    if err:
+        return bindings
+    default = drv.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT
+    for name in _FAST:
+        err, address, found = drv.cuGetProcAddress(name.encode(), version, default)
+        if err or not address or int(found) != 0:  # CU_GET_PROC_ADDRESS_SUCCESS
+            return bindings
+        _fastcall.bind(name, int(address))
+    calls = {name: getattr(_fastcall, name) for name in _FAST}
+    # node updates take a struct the fast call cannot share with cuda.bindings' (see
+    # CudaBackend._prepare_node_params): only there when fast
+    name = "cuGraphExecKernelNodeSetParams"
+    err, address, found = drv.cuGetProcAddress(name.encode(), version, default)
+    if not err and address and int(found) == 0:
+        _fastcall.bind(name, int(address))
+        calls[name] = _fastcall.cuGraphExecKernelNodeSetParams
+    return calls
+
+
+class _KernelNodeParams(ctypes.Structure):
+    """The driver's ``CUDA_KERNEL_NODE_PARAMS_v2``, for the fast node-update call."""
+
+    _fields_ = [
+        ("func", ctypes.c_void_p),
+        ("gridDimX", ctypes.c_uint),
+        ("gridDimY", ctypes.c_uint),
+        ("gridDimZ", ctypes.c_uint),
+        ("blockDimX", ctypes.c_uint),
+        ("blockDimY", ctypes.c_uint),
+        ("blockDimZ", ctypes.c_uint),
+        ("sharedMemBytes", ctypes.c_uint),
+        ("kernelParams", ctypes.c_void_p),
+        ("extra", ctypes.c_void_p),
+        ("kern", ctypes.c_void_p),
+        ("ctx", ctypes.c_void_p),
+    ]
 
 
 class _Packer:
@@ -126,13 +199,15 @@ class _Function:
     ``cuLaunchKernel``.
     """
 
-    __slots__ = ("address", "buf", "call", "fn", "lock", "name", "ordinal", "pack", "packer")
+    __slots__ = ("address", "buf", "call", "fn", "handle", "lock", "name", "ordinal", "pack", "packer")
 
     def __init__(self, fn: Any, packer: _Packer, name: str, ordinal: int) -> None:
         self.fn, self.packer, self.name, self.ordinal = fn, packer, name, ordinal
         self.pack, self.buf, self.address = packer.fmt.pack_into, packer.buf, packer.address
         self.lock = packer.lock
-        self.call = _driver().cuLaunchKernel
+        self.call = _call["cuLaunchKernel"]
+        # what the launch call takes: an int for the fast call, the handle for cuda.bindings
+        self.handle = int(fn) if self.call is not _driver().cuLaunchKernel else fn
 
 
 _MEMCPY = {"htod": "cuMemcpyHtoDAsync", "dtoh": "cuMemcpyDtoHAsync", "dtod": "cuMemcpyDtoDAsync"}
@@ -156,13 +231,17 @@ class CudaBackend:
         if count < 1:
             raise BackendUnavailableError("the CUDA driver reports no GPU")
         global _graph_launch
-        _graph_launch = drv.cuGraphLaunch
+        _call.clear()
+        _call.update(_bind_calls(drv))
+        _graph_launch = _call["cuGraphLaunch"]
+        self.fastcall = _call["cuGraphLaunch"] is not drv.cuGraphLaunch
         self._count: int = int(count)
         self._lock = threading.Lock()
         self._ctx: dict[int, Any] = {}
         self._pools: dict[int, Any] = {}
         self._modules: list[Any] = []
         self._bodies: dict[int, tuple[Any, ...]] = {}  # conditional node -> its body graphs
+        self._node_params: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # see _prepare_node_params
         self._types = (drv.CUgraphExec, drv.CUgraph, drv.CUevent, drv.CUstream)
 
     # devices ------------------------------------------------------------
@@ -278,12 +357,12 @@ class CudaBackend:
             flag = drv.CUevent_record_flags.CU_EVENT_RECORD_EXTERNAL
             _check(drv.cuEventRecordWithFlags(event, stream, flag), "cuEventRecordWithFlags")
         else:
-            _check(drv.cuEventRecord(event, stream), "cuEventRecord")
+            _check(_call["cuEventRecord"](event, stream), "cuEventRecord")
 
     def stream_wait_event(self, stream: Any, event: Any, external: bool = False) -> None:
         drv = _driver()
-        flags = drv.CUevent_wait_flags.CU_EVENT_WAIT_EXTERNAL if external else 0
-        _check(drv.cuStreamWaitEvent(stream, event, flags), "cuStreamWaitEvent")
+        flags = int(drv.CUevent_wait_flags.CU_EVENT_WAIT_EXTERNAL) if external else 0
+        _check(_call["cuStreamWaitEvent"](stream, event, flags), "cuStreamWaitEvent")
 
     def event_elapsed_ms(self, start: Any, end: Any) -> float:
         return float(_check(_driver().cuEventElapsedTime(start, end), "cuEventElapsedTime"))
@@ -292,7 +371,7 @@ class CudaBackend:
     def mem_alloc(self, ordinal: int, nbytes: int, stream: Any) -> int:
         drv = _driver()
         pool = self._pools[ordinal]
-        result = drv.cuMemAllocFromPoolAsync(nbytes, pool, stream)
+        result = _call["cuMemAllocFromPoolAsync"](nbytes, pool, stream)
         if result[0]:
             result = self._retry(
                 result[0],
@@ -303,7 +382,7 @@ class CudaBackend:
         return int(result[1])
 
     def mem_free(self, ptr: int, stream: Any) -> None:
-        _check(_driver().cuMemFreeAsync(ptr, stream), "cuMemFreeAsync")
+        _check(_call["cuMemFreeAsync"](ptr, stream), "cuMemFreeAsync")
 
     def mem_pool(
         self, ordinal: int, release_threshold: int | None = None, trim: bool = False
@@ -338,13 +417,12 @@ class CudaBackend:
         _check(_driver().cuMemFreeHost(ptr), "cuMemFreeHost")
 
     def memcpy(self, stream: Any, copy: Copy) -> None:
-        drv = _driver()
         dst, src, nbytes, kind = copy
         call = _MEMCPY[kind]
-        _check(getattr(drv, call)(dst, src, nbytes, stream), call)
+        _check(_call[call](dst, src, nbytes, stream), call)
 
     def memset(self, dst: int, value: int, nbytes: int, stream: Any) -> None:
-        _check(_driver().cuMemsetD8Async(dst, value, nbytes, stream), "cuMemsetD8Async")
+        _check(_call["cuMemsetD8Async"](dst, value, nbytes, stream), "cuMemsetD8Async")
 
     # kernels --------------------------------------------------------------
     def load_kernel(
@@ -369,12 +447,12 @@ class CudaBackend:
         f, (gx, gy, gz), (bx, by, bz), shared_mem, values, _ = launch  # (the hot path)
         with f.lock:  # the driver copies the arguments before returning
             f.pack(f.buf, 0, *values)
-            (err,) = f.call(f.fn, gx, gy, gz, bx, by, bz, shared_mem, stream, f.address, 0)
+            (err,) = f.call(f.handle, gx, gy, gz, bx, by, bz, shared_mem, stream, f.address, 0)
             if err:
                 self._retry(
                     err,
                     f"cuLaunchKernel({f.name})",
-                    lambda: f.call(f.fn, gx, gy, gz, bx, by, bz, shared_mem, stream, f.address, 0),
+                    lambda: f.call(f.handle, gx, gy, gz, bx, by, bz, shared_mem, stream, f.address, 0),
                     f.ordinal,
                 )
 
@@ -538,21 +616,51 @@ class CudaBackend:
             )
         return result[1]
 
+    def _prepare_node_params(
+        self, function: _Function, grid: tuple[int, int, int], block: tuple[int, int, int], shared_mem: int
+    ) -> tuple[Any, ...]:
+        """(set-params call, its struct, what keeps that alive) for kernel nodes of one launch shape.
+
+        Made once per kernel and shape (node updates of one graph share
+        them): the struct points at the kernel's argument buffer, which each
+        update packs anew. The fast call takes the struct's address (a
+        ``CUDA_KERNEL_NODE_PARAMS_v2`` made by ctypes), cuda.bindings its own.
+        """
+        drv = _driver()
+        fast = _call.get("cuGraphExecKernelNodeSetParams")
+        if fast is not None:
+            c = _KernelNodeParams(
+                int(function.fn), *grid, *block, shared_mem, function.address, None, None, None
+            )
+            prepared: tuple[Any, ...] = (fast, ctypes.addressof(c), c)  # (the struct kept alive)
+        else:
+            p = drv.CUDA_KERNEL_NODE_PARAMS()
+            p.func = function.fn
+            p.gridDimX, p.gridDimY, p.gridDimZ = grid
+            p.blockDimX, p.blockDimY, p.blockDimZ = block
+            p.sharedMemBytes = shared_mem
+            p.kernelParams = function.address
+            prepared = (drv.cuGraphExecKernelNodeSetParams, p, None)
+        if len(self._node_params) >= 256:  # shapes of many kernels: start again
+            self._node_params.clear()
+        self._node_params[function, grid, block, shared_mem] = prepared
+        return prepared
+
     def graph_update(self, exec_: Any, target: Any, params: KernelLaunch | Copy | None = None) -> None:
         drv = _driver()
 
-        if isinstance(params, KernelLaunch):
-            p = drv.CUDA_KERNEL_NODE_PARAMS()
-            function = params.function
-            p.func = function.fn
-            p.gridDimX, p.gridDimY, p.gridDimZ = params.grid
-            p.blockDimX, p.blockDimY, p.blockDimZ = params.block
-            p.sharedMemBytes = params.shared_mem
-            packer = function.packer
-            with packer.lock:  # the driver copies the arguments before returning
-                packer.fmt.pack_into(packer.buf, 0, *params.values)
-                p.kernelParams = packer.address
-                _check(drv.cuGraphExecKernelNodeSetParams(exec_, target, p), "cuGraphExecKernelNodeSetParams")
+        if type(params) is KernelLaunch:
+            function, grid, block, shared_mem, values, _ = params
+            key = (function, grid, block, shared_mem)
+            prepared = self._node_params.get(key)
+            if prepared is None:
+                prepared = self._prepare_node_params(*key)
+            set_params, p, _ = prepared
+            with function.lock:  # the driver copies the arguments before returning
+                function.pack(function.buf, 0, *values)
+                (err,) = set_params(exec_, target, p)
+            if err:
+                _raise(err, "cuGraphExecKernelNodeSetParams")
             return
         if isinstance(params, Copy):
             p = drv.CUDA_MEMCPY3D()

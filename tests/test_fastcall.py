@@ -1,0 +1,181 @@
+"""The compiled fast driver calls (``cudagraphs._fastcall``).
+
+On any machine: each call passes its arguments to the bound entry point
+unchanged and returns what cuda.bindings would (a tuple starting with the
+CUresult), with fake driver functions made by ctypes. On a GPU: the cuda
+backend uses them, and the same work gives the same results through
+cuda.bindings alone (``CUDAGRAPHS_FASTCALL=0``, in a subprocess).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+fast = pytest.importorskip(
+    "cudagraphs._fastcall", reason="the C part is not built (`pip install -e .` builds it)"
+)
+
+P, U, Z = ctypes.c_void_p, ctypes.c_uint, ctypes.c_size_t
+I64 = ctypes.c_uint64
+SIGNATURES = {
+    "cuLaunchKernel": (P, U, U, U, U, U, U, U, P, P, P),
+    "cuGraphLaunch": (P, P),
+    "cuMemcpyDtoDAsync": (I64, I64, Z, P),
+    "cuMemcpyHtoDAsync": (I64, P, Z, P),
+    "cuMemcpyDtoHAsync": (P, I64, Z, P),
+    "cuMemsetD8Async": (I64, ctypes.c_ubyte, Z, P),
+    "cuMemFreeAsync": (I64, P),
+    "cuEventRecord": (P, P),
+    "cuStreamWaitEvent": (P, P, U),
+    "cuGraphExecKernelNodeSetParams": (P, P, P),
+}
+
+
+class Handle:
+    """Like a cuda.bindings handle: converts with int()."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __int__(self) -> int:
+        return self.value
+
+
+@pytest.fixture
+def fake():
+    """Bind every entry point to a Python function that records its arguments."""
+    seen: dict[str, tuple[object, ...]] = {}
+    keep = []
+    for name, args in SIGNATURES.items():
+
+        def record(*a: object, name: str = name) -> int:
+            seen[name] = a
+            return 700 + len(seen)
+
+        cb = ctypes.CFUNCTYPE(ctypes.c_int, *args)(record)
+        keep.append(cb)
+        fast.bind(name, ctypes.cast(cb, P).value)
+
+    def alloc(out, n, pool, stream):
+        seen["cuMemAllocFromPoolAsync"] = (n, pool, stream)
+        out[0] = 0xABC000 + n
+        return 0
+
+    cb = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(I64), Z, P, P)(alloc)
+    keep.append(cb)
+    fast.bind("cuMemAllocFromPoolAsync", ctypes.cast(cb, P).value)
+    yield seen
+    for name in fast.names():
+        fast.bind(name, 0)
+
+
+def test_every_call_passes_its_arguments_and_returns_the_result(fake):
+    err = fast.cuLaunchKernel(Handle(0x1234), 1, 2, 3, 4, 5, 6, 7, Handle(0xBEEF), 0x5000, None)
+    assert err == (701,)
+    assert fake["cuLaunchKernel"] == (0x1234, 1, 2, 3, 4, 5, 6, 7, 0xBEEF, 0x5000, None)
+    assert fast.cuGraphLaunch(0x10, 0x20) == (702,)
+    assert fake["cuGraphLaunch"] == (0x10, 0x20)
+    big = 2**40 + 8
+    fast.cuMemcpyDtoDAsync(big, big + 64, 4096, 0x30)
+    assert fake["cuMemcpyDtoDAsync"] == (big, big + 64, 4096, 0x30)
+    fast.cuMemcpyHtoDAsync(big, 0x7000, 16, 0x30)
+    assert fake["cuMemcpyHtoDAsync"] == (big, 0x7000, 16, 0x30)
+    fast.cuMemcpyDtoHAsync(0x7000, big, 16, 0x30)
+    assert fake["cuMemcpyDtoHAsync"] == (0x7000, big, 16, 0x30)
+    fast.cuMemsetD8Async(big, 0xAB, 99, 0x31)
+    assert fake["cuMemsetD8Async"] == (big, 0xAB, 99, 0x31)
+    assert fast.cuMemAllocFromPoolAsync(512, Handle(0x40), 0x41) == (0, 0xABC000 + 512)
+    assert fake["cuMemAllocFromPoolAsync"] == (512, 0x40, 0x41)
+    fast.cuMemFreeAsync(big, 0x41)
+    assert fake["cuMemFreeAsync"] == (big, 0x41)
+    fast.cuEventRecord(0x50, 0x51)
+    assert fake["cuEventRecord"] == (0x50, 0x51)
+    fast.cuStreamWaitEvent(0x51, 0x50, 1)
+    assert fake["cuStreamWaitEvent"] == (0x51, 0x50, 1)
+    fast.cuGraphExecKernelNodeSetParams(0x60, 0x61, 0x62)
+    assert fake["cuGraphExecKernelNodeSetParams"] == (0x60, 0x61, 0x62)
+
+
+def test_bad_arguments_raise_before_any_call(fake):
+    with pytest.raises(TypeError, match="cuGraphLaunch takes 2 arguments, got 1"):
+        fast.cuGraphLaunch(1)
+    with pytest.raises(TypeError):
+        fast.cuGraphLaunch("exec", 0)
+    with pytest.raises(OverflowError):
+        fast.cuLaunchKernel(1, 2**33, 1, 1, 1, 1, 1, 0, 0, 0, 0)
+    with pytest.raises(OverflowError):
+        fast.cuMemFreeAsync(-1, 0)
+    assert not {"cuGraphLaunch", "cuLaunchKernel", "cuMemFreeAsync"} & set(fake)
+    with pytest.raises(ValueError, match="no fast call for cuNothing"):
+        fast.bind("cuNothing", 1)
+    with pytest.raises(TypeError):
+        fast.bind(3, 1)
+
+
+def test_an_unbound_call_raises_instead_of_jumping_to_null():
+    fast.bind("cuGraphLaunch", 0)
+    with pytest.raises(RuntimeError, match="cuGraphLaunch is not bound"):
+        fast.cuGraphLaunch(1, 2)
+    assert set(fast.names()) == set(SIGNATURES) | {"cuMemAllocFromPoolAsync"}
+
+
+def test_settings_switch_fast_calls_off():
+    from cudagraphs import _config
+
+    assert _config._from_environ({}).fastcall is True
+    assert _config._from_environ({"CUDAGRAPHS_FASTCALL": "0"}).fastcall is False
+    assert _config._from_environ({"CUDAGRAPHS_FASTCALL": "on"}).fastcall is True
+    with pytest.raises(ValueError, match="CUDAGRAPHS_FASTCALL must be 0 or 1"):
+        _config._from_environ({"CUDAGRAPHS_FASTCALL": "maybe"})
+
+
+WORK = textwrap.dedent(
+    """
+    import numpy as np
+    import cudagraphs as cg
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal(1000), rng.standard_normal(1000)
+    x, y = cg.asarray(a), cg.asarray(b)
+    out = cg.full(1000, np.nan)
+    cg.ops.add(x, y, out=out)                       # a launch
+    with cg.capture() as g:                           # a replay, a pool allocation
+        t = cg.empty(1000)
+        cg.ops.add(out, y, out=t)
+        cg.ops.copy(out, t)
+    g.replay(); g.replay()
+    s = cg.Device(0).create_stream()                  # events between streams, a free
+    s.wait(cg.Device(0).stream)
+    z = cg.empty(1000, stream=s)
+    cg.ops.copy(z, out, stream=s)
+    cg.Device(0).stream.wait(s)
+    cg.ops.fill(x, 0.0)                               # a memset
+    got = z.get()
+    assert np.allclose(got, a + 3 * b), abs(got - (a + 3 * b)).max()
+    assert not x.get().any()
+    print("fast" if cg.Device(0).backend.fastcall else "bindings")
+    """
+)
+
+
+@pytest.mark.gpu
+def test_the_cuda_backend_calls_the_driver_fast_and_through_bindings_alike():
+    import cudagraphs as cg
+
+    if cg.backend() != "cuda":
+        pytest.skip("needs the cuda backend")
+    assert cg.Device(0).backend.fastcall, "the fast calls are built but the cuda backend does not use them"
+    src = str(Path(cg.__file__).resolve().parent.parent)
+    for flag, path in (("1", "fast"), ("0", "bindings")):
+        env = dict(os.environ, CUDAGRAPHS_FASTCALL=flag, CUDAGRAPHS_BACKEND="cuda", PYTHONPATH=src)
+        done = subprocess.run(
+            [sys.executable, "-c", WORK], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == path
