@@ -9,6 +9,7 @@ known here by duck type (``graph._records``, ``graph._res``, ``graph.nodes``).
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 from ._array import _extent
@@ -47,6 +48,7 @@ def _used(r: Any) -> tuple[Any, ...]:
 
 
 _tuple_new = tuple.__new__
+_KIND = operator.itemgetter(1)  # a NodeRecord's kind
 
 
 def rebind(graph: Any, exec_: Any, old: Any, new: Any) -> None:
@@ -124,10 +126,12 @@ def _unrecorded_users(
     the graph, moved by ``moves``, which start from the capture's values).
     Child-graph nodes cannot be seen into: the backend refuses them.
     """
-    ours = {int(r.handle) for r in records if r.kind != "child"}
     res = graph._res
-    if len(ours) == _node_count(graph):
-        return []  # every node is ours (the common case: no scan)
+    # one record per node: every node is ours when the records, children aside, count them
+    # all (the common case: no scan, no set of handles)
+    if len(records) - operator.countOf(map(_KIND, records), "child") == _node_count(graph):
+        return []
+    ours = {int(r.handle) for r in records if r.kind != "child"}
     if res.params_graph is not None:
         raise UpdateError(
             "this graph was updated from another (update()), and holds nodes of other libraries "
