@@ -289,23 +289,6 @@ def _cuda_core_update(n: int, rounds: int) -> float | None:
         return None
 
 
-TARGETS = {
-    "replay per node": 0.85,
-    "replay call, 10-node": 1.6,
-    "replay call, 1000-node": 3.6,
-    "capture+instantiate 1000": 2.5,
-    "whole-graph update, 1000": 0.5,
-}
-
-
-def target_for(bench: str) -> float | None:
-    """The DESIGN.md section 6 target for a benchmark name, if it has one."""
-    for key, value in TARGETS.items():
-        if bench.startswith(key):
-            return value
-    return None
-
-
 if __name__ == "__main__":
     out: dict[str, Any] = run(rounds=3)
     print(json.dumps(out, indent=2))

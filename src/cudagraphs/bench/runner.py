@@ -27,9 +27,9 @@ import numpy as np
 import cudagraphs as cg
 
 from . import decoder, graphs, rawc
+from .targets import judge
 
 TINY = 'extern "C" __global__ void inc(float* p) { p[0] += 1.0f; }'
-TARGETS = {"eager launch": 3.7, "alloc+free": 0.5}  # DESIGN.md section 6, microseconds
 
 Contender = tuple[str, Callable[[], object], Callable[[], None], bool]  # name, call, sync, ours
 
@@ -143,28 +143,23 @@ def measure(contenders: list[Contender], n: int, rounds: int) -> dict[str, float
     return {name: statistics.median(v) for name, v in samples.items()}
 
 
-def target(bench: str) -> float | None:
-    """The DESIGN.md target of a benchmark row, if it has one."""
-    return TARGETS.get(bench) if bench in TARGETS else graphs.target_for(bench)
-
-
 def report(results: dict[str, Any], ours: dict[str, set[str]]) -> str:
     """The Markdown table of ``results`` (ratios to raw C and to the best peer)."""
     lines = [
         f"GPU: {results['gpu']} | backend: {results['backend']} | {results['date']}",
         "",
-        "| benchmark | contender | median | × raw C | × best peer | target |",  # noqa: RUF001
+        "| benchmark | contender | median | × raw C | × best peer | target (this run) |",  # noqa: RUF001
         "|---|---|---|---|---|---|",
     ]
     for bench, rows in results["benchmarks"].items():
         raw = rows.get("raw CUDA C")
         peers = [v for k, v in rows.items() if k not in ours[bench] and k != "raw CUDA C"]
         best_peer = min(peers) if peers else None
-        goal = target(bench)
+        verdicts = judge(bench, rows, ours[bench])
         for name, us in sorted(rows.items(), key=lambda kv: kv[1]):
             r_raw = f"{us / raw:.2f}" if raw else "—"
             r_peer = f"{us / best_peer:.2f}" if best_peer else "—"
-            mark = f"≤ {goal}" if name in ours[bench] and goal is not None else ""
+            mark = verdicts.get(name, "")
             lines.append(f"| {bench} | {name} | {us:.3f} | {r_raw} | {r_peer} | {mark} |")
     return "\n".join(lines)
 
