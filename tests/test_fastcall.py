@@ -38,6 +38,9 @@ SIGNATURES = {
 }
 
 
+_CALLBACKS: list[object] = []
+
+
 class Handle:
     """Like a cuda.bindings handle: converts with int()."""
 
@@ -48,11 +51,21 @@ class Handle:
         return self.value
 
 
+@pytest.fixture(autouse=True)
+def _restore():
+    """Give the entry points back to the cuda backend (in this process, it calls them)."""
+    before = {name: fast.bound(name) for name in fast.names()}
+    yield
+    for name, address in before.items():
+        fast.bind(name, address)
+    assert {name: fast.bound(name) for name in fast.names()} == before
+
+
 @pytest.fixture
 def fake():
     """Bind every entry point to a Python function that records its arguments."""
     seen: dict[str, tuple[object, ...]] = {}
-    keep = []
+    keep = _CALLBACKS  # (never freed: a bound address must not dangle)
     for name, args in SIGNATURES.items():
 
         def record(*a: object, name: str = name) -> int:
@@ -71,9 +84,7 @@ def fake():
     cb = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(I64), Z, P, P)(alloc)
     keep.append(cb)
     fast.bind("cuMemAllocFromPoolAsync", ctypes.cast(cb, P).value)
-    yield seen
-    for name in fast.names():
-        fast.bind(name, 0)
+    return seen
 
 
 def test_every_call_passes_its_arguments_and_returns_the_result(fake):
@@ -117,10 +128,24 @@ def test_bad_arguments_raise_before_any_call(fake):
         fast.bind("cuNothing", 1)
     with pytest.raises(TypeError):
         fast.bind(3, 1)
+    with pytest.raises(ValueError, match="no fast call for cuNothing"):
+        fast.bound("cuNothing")
+
+
+def test_the_cuda_backend_still_works_after_these_tests(backend):
+    """(run after the fakes: the fixture gave the real entry points back)."""
+    import numpy as np
+
+    import cudagraphs as cg
+
+    x = cg.asarray(np.arange(8.0))
+    cg.ops.scale(3.0, x, out=x)
+    np.testing.assert_array_equal(x.get(), np.arange(8.0) * 3)
 
 
 def test_an_unbound_call_raises_instead_of_jumping_to_null():
     fast.bind("cuGraphLaunch", 0)
+    assert fast.bound("cuGraphLaunch") == 0
     with pytest.raises(RuntimeError, match="cuGraphLaunch is not bound"):
         fast.cuGraphLaunch(1, 2)
     assert set(fast.names()) == set(SIGNATURES) | {"cuMemAllocFromPoolAsync"}

@@ -263,6 +263,19 @@ static PyObject *bind(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     return NULL;
 }
 
+/* bound(name): the address bind() gave `name` (0: none). */
+static PyObject *bound(PyObject *self, PyObject *name) {
+    const char *s = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+    if (s == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "bound takes a driver function name");
+        return NULL;
+    }
+    for (int i = 0; i < COUNT; ++i)
+        if (strcmp(s, NAMES[i]) == 0) return PyLong_FromVoidPtr(fns[i]);
+    PyErr_Format(PyExc_ValueError, "no fast call for %s", s);
+    return NULL;
+}
+
 static PyObject *names(PyObject *self, PyObject *unused) {
     PyObject *out = PyTuple_New(COUNT);
     if (out == NULL) return NULL;
@@ -279,6 +292,7 @@ static PyObject *names(PyObject *self, PyObject *unused) {
 
 static PyMethodDef methods[] = {
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "bind(name, address)"},
+    {"bound", bound, METH_O, "bound(name): the address bound to name (0: none)."},
     {"names", names, METH_NOARGS, "The driver functions this module calls, in bind() names."},
     {"cuLaunchKernel", (PyCFunction)(void (*)(void))launch, METH_FASTCALL, NULL},
     {"cuGraphLaunch", (PyCFunction)(void (*)(void))graph_launch, METH_FASTCALL, NULL},
