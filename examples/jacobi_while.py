@@ -12,7 +12,7 @@ import time
 import numpy as np
 
 import cudagraphs as cg
-from cudagraphs.demo import jacobi_kernels
+from cudagraphs.demo import jacobi_kernels, jacobi_shape
 
 # the two kernels (CUDA C++ with numpy references for the simulator): a Jacobi
 # step, and a one-block check that counts iterations and writes go[0] = 1
@@ -30,7 +30,7 @@ print("backend:", cg.backend())
 A, b = cg.asarray(A_h), cg.asarray(b_h)
 x, x_new = cg.zeros(n), cg.zeros(n)
 go, iterations = cg.zeros(1, "int32"), cg.zeros(1, "int32")
-grid, block = -(-n // 128), 128
+grid, block = jacobi_shape(n)  # one warp per row of A
 cg.preload([jacobi, check])
 cg.ops.preload(["float64", "int32"])
 

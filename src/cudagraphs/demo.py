@@ -27,7 +27,15 @@ import numpy as np
 
 import cudagraphs as cg
 
-__all__ = ["EXAMPLES", "JACOBI_SOURCE", "build_jacobi", "build_mlp", "jacobi_kernels", "main"]
+__all__ = [
+    "EXAMPLES",
+    "JACOBI_SOURCE",
+    "build_jacobi",
+    "build_mlp",
+    "jacobi_kernels",
+    "jacobi_shape",
+    "main",
+]
 
 JACOBI_SOURCE = r"""
 // one warp per row of the row-major A: its lanes read consecutive elements
@@ -116,6 +124,12 @@ def _bias_act_host(y: np.ndarray, b: np.ndarray, rows: Any, act: Any) -> None:
     y[:rows] = np.maximum(s, 0) if act == 1 else (np.tanh(s) if act == 2 else s)
 
 
+def jacobi_shape(n: int) -> tuple[int, int]:
+    """(grid, block) of the Jacobi step for ``n`` rows: one warp a row, 4 rows a block."""
+    block = 128
+    return -(-n // (block // 32)), block
+
+
 def jacobi_kernels() -> tuple[cg.Kernel, cg.Kernel]:
     """The Jacobi step and the convergence check (with numpy references)."""
     return (
@@ -158,8 +172,7 @@ def build_jacobi(n: int, device: cg.Device) -> tuple[cg.Graph, dict[str, Any]]:
     A, b = cg.asarray(A_h), cg.asarray(b_h)
     x, x_new = cg.zeros(n), cg.zeros(n)
     go, iterations = cg.zeros(1, "int32"), cg.zeros(1, "int32")
-    block = 128  # 4 warps: 4 rows a block
-    grid = -(-n // (block // 32))
+    grid, block = jacobi_shape(n)
     cg.preload([step, check], device)
 
     def one_iteration() -> None:
