@@ -314,6 +314,20 @@ def row_update(q: bool, raw: dict[int, dict[str, float]]) -> dict[str, Rows]:
             times.append(time.perf_counter() - t0)
             source.close()
         rows.append(("cuda.bindings cuGraphExecUpdate, cudagraphs' graphs", statistics.median(times) * 1e3))
+        times, kept = [], []
+        for _ in range(rounds):  # as Graph.update leaves it: the previous source graph alive
+            source = cg.capture(launches, instantiate=False)
+            t0 = time.perf_counter()
+            drv.cuGraphExecUpdate(g._exec, source._res.graph)
+            times.append(time.perf_counter() - t0)
+            kept.append(source)
+            if len(kept) > 1:
+                kept.pop(0).close()
+        rows.append(
+            ("  same, the previous source graph kept until the next update", statistics.median(times) * 1e3)
+        )
+        for source in kept:
+            source.close()
     times = []
     for _ in range(rounds):
         source = cg.capture(launches, instantiate=False)
@@ -404,6 +418,16 @@ def row_node(q: bool, raw: dict[int, dict[str, float]]) -> dict[str, Rows]:
     g = cg.capture(lambda: [k.launch(1, 1, x) for _ in range(n)])
     rows.append(("cudagraphs capture, replayed by the driver call", per_node(g._exec, s)))
     rows.append(("cudagraphs capture, replayed on a fresh stream", per_node(g._exec, own)))
+    # the bench keeps every graph it built (15 of each framework): do many uploaded
+    # executables slow a graph's nodes down?
+    others = [cg.capture(lambda: [k.launch(1, 1, x) for _ in range(n)]).upload() for _ in range(20)]
+    for other in others:
+        drv.cuGraphLaunch(other._exec, s)
+    rows.append(("cudagraphs capture, 20 other 1000-node graphs uploaded", per_node(g._exec, s)))
+    bonly = [bare.capture(n)[0] for _ in range(20)]
+    for _, e in bonly:
+        drv.cuGraphUpload(e, s)
+    rows.append(("bindings capture, 20 more graphs uploaded", per_node(exec_, s)))
     nodes = len(g.nodes)
     edges = len(g.edges)
     bnodes = drv.cuGraphGetNodes(graph, 0)[2]
@@ -492,12 +516,35 @@ def table(results: dict[str, Rows]) -> str:
     return "\n".join(lines)
 
 
+def preload(names: str) -> None:
+    """Import and start other libraries first (``--with torch,cupy``), as the bench process has them."""
+    for name in filter(None, names.split(",")):
+        if name == "torch":
+            import torch
+
+            torch.zeros(1, device="cuda").add_(1)
+            torch.cuda.synchronize()
+        elif name == "cupy":
+            import cupy
+
+            cupy.zeros(1).sum()
+            cupy.cuda.Device().synchronize()
+        else:
+            raise SystemExit(f"--with: unknown library {name!r} (torch, cupy)")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--with", dest="libs", default="", help="libraries to load first: torch,cupy")
+    ap.add_argument("--gc-freeze", action="store_true", help="gc.freeze() the objects made so far")
     ap.add_argument("rows", nargs="*", choices=[*ROWS, []], default=[])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
+    preload(args.libs)
+    if args.gc_freeze:
+        gc.collect()
+        gc.freeze()
     results = run(tuple(args.rows) or ROWS, args.quick)
     text = table(results)
     print(text)

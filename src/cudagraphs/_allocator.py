@@ -287,10 +287,13 @@ class CachingAllocator:
         """Like :meth:`malloc`, returning a bare address to give to :meth:`raw_free`."""
         if stream is None:
             stream = self._device.stream
-        size = round_size(nbytes)
-        key = (stream.handle, size)
+        # (round_size, inlined for the common small sizes: this is a hot path)
+        size = (
+            -(-nbytes // _SMALL_STEP) * _SMALL_STEP or _SMALL_STEP if nbytes <= _SMALL else round_size(nbytes)
+        )
+        handle = stream.handle
         with self._lock:
-            cached = self._free.get(key)
+            cached = self._free.get((handle, size))
             if cached:
                 ptr = cached.pop()
                 self._hits += 1
@@ -298,10 +301,10 @@ class CachingAllocator:
                     self._wait_for(ptr, stream)
             else:
                 ptr = self._miss(size, stream)
-            self._live[ptr] = (size, key[0])
-            self._in_use += size
-            if self._in_use > self._peak:
-                self._peak = self._in_use
+            self._live[ptr] = (size, handle)
+            in_use = self._in_use = self._in_use + size
+            if in_use > self._peak:
+                self._peak = in_use
         return ptr
 
     def raw_free(self, ptr: int, streams: list[Stream] | None = None) -> None:
