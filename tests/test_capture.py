@@ -218,6 +218,36 @@ def test_shared_pool_reuses_memory_between_graphs(dev: cg.Device) -> None:
     assert np.all(x.get() == 12)  # 1 -> 1+2 = 3 -> 3+9 = 12
 
 
+def test_other_libraries_pools_never_die_inside_a_capture(dev: cg.Device) -> None:
+    """Other libraries' pools die after the capture that dropped their graph.
+
+    A graph dropped as the next capture begins (`with cg.capture() as g:` in a
+    loop) lets its pool go; what other libraries keep there (PyTorch's
+    MemPool, whose destruction during a capture aborts the process) goes only
+    after the capture.
+    """
+    deaths: list[str] = []
+
+    class Foreign:  # stands for torch.cuda.MemPool
+        def __del__(self) -> None:
+            deaths.append(cg.capture_status(dev.stream))
+
+    x = cg.ones(8, "float32")
+    for i in range(3):
+        with cg.capture() as g:  # the previous g (and its pool) dies here, mid-capture
+            cg.ops.scale(2.0, x, out=x)
+            if i == 1:
+                assert deaths == []
+        g.pool.foreign["lib"] = Foreign()
+        g.replay()
+        g.close()
+    assert deaths == ["none", "none"]  # both died, after their captures
+    del g
+    gc.collect()
+    assert deaths == ["none"] * 3
+    np.testing.assert_array_equal(x.get(), np.full(8, 2.0**3, np.float32))  # one replay each
+
+
 def test_forbid_policy(dev: cg.Device) -> None:
     before = baseline(dev)
     x = cg.ones(8, "float32")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import threading
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from . import _recording
@@ -68,6 +69,10 @@ class GraphPool:
         self._streams: list[Stream] = []  # where graphs replayed
         # other libraries' pools shared by the captures into this one (interop.route)
         self.foreign: dict[str, Any] = {}
+        # they must never die inside a capture: PyTorch aborts the process when a MemPool
+        # is destroyed while a capture is underway (seen on a GPU, with `with cg.capture()
+        # as g:` in a loop: the previous graph, and its pool, died as the new capture began)
+        weakref.finalize(self, _recording.release, self.device, dict.clear, self.foreign)
 
     # used by captures -----------------------------------------------------------
     def allocate(self, nbytes: int) -> int:
