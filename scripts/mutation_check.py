@@ -228,6 +228,12 @@ MUTATIONS = [
         "            fits = [(n, start) for start, (n, _) in self._free.items() if n == -1]",
     ),
     (
+        "other libraries' pools die with their GraphPool, mid-capture",
+        "src/cudagraphs/_pool.py",
+        "        weakref.finalize(self, _recording.release, self.device, dict.clear, self.foreign)",
+        "        pass",
+    ),
+    (
         "repoint leaves other libraries' nodes alone",
         "src/cudagraphs/_patch.py",
         "    if others:\n        _unrecorded_users(graph, exec_, records, moves, patch=True)",
