@@ -418,6 +418,13 @@ def row_node(q: bool, raw: dict[int, dict[str, float]]) -> dict[str, Rows]:
     g = cg.capture(lambda: [k.launch(1, 1, x) for _ in range(n)])
     rows.append(("cudagraphs capture, replayed by the driver call", per_node(g._exec, s)))
     rows.append(("cudagraphs capture, replayed on a fresh stream", per_node(g._exec, own)))
+    # the bench process holds the streams of four frameworks: do other streams slow a
+    # graph's nodes down?
+    streams = [drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING)[1] for _ in range(16)]
+    rows.append(("cudagraphs capture, 16 more streams alive (idle)", per_node(g._exec, s)))
+    for extra in streams:
+        drv.cuStreamDestroy(extra)
+    rows.append(("cudagraphs capture, those streams destroyed", per_node(g._exec, s)))
     # the bench keeps every graph it built (15 of each framework): do many uploaded
     # executables slow a graph's nodes down?
     others = [cg.capture(lambda: [k.launch(1, 1, x) for _ in range(n)]).upload() for _ in range(20)]
