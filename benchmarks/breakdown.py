@@ -38,6 +38,7 @@ from cudagraphs.bench import graphs, rawc
 from cudagraphs.bench.runner import per_call_us
 
 TINY = graphs.TINY
+CLOCK_US = graphs._clock_us()
 Rows = list[tuple[str, float]]
 CUDA = cg.backend() == "cuda"
 
@@ -56,17 +57,20 @@ def throughput(fn: Callable[[], object], n: int, rounds: int) -> float:
 
 
 def single(fn: Callable[[], object], rounds: int) -> float:
-    """Median µs of one call timed alone (30 calls a sample), as the bench's replay-call row."""
+    """Median µs of one call timed alone (30 calls a sample), as the bench's replay-call row.
+
+    Less the clock's own cost, as the bench does (``graphs._clock_us``).
+    """
     sync = cg.Device(0).synchronize
-    times = []
+    clock, times = time.perf_counter, []
     for _ in range(rounds):
         sync()
         for _ in range(30):
-            t0 = time.perf_counter()
+            t0 = clock()
             fn()
-            times.append(time.perf_counter() - t0)
+            times.append(clock() - t0)
         sync()
-    return statistics.median(times) * 1e6
+    return max(statistics.median(times) * 1e6 - CLOCK_US, 0.0)
 
 
 class Bare:
@@ -156,6 +160,16 @@ def row_launch(q: bool, raw: dict[str, float]) -> dict[str, Rows]:
         rows.append(("cuda.bindings cuStreamQuery (the cost of any bindings call)", 0.0))
         rows[-1] = (rows[-1][0], throughput(lambda: drv.cuStreamQuery(s), n, rounds))
         rows.append(("cuda.bindings cuLaunchKernel, arguments packed", throughput(bare.launch, n, rounds)))
+        fast = dev.backend.fastcall and __import__("cudagraphs._fastcall", fromlist=["x"])
+        if fast:
+            fn_, params = int(bare.fn), bare.params
+            call = fast.cuLaunchKernel
+            rows.append(
+                (
+                    "cudagraphs._fastcall cuLaunchKernel, arguments packed (the C floor)",
+                    throughput(lambda: call(fn_, 1, 1, 1, 1, 1, 1, 0, s, params, 0), n, rounds),
+                )
+            )
         try:
             from cuda.core import LaunchConfig, ObjectCode, Stream, launch
 

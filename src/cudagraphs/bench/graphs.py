@@ -6,7 +6,8 @@ per framework, in one process with the contenders interleaved:
 * capture: capture + instantiate time of the graph (ms);
 * per node: GPU time per node over back-to-back replays (µs);
 * call: host time of one replay call (µs), the median of single calls timed
-  while the GPU still has room in its queue.
+  while the GPU still has room in its queue, less the cost of reading the
+  clock twice (measured in the same process; C's clock costs tens of ns).
 
 Run through ``cudagraphs bench`` (or ``python -m cudagraphs.bench.graphs``).
 """
@@ -148,15 +149,34 @@ def _per_node(replay: Callable[[], None], sync: Callable[[], None], n: int) -> f
     return (time.perf_counter() - t0) / reps / n * 1e6
 
 
+def _clock_us() -> float:
+    """What two back-to-back ``perf_counter()`` reads measure with nothing between them (µs).
+
+    A Python timing of one call contains this much of the clock's own cost,
+    which a C timing (``steady_clock``, tens of ns) barely has; ``_call``
+    subtracts it, for every Python contender alike.
+    """
+    clock = time.perf_counter
+    times = []
+    for _ in range(2000):
+        t0 = clock()
+        times.append(clock() - t0)
+    return statistics.median(times) * 1e6
+
+
 def _call(replay: Callable[[], None], sync: Callable[[], None]) -> float:
     times = []
+    clock = time.perf_counter
     sync()
     for _ in range(30):
-        t0 = time.perf_counter()
+        t0 = clock()
         replay()
-        times.append(time.perf_counter() - t0)
+        times.append(clock() - t0)
     sync()
-    return statistics.median(times) * 1e6
+    return max(statistics.median(times) * 1e6 - _CLOCK_US[0], 0.0)
+
+
+_CLOCK_US = [0.0]  # measured when run() starts
 
 
 def run(rounds: int = 5, sizes: tuple[int, ...] = SIZES) -> dict[str, dict[str, float]]:
@@ -176,6 +196,7 @@ def run(rounds: int = 5, sizes: tuple[int, ...] = SIZES) -> dict[str, dict[str, 
             if fw is not None:
                 frameworks[name] = fw
     results: dict[str, dict[str, float]] = {}
+    _CLOCK_US[0] = _clock_us()
     for n in sizes:
         samples: dict[str, dict[str, list[float]]] = {
             m: {f: [] for f in frameworks} for m in ("capture", "node", "call")
