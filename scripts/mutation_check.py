@@ -230,7 +230,7 @@ MUTATIONS = [
     (
         "other libraries' pools die with their GraphPool, mid-capture",
         "src/cudagraphs/_pool.py",
-        "        weakref.finalize(self, _recording.release, self.device, dict.clear, self.foreign)",
+        "        weakref.finalize(self, _recording.release, self.device, dict.clear, self.foreign).atexit = False",
         "        pass",
     ),
     (

@@ -114,6 +114,15 @@ def test_every_call_passes_its_arguments_and_returns_the_result(fake):
     assert fake["cuGraphExecKernelNodeSetParams"] == (0x60, 0x61, 0x62)
 
 
+def test_numbers_with_index_are_accepted_as_cuda_bindings_accepts_them(fake):
+    np = pytest.importorskip("numpy")
+    fast.cuMemsetD8Async(np.uint64(4096), np.uint8(7), np.int64(64), 0x31)
+    assert fake["cuMemsetD8Async"] == (4096, 7, 64, 0x31)
+    fast.cuLaunchKernel(1, np.int32(2), 1, 1, np.int64(128), 1, 1, 0, 0, 0, 0)
+    assert fake["cuLaunchKernel"][1] == 2
+    assert fake["cuLaunchKernel"][4] == 128
+
+
 def test_bad_arguments_raise_before_any_call(fake):
     with pytest.raises(TypeError, match="cuGraphLaunch takes 2 arguments, got 1"):
         fast.cuGraphLaunch(1)
@@ -123,7 +132,9 @@ def test_bad_arguments_raise_before_any_call(fake):
         fast.cuLaunchKernel(1, 2**33, 1, 1, 1, 1, 1, 0, 0, 0, 0)
     with pytest.raises(OverflowError):
         fast.cuMemFreeAsync(-1, 0)
-    assert not {"cuGraphLaunch", "cuLaunchKernel", "cuMemFreeAsync"} & set(fake)
+    with pytest.raises(OverflowError, match="sets bytes, got the value 256"):
+        fast.cuMemsetD8Async(0x1000, 256, 1, 0)
+    assert not {"cuGraphLaunch", "cuLaunchKernel", "cuMemFreeAsync", "cuMemsetD8Async"} & set(fake)
     with pytest.raises(ValueError, match="no fast call for cuNothing"):
         fast.bind("cuNothing", 1)
     with pytest.raises(TypeError):

@@ -491,3 +491,19 @@ def test_the_fast_path_and_the_general_one_find_the_same_graph(
     np.testing.assert_allclose(f(x, y=y)["sum"].get(), x_h + y_h, rtol=1e-6)  # a keyword: general
     assert f.stats()["captures"] == 2  # (a keyword argument is another key)
     assert f.stats()["misses"] == 1
+
+
+def test_capture_all_waits_for_the_previous_calls_stream(dev: cg.Device) -> None:
+    """capture_all fills the static buffers too: after the previous call's replay, on any stream."""
+    for seed in range(8 if cg.backend() == "sim" else 2):
+        if cg.backend() == "sim":
+            dev.backend.reseed(seed)  # (a missing wait shows under some interleavings)
+        f = cg.graphed(lambda u: cg.ops.scale(2.0, u), buckets=(8, 16), copy_outputs=True)
+        x, y = cg.asarray(np.arange(16.0)), cg.asarray(-np.arange(16.0) - 100)
+        a, b = dev.create_stream(), dev.create_stream()
+        with a:
+            out = f(x)
+        with b:
+            f.capture_all(y)
+        dev.synchronize()
+        np.testing.assert_array_equal(out.get(), 2 * np.arange(16.0), err_msg=f"seed {seed}")

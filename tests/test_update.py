@@ -242,3 +242,18 @@ def test_rebind_after_update(dev: cg.Device, rng: np.random.Generator) -> None:
     g.replay()
     np.testing.assert_allclose(y.get(), xs[2].get(), rtol=1e-6)
     g.close()
+
+
+def test_rebind_after_update_from_a_rebound_source(dev: cg.Device, rng: np.random.Generator) -> None:
+    """A source rebound before the update carries its own nodes' handles: they are not reused."""
+    xs = [cg.asarray(random_array(rng, 50, "float32")) for _ in range(4)]
+    y = cg.zeros(50, "float32")
+    g = axpy_graph(1.0, xs[0], y)
+    source = axpy_graph(1.0, xs[1], y)  # instantiated, so that it can be rebound
+    source.rebind(xs[1], xs[2])
+    g.update(source)
+    g.rebind(xs[2], xs[3])  # failed: the node is not in the instantiated graph
+    y.set(np.zeros(50, np.float32))  # (y += x: a wrong x shows)
+    g.replay()
+    np.testing.assert_allclose(y.get(), xs[3].get(), rtol=1e-6)
+    g.close()

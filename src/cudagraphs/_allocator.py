@@ -288,9 +288,7 @@ class CachingAllocator:
         if stream is None:
             stream = self._device.stream
         # (round_size, inlined for the common small sizes: this is a hot path)
-        size = (
-            -(-nbytes // _SMALL_STEP) * _SMALL_STEP or _SMALL_STEP if nbytes <= _SMALL else round_size(nbytes)
-        )
+        size = -(-nbytes // _SMALL_STEP) * _SMALL_STEP if 0 < nbytes <= _SMALL else round_size(nbytes)
         handle = stream.handle
         with self._lock:
             cached = self._free.get((handle, size))

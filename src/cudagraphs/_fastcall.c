@@ -54,8 +54,10 @@ static void *fns[COUNT];
 /* An address from an int or from anything int() accepts (cuda.bindings handles). */
 static int as_address(PyObject *o, uintptr_t *out) {
     if (PyLong_CheckExact(o)) {
-        *out = (uintptr_t)PyLong_AsUnsignedLongLong(o);
-        return PyErr_Occurred() ? -1 : 0;
+        unsigned long long v = PyLong_AsUnsignedLongLong(o);
+        if (v == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+        *out = (uintptr_t)v;
+        return 0;
     }
     if (o == Py_None) {
         *out = 0;
@@ -67,13 +69,19 @@ static int as_address(PyObject *o, uintptr_t *out) {
     }
     PyObject *n = PyNumber_Long(o);
     if (n == NULL) return -1;
-    *out = (uintptr_t)PyLong_AsUnsignedLongLong(n);
+    unsigned long long v = PyLong_AsUnsignedLongLong(n);
     Py_DECREF(n);
-    return PyErr_Occurred() ? -1 : 0;
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+    *out = (uintptr_t)v;
+    return 0;
 }
 
+/* An int (or anything with __index__, as numpy integers) as C's unsigned. */
 static int as_unsigned(PyObject *o, unsigned *out) {
-    unsigned long v = PyLong_AsUnsignedLong(o);
+    PyObject *n = PyNumber_Index(o);
+    if (n == NULL) return -1;
+    unsigned long v = PyLong_AsUnsignedLong(n);
+    Py_DECREF(n);
     if (v == (unsigned long)-1 && PyErr_Occurred()) return -1;
     if (v > 0xFFFFFFFFul) {
         PyErr_SetString(PyExc_OverflowError, "a launch dimension does not fit 32 bits");
@@ -84,22 +92,25 @@ static int as_unsigned(PyObject *o, unsigned *out) {
 }
 
 static int as_size(PyObject *o, size_t *out) {
-    size_t v = PyLong_AsSize_t(o);
+    PyObject *n = PyNumber_Index(o);
+    if (n == NULL) return -1;
+    size_t v = PyLong_AsSize_t(n);
+    Py_DECREF(n);
     if (v == (size_t)-1 && PyErr_Occurred()) return -1;
     *out = v;
     return 0;
 }
 
-static int check(Py_ssize_t nargs, Py_ssize_t want, int which) {
+/* The entry point of `which`, read while the GIL is held (bind() may change the table from
+   another thread once it is released), or NULL with an exception set. */
+static void *entry(Py_ssize_t nargs, Py_ssize_t want, int which) {
     if (nargs != want) {
         PyErr_Format(PyExc_TypeError, "%s takes %zd arguments, got %zd", NAMES[which], want, nargs);
-        return -1;
+        return NULL;
     }
-    if (fns[which] == NULL) {
-        PyErr_Format(PyExc_RuntimeError, "%s is not bound (call bind() first)", NAMES[which]);
-        return -1;
-    }
-    return 0;
+    void *fn = fns[which];
+    if (fn == NULL) PyErr_Format(PyExc_RuntimeError, "%s is not bound (call bind() first)", NAMES[which]);
+    return fn;
 }
 
 static PyObject *result(CUresult err) {
@@ -114,14 +125,15 @@ static PyObject *result(CUresult err) {
 static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     uintptr_t f, stream, params, extra;
     unsigned d[7];
-    if (check(nargs, 11, LAUNCH) || as_address(args[0], &f)) return NULL;
+    void *fn = entry(nargs, 11, LAUNCH);
+    if (fn == NULL || as_address(args[0], &f)) return NULL;
     for (int i = 0; i < 7; ++i)
         if (as_unsigned(args[1 + i], &d[i])) return NULL;
     if (as_address(args[8], &stream) || as_address(args[9], &params) || as_address(args[10], &extra))
         return NULL;
     CUresult err;
     Py_BEGIN_ALLOW_THREADS
-    err = ((launch_t)fns[LAUNCH])((handle)f, d[0], d[1], d[2], d[3], d[4], d[5], d[6], (handle)stream,
+    err = ((launch_t)fn)((handle)f, d[0], d[1], d[2], d[3], d[4], d[5], d[6], (handle)stream,
                                   (void **)params, (void **)extra);
     Py_END_ALLOW_THREADS
     return result(err);
@@ -131,13 +143,14 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
    cuMemFreeAsync(ptr, stream). */
 static PyObject *two(int which, PyObject *const *args, Py_ssize_t nargs) {
     uintptr_t a, b;
-    if (check(nargs, 2, which) || as_address(args[0], &a) || as_address(args[1], &b)) return NULL;
+    void *fn = entry(nargs, 2, which);
+    if (fn == NULL || as_address(args[0], &a) || as_address(args[1], &b)) return NULL;
     CUresult err;
     Py_BEGIN_ALLOW_THREADS
     if (which == FREE)
-        err = ((free_t)fns[FREE])((devptr)a, (handle)b);
+        err = ((free_t)fn)((devptr)a, (handle)b);
     else
-        err = ((graph_launch_t)fns[which])((handle)a, (handle)b);
+        err = ((graph_launch_t)fn)((handle)a, (handle)b);
     Py_END_ALLOW_THREADS
     return result(err);
 }
@@ -158,17 +171,18 @@ static PyObject *mem_free(PyObject *self, PyObject *const *args, Py_ssize_t narg
 static PyObject *copy(int which, PyObject *const *args, Py_ssize_t nargs) {
     uintptr_t dst, src, stream;
     size_t n;
-    if (check(nargs, 4, which) || as_address(args[0], &dst) || as_address(args[1], &src) ||
-        as_size(args[2], &n) || as_address(args[3], &stream))
+    void *fn = entry(nargs, 4, which);
+    if (fn == NULL || as_address(args[0], &dst) || as_address(args[1], &src) || as_size(args[2], &n) ||
+        as_address(args[3], &stream))
         return NULL;
     CUresult err;
     Py_BEGIN_ALLOW_THREADS
     if (which == COPY_DD)
-        err = ((copy_dd_t)fns[COPY_DD])((devptr)dst, (devptr)src, n, (handle)stream);
+        err = ((copy_dd_t)fn)((devptr)dst, (devptr)src, n, (handle)stream);
     else if (which == COPY_HD)
-        err = ((copy_hd_t)fns[COPY_HD])((devptr)dst, (const void *)src, n, (handle)stream);
+        err = ((copy_hd_t)fn)((devptr)dst, (const void *)src, n, (handle)stream);
     else
-        err = ((copy_dh_t)fns[COPY_DH])((void *)dst, (devptr)src, n, (handle)stream);
+        err = ((copy_dh_t)fn)((void *)dst, (devptr)src, n, (handle)stream);
     Py_END_ALLOW_THREADS
     return result(err);
 }
@@ -190,12 +204,17 @@ static PyObject *memset_d8(PyObject *self, PyObject *const *args, Py_ssize_t nar
     uintptr_t dst, stream;
     unsigned value;
     size_t n;
-    if (check(nargs, 4, MEMSET) || as_address(args[0], &dst) || as_unsigned(args[1], &value) ||
-        as_size(args[2], &n) || as_address(args[3], &stream))
+    void *fn = entry(nargs, 4, MEMSET);
+    if (fn == NULL || as_address(args[0], &dst) || as_unsigned(args[1], &value) || as_size(args[2], &n) ||
+        as_address(args[3], &stream))
         return NULL;
+    if (value > 255) {
+        PyErr_Format(PyExc_OverflowError, "cuMemsetD8Async sets bytes, got the value %u", value);
+        return NULL;
+    }
     CUresult err;
     Py_BEGIN_ALLOW_THREADS
-    err = ((memset_t)fns[MEMSET])((devptr)dst, (unsigned char)value, n, (handle)stream);
+    err = ((memset_t)fn)((devptr)dst, (unsigned char)value, n, (handle)stream);
     Py_END_ALLOW_THREADS
     return result(err);
 }
@@ -205,12 +224,12 @@ static PyObject *alloc(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     uintptr_t pool, stream;
     size_t n;
     devptr ptr = 0;
-    if (check(nargs, 3, ALLOC) || as_size(args[0], &n) || as_address(args[1], &pool) ||
-        as_address(args[2], &stream))
+    void *fn = entry(nargs, 3, ALLOC);
+    if (fn == NULL || as_size(args[0], &n) || as_address(args[1], &pool) || as_address(args[2], &stream))
         return NULL;
     CUresult err;
     Py_BEGIN_ALLOW_THREADS
-    err = ((alloc_t)fns[ALLOC])(&ptr, n, (handle)pool, (handle)stream);
+    err = ((alloc_t)fn)(&ptr, n, (handle)pool, (handle)stream);
     Py_END_ALLOW_THREADS
     return Py_BuildValue("(iK)", err, ptr);
 }
@@ -219,12 +238,13 @@ static PyObject *alloc(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
 static PyObject *wait_event(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     uintptr_t stream, event;
     unsigned flags;
-    if (check(nargs, 3, WAIT_EVENT) || as_address(args[0], &stream) || as_address(args[1], &event) ||
+    void *fn = entry(nargs, 3, WAIT_EVENT);
+    if (fn == NULL || as_address(args[0], &stream) || as_address(args[1], &event) ||
         as_unsigned(args[2], &flags))
         return NULL;
     CUresult err;
     Py_BEGIN_ALLOW_THREADS
-    err = ((wait_event_t)fns[WAIT_EVENT])((handle)stream, (handle)event, flags);
+    err = ((wait_event_t)fn)((handle)stream, (handle)event, flags);
     Py_END_ALLOW_THREADS
     return result(err);
 }
@@ -233,12 +253,12 @@ static PyObject *wait_event(PyObject *self, PyObject *const *args, Py_ssize_t na
    CUDA_KERNEL_NODE_PARAMS the caller keeps (see backends/cuda.py). */
 static PyObject *node_set(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     uintptr_t exec, node, params;
-    if (check(nargs, 3, NODE_SET) || as_address(args[0], &exec) || as_address(args[1], &node) ||
-        as_address(args[2], &params))
+    void *fn = entry(nargs, 3, NODE_SET);
+    if (fn == NULL || as_address(args[0], &exec) || as_address(args[1], &node) || as_address(args[2], &params))
         return NULL;
     CUresult err;
     Py_BEGIN_ALLOW_THREADS
-    err = ((node_set_t)fns[NODE_SET])((handle)exec, (handle)node, (const void *)params);
+    err = ((node_set_t)fn)((handle)exec, (handle)node, (const void *)params);
     Py_END_ALLOW_THREADS
     return result(err);
 }

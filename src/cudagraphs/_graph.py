@@ -132,6 +132,7 @@ def _as_array(a: Any) -> Any:
 
 _KIND_NAME = operator.itemgetter(1, 2)  # (kind, name) of a NodeRecord
 _KIND, _NAME = operator.itemgetter(1), operator.itemgetter(2)
+_HANDLE = operator.itemgetter(0)
 
 
 def _difference(mine: list[tuple[str, str]], theirs: list[tuple[str, str]]) -> tuple[str, int] | None:
@@ -358,7 +359,12 @@ class Graph:
         res.streams.extend(s for s in src.streams if s not in res.streams)
         # the same nodes, with the source's values; handles are the instantiated
         # graph's, found on first use (records of a finished capture carry none)
-        self._records, source._records = source._records, []
+        # (a source that was rebound or repointed carries handles of its own graph's
+        # nodes: they are not this executable's, so they are found again on first use)
+        records = source._records
+        if operator.countOf(map(_HANDLE, records), None) != len(records):  # (in C)
+            records = [r if r.handle is None else r._replace(handle=None) for r in records]
+        self._records, source._records = records, []
         self._bodies, self._moves, self._count = source._bodies, [], None
         source._res, source._exec, source.state = None, None, GraphState.CONSUMED
         self._traced = source._traced

@@ -374,11 +374,7 @@ class GraphedCallable:
         n, bucket = self._bucket(ins)
         key = (spec, tuple([(i.dtype, self._shape(i.shape, bucket)) for i in ins]))
         with self._lock:
-            stream = self._call_stream(ins)
-            last = self._last
-            if last is not None and last is not stream and not last.closed:
-                stream.wait(last)  # the static buffers were last used there
-            self._last = stream
+            stream = self._begin_on(self._call_stream(ins))
             entry = self._entries.get(key)
             self._lease.calls += 1  # every earlier output is stale from here on
             self._calls += 1
@@ -392,6 +388,18 @@ class GraphedCallable:
             assert graph is not None
             graph.replay(stream)
             return self._outputs(entry, n, bucket, stream)
+
+    def _begin_on(self, stream: Stream) -> Stream:
+        """Order work on ``stream`` after the previous call's (the lock is held); return it.
+
+        The static buffers were last used on that stream: this call's copies
+        into them must not overtake its replay.
+        """
+        last = self._last
+        if last is not None and last is not stream and not last.closed:
+            stream.wait(last)
+        self._last = stream
+        return stream
 
     def _shape(self, shape: tuple[int, ...], bucket: int | None) -> tuple[int, ...]:
         if bucket is None:
@@ -529,8 +537,9 @@ class GraphedCallable:
             shape = tuple(getattr(o, "shape", ()))
             if cut and len(shape) > d and shape[d] == bucket:
                 o = o[_cut(shape, d, n)]  # type: ignore[arg-type]
-            if self.copy_outputs:
-                o = o.clone() if hasattr(o, "clone") else o.copy()
+            if self.copy_outputs:  # on the replay's stream: the library's current one may be another
+                with _streams_only(self.device, stream):
+                    o = o.clone() if hasattr(o, "clone") else o.copy()
             result.append(o)
         return _unflatten(entry.out_spec, iter(result))
 
@@ -552,7 +561,8 @@ class GraphedCallable:
         assert n is not None
         d = self.dim
         with self._lock:
-            stream = self._call_stream(ins)
+            stream = self._begin_on(self._call_stream(ins))
+            self._lease.calls += 1  # the static buffers change: earlier outputs are stale
             for b in reversed(self.buckets):
                 key = (spec, tuple([(i.dtype, self._shape(i.shape, b)) for i in ins]))
                 if key in self._entries:
@@ -567,7 +577,6 @@ class GraphedCallable:
                         i._replace(obj=part, ptr=part.ptr, shape=part.shape, contiguous=part.is_contiguous)
                     )
                 self._capture(key, spec, cut, b, b, stream)
-            self._last = stream
         return self
 
     @property

@@ -72,7 +72,7 @@ class GraphPool:
         # they must never die inside a capture: PyTorch aborts the process when a MemPool
         # is destroyed while a capture is underway (seen on a GPU, with `with cg.capture()
         # as g:` in a loop: the previous graph, and its pool, died as the new capture began)
-        weakref.finalize(self, _recording.release, self.device, dict.clear, self.foreign)
+        weakref.finalize(self, _recording.release, self.device, dict.clear, self.foreign).atexit = False
 
     # used by captures -----------------------------------------------------------
     def allocate(self, nbytes: int) -> int:

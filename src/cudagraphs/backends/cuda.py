@@ -12,6 +12,7 @@ microseconds per call where the driver call costs about two.
 from __future__ import annotations
 
 import ctypes
+import os
 import struct
 import threading
 from collections.abc import Callable, Sequence
@@ -61,7 +62,10 @@ def _driver() -> Any:
 
 def _raise(err: Any, call: str, detail: str = "") -> None:
     drv = _driver()
-    res, name = drv.cuGetErrorName(drv.CUresult(int(err)))  # (fast calls return plain ints)
+    try:  # (fast calls return plain ints; a newer driver may return codes unknown here)
+        res, name = drv.cuGetErrorName(drv.CUresult(int(err)))
+    except ValueError:
+        res, name = 1, None
     text = name.decode() if not res and name else f"CUresult {int(err)}"
     raise CudaError(int(err), text, call, detail)
 
@@ -107,12 +111,15 @@ _FAST = (
 )
 
 
+_ABI_VERSION = 12000  # the CUDA version whose signatures _fastcall.c calls
+
+
 def _bind_calls(drv: Any) -> dict[str, Any]:
     """The hot paths' driver functions by name: compiled fast calls where possible.
 
     ``cudagraphs._fastcall`` calls the driver's entry points at C's cost
     (cuda.bindings spends 1-2 µs a call); it gets them from
-    ``cuGetProcAddress`` for the driver's version, as cuda.bindings does.
+    ``cuGetProcAddress``, asked for the signatures it was written for.
     Without the module (not built), with ``CUDAGRAPHS_FASTCALL=0``, or when
     an entry point is missing, every call goes through cuda.bindings.
     """
@@ -123,10 +130,17 @@ def _bind_calls(drv: Any) -> dict[str, Any]:
         from .. import _fastcall  # type: ignore[attr-defined]
     except ImportError:
         return bindings
-    err, version = drv.cuDriverGetVersion()
-    if err:
-        return bindings
-    default = drv.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT
+    # each entry point in the calling convention of CUDA 12.0, which _fastcall.c declares
+    # (a later driver's _v2 of a name must not be called with these arguments); the
+    # default stream as cuda.bindings picks it (legacy, or per-thread when asked)
+    version = _ABI_VERSION
+    flags = drv.CUdriverProcAddress_flags
+    per_thread = os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", "0") not in ("", "0")
+    default = (
+        flags.CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+        if per_thread
+        else flags.CU_GET_PROC_ADDRESS_DEFAULT
+    )
     for name in _FAST:
         err, address, found = drv.cuGetProcAddress(name.encode(), version, default)
         if err or not address or int(found) != 0:  # CU_GET_PROC_ADDRESS_SUCCESS
