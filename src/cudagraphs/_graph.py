@@ -131,8 +131,7 @@ def _as_array(a: Any) -> Any:
 
 
 _KIND_NAME = operator.itemgetter(1, 2)  # (kind, name) of a NodeRecord
-_KIND, _NAME = operator.itemgetter(1), operator.itemgetter(2)
-_HANDLE = operator.itemgetter(0)
+_HANDLE = operator.itemgetter(0)  # a NodeRecord's driver handle
 
 
 def _difference(mine: list[tuple[str, str]], theirs: list[tuple[str, str]]) -> tuple[str, int] | None:
