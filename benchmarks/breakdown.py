@@ -57,20 +57,9 @@ def throughput(fn: Callable[[], object], n: int, rounds: int) -> float:
 
 
 def single(fn: Callable[[], object], rounds: int) -> float:
-    """Median µs of one call timed alone (30 calls a sample), as the bench's replay-call row.
-
-    Less the clock's own cost, as the bench does (``graphs._clock_us``).
-    """
+    """Median over ``rounds`` of the bench's replay-call timing (:func:`graphs.call_us`)."""
     sync = cg.Device(0).synchronize
-    clock, times = time.perf_counter, []
-    for _ in range(rounds):
-        sync()
-        for _ in range(30):
-            t0 = clock()
-            fn()
-            times.append(clock() - t0)
-        sync()
-    return max(statistics.median(times) * 1e6 - CLOCK_US, 0.0)
+    return statistics.median(graphs.call_us(fn, sync, CLOCK_US) for _ in range(rounds))
 
 
 class Bare:
@@ -157,13 +146,18 @@ def row_launch(q: bool, raw: dict[str, float]) -> dict[str, Rows]:
     if CUDA:
         bare = Bare()
         drv, s = bare.drv, stream._raw
-        rows.append(("cuda.bindings cuStreamQuery (the cost of any bindings call)", 0.0))
-        rows[-1] = (rows[-1][0], throughput(lambda: drv.cuStreamQuery(s), n, rounds))
+        rows.append(
+            (
+                "cuda.bindings cuStreamQuery (the cost of any bindings call)",
+                throughput(lambda: drv.cuStreamQuery(s), n, rounds),
+            )
+        )
         rows.append(("cuda.bindings cuLaunchKernel, arguments packed", throughput(bare.launch, n, rounds)))
-        fast = dev.backend.fastcall and __import__("cudagraphs._fastcall", fromlist=["x"])
-        if fast:
+        if dev.backend.fastcall:
+            from cudagraphs import _fastcall
+
             fn_, params = int(bare.fn), bare.params
-            call = fast.cuLaunchKernel
+            call = _fastcall.cuLaunchKernel
             rows.append(
                 (
                     "cudagraphs._fastcall cuLaunchKernel, arguments packed (the C floor)",

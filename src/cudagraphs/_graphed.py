@@ -159,11 +159,16 @@ def _is_array(obj: Any) -> bool:
         _ARRAY_TYPES.add(type(obj))
         return True
     if getattr(obj, "is_cuda", True) is False:  # a PyTorch tensor in host memory
-        raise TypeError(
-            f"graphed: a {type(obj).__name__} in host memory; graphs read device memory: "
-            "move it to the GPU first (.cuda())"
-        )
+        raise _in_host_memory(obj)
     return foreign_view_possible(obj)
+
+
+def _in_host_memory(obj: Any) -> TypeError:
+    """The error for another library's array in host memory given as an input."""
+    return TypeError(
+        f"graphed: a {type(obj).__name__} in host memory; graphs read device memory: "
+        "move it to the GPU first (PyTorch: .cuda())"
+    )
 
 
 def foreign_view_possible(obj: Any) -> bool:
@@ -252,10 +257,7 @@ def _describe(obj: Any, device: Device) -> _In:
     lib = interop.library_of(obj)
     if lib is not None:  # PyTorch, CuPy: described without a view (the repeat path)
         if not lib.owns(obj):  # (the type is the library's: an array in host memory)
-            raise TypeError(
-                f"graphed: a {type(obj).__name__} in host memory; graphs read device memory: "
-                "move it to the GPU first"
-            )
+            raise _in_host_memory(obj)
         ptr, shape, dtype, contiguous, index = lib.describe(obj)
         if index != device.index:
             raise ValueError(

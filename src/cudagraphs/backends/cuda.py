@@ -141,19 +141,23 @@ def _bind_calls(drv: Any) -> dict[str, Any]:
         if per_thread
         else flags.CU_GET_PROC_ADDRESS_DEFAULT
     )
-    for name in _FAST:
+
+    def bound(name: str) -> bool:
+        """Bind ``name``'s entry point into the fast calls; False where the driver has none."""
         err, address, found = drv.cuGetProcAddress(name.encode(), version, default)
         if err or not address or int(found) != 0:  # CU_GET_PROC_ADDRESS_SUCCESS
-            return bindings
+            return False
         _fastcall.bind(name, int(address))
+        return True
+
+    if not all(map(bound, _FAST)):
+        return bindings
     calls = {name: getattr(_fastcall, name) for name in _FAST}
     # node updates take a struct the fast call cannot share with cuda.bindings' (see
     # CudaBackend._prepare_node_params): only there when fast
     name = "cuGraphExecKernelNodeSetParams"
-    err, address, found = drv.cuGetProcAddress(name.encode(), version, default)
-    if not err and address and int(found) == 0:
-        _fastcall.bind(name, int(address))
-        calls[name] = _fastcall.cuGraphExecKernelNodeSetParams
+    if bound(name):
+        calls[name] = getattr(_fastcall, name)
     return calls
 
 

@@ -153,7 +153,7 @@ def _clock_us() -> float:
     """What two back-to-back ``perf_counter()`` reads measure with nothing between them (µs).
 
     A Python timing of one call contains this much of the clock's own cost,
-    which a C timing (``steady_clock``, tens of ns) barely has; ``_call``
+    which a C timing (``steady_clock``, tens of ns) barely has; :func:`call_us`
     subtracts it, for every Python contender alike.
     """
     clock = time.perf_counter
@@ -164,19 +164,17 @@ def _clock_us() -> float:
     return statistics.median(times) * 1e6
 
 
-def _call(replay: Callable[[], None], sync: Callable[[], None]) -> float:
+def call_us(call: Callable[[], object], sync: Callable[[], None], clock_us: float) -> float:
+    """Median µs of one call of ``call`` timed alone (30 calls), less ``clock_us`` (:func:`_clock_us`)."""
     times = []
     clock = time.perf_counter
     sync()
     for _ in range(30):
         t0 = clock()
-        replay()
+        call()
         times.append(clock() - t0)
     sync()
-    return max(statistics.median(times) * 1e6 - _CLOCK_US[0], 0.0)
-
-
-_CLOCK_US = [0.0]  # measured when run() starts
+    return max(statistics.median(times) * 1e6 - clock_us, 0.0)
 
 
 def run(rounds: int = 5, sizes: tuple[int, ...] = SIZES) -> dict[str, dict[str, float]]:
@@ -196,7 +194,7 @@ def run(rounds: int = 5, sizes: tuple[int, ...] = SIZES) -> dict[str, dict[str, 
             if fw is not None:
                 frameworks[name] = fw
     results: dict[str, dict[str, float]] = {}
-    _CLOCK_US[0] = _clock_us()
+    clock_us = _clock_us()
     for n in sizes:
         samples: dict[str, dict[str, list[float]]] = {
             m: {f: [] for f in frameworks} for m in ("capture", "node", "call")
@@ -209,7 +207,7 @@ def run(rounds: int = 5, sizes: tuple[int, ...] = SIZES) -> dict[str, dict[str, 
                 for _ in range(3):
                     replay()
                 samples["node"][fname].append(_per_node(replay, sync, n))
-                samples["call"][fname].append(_call(replay, sync))
+                samples["call"][fname].append(call_us(replay, sync, clock_us))
         results[f"capture+instantiate {n} launches (ms)"] = {
             f: statistics.median(v) for f, v in samples["capture"].items()
         }
