@@ -51,9 +51,13 @@ class Handle:
         return self.value
 
 
-@pytest.fixture(autouse=True)
-def _restore():
-    """Give the entry points back to the cuda backend (in this process, it calls them)."""
+@pytest.fixture
+def restore():
+    """Give the entry points back after a test that rebinds them (the cuda backend calls them).
+
+    Only such tests use it: a test that starts the cuda backend binds the real
+    entry points, which a restore of what was there before would undo.
+    """
     before = {name: fast.bound(name) for name in fast.names()}
     yield
     for name, address in before.items():
@@ -62,7 +66,7 @@ def _restore():
 
 
 @pytest.fixture
-def fake():
+def fake(restore):
     """Bind every entry point to a Python function that records its arguments."""
     seen: dict[str, tuple[object, ...]] = {}
     keep = _CALLBACKS  # (never freed: a bound address must not dangle)
@@ -154,7 +158,7 @@ def test_the_cuda_backend_still_works_after_these_tests(backend):
     np.testing.assert_array_equal(x.get(), np.arange(8.0) * 3)
 
 
-def test_an_unbound_call_raises_instead_of_jumping_to_null():
+def test_an_unbound_call_raises_instead_of_jumping_to_null(restore):
     fast.bind("cuGraphLaunch", 0)
     assert fast.bound("cuGraphLaunch") == 0
     with pytest.raises(RuntimeError, match="cuGraphLaunch is not bound"):
