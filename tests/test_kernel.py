@@ -84,6 +84,11 @@ def test_argument_errors(backend: str) -> None:
         k.launch(1, 8, y, x, 1.0, 1 << 32)
     with pytest.raises(TypeError, match="'a' is float32: expected a real number"):
         k.launch(1, 8, y, x, "1", 8)
+    with pytest.raises(ValueError, match=re.escape("'a': 1e+39 does not fit in float32")):
+        k.launch(1, 8, y, x, 1e39, 8)  # (C's packing refuses it; sim refuses it alike)
+    y2 = cg.zeros(8, "float32")
+    k.launch(1, 8, y2, cg.ones(8, "float32"), float("inf"), 8)  # infinity itself fits
+    assert np.isinf(y2.get()).all()
     with pytest.raises(TypeError, match="'y' is a pointer"):
         k.launch(1, 8, np.zeros(8, np.float32), x, 1.0, 8)
     with pytest.raises(ValueError, match=re.escape("each dimension must be in 1..1024")):

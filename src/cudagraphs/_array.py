@@ -20,6 +20,7 @@ from ._builtin import c_strides, check_same, copy_view, fill_view
 from ._builtin import fill_value as _fill_value
 from ._device import Device, Stream, current_device, resolve_stream
 from ._dtypes import normalize_dtype
+from ._kernel import fast_array_class
 from ._recording import Work, release, submit
 from ._transfer import PendingCopy, to_device, to_host
 from .backends.base import ArrayArg
@@ -425,6 +426,9 @@ def _prod(shape: tuple[int, ...]) -> int:
 
 
 # constructors ---------------------------------------------------------------
+fast_array_class(DeviceArray)  # kernel launches read its slots from C
+
+
 def empty(
     shape: Shape,
     dtype: Any = "float64",

@@ -21,6 +21,7 @@
 #include <Python.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <math.h>
 #include <string.h>
 
 typedef int CUresult;
@@ -263,6 +264,418 @@ static PyObject *node_set(PyObject *self, PyObject *const *args, Py_ssize_t narg
     return result(err);
 }
 
+/* ---- Launcher: the repeat path of Kernel.launch, checks included ------------------------
+ *
+ * A Launcher is the launch plan of one kernel: the byte layout of its parameters, what each
+ * must be (an array of a given dtype on the launch's device, dense; an integer in range; a
+ * number), and the kernel's CUfunction per device. Called with Kernel.launch's arguments, it
+ * makes every check Kernel.launch makes, packs the arguments on the C stack and calls
+ * cuLaunchKernel. Whatever it does not decide for sure (another type, a stream being captured,
+ * a closed stream, a value out of range, a driver error) it hands to the Python path, `slow`,
+ * unchanged: that path is the reference, raises the errors, and records captured work.
+ * configure() names the classes it reads (their __slots__, at fixed offsets).
+ */
+#include <structmember.h>
+
+#define MAX_PARAMS 64
+#define MAX_BYTES 4096
+
+static PyTypeObject *array_base;  /* cudagraphs.DeviceArray */
+static PyTypeObject *stream_type; /* cudagraphs.Stream */
+static PyObject *current_var;     /* the ContextVar of the current streams (a tuple) */
+static PyObject *plain_types;     /* {type: bool}: whether its instances read as plain arrays */
+static Py_ssize_t a_ptr, a_device, a_dtype, a_contig, s_device, s_handle, s_recording, s_finalizer;
+static PyObject *str_stream, *str_shared_mem, *str_alive;
+
+#define SLOT(o, offset) (*(PyObject **)((char *)(o) + (offset)))
+
+static Py_ssize_t slot_offset(PyTypeObject *t, const char *name) {
+    PyObject *key = PyUnicode_InternFromString(name);
+    if (key == NULL) return -1;
+    PyObject *d = _PyType_Lookup(t, key);
+    Py_DECREF(key);
+    if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type) ||
+        ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX) {
+        PyErr_Format(PyExc_TypeError, "%.80s.%s is not a __slots__ attribute", t->tp_name, name);
+        return -1;
+    }
+    return ((PyMemberDescrObject *)d)->d_member->offset;
+}
+
+/* configure(array_type, stream_type, current_streams): the classes Launchers read. */
+static PyObject *configure(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyType_Check(args[0]) || !PyType_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "configure takes the array class, the stream class and a ContextVar");
+        return NULL;
+    }
+    if (!PyContextVar_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "configure's third argument must be a ContextVar");
+        return NULL;
+    }
+    PyTypeObject *at = (PyTypeObject *)args[0], *st = (PyTypeObject *)args[1];
+    Py_ssize_t o[8];
+    const char *an[4] = {"ptr", "device", "dtype", "is_contiguous"};
+    const char *sn[4] = {"device", "handle", "_recording", "_finalizer"};
+    for (int i = 0; i < 4; ++i)
+        if ((o[i] = slot_offset(at, an[i])) < 0 || (o[4 + i] = slot_offset(st, sn[i])) < 0) return NULL;
+    PyObject *known = PyDict_New();
+    if (known == NULL) return NULL;
+    a_ptr = o[0], a_device = o[1], a_dtype = o[2], a_contig = o[3];
+    s_device = o[4], s_handle = o[5], s_recording = o[6], s_finalizer = o[7];
+    Py_INCREF(at), Py_INCREF(st), Py_INCREF(args[2]);
+    Py_XSETREF(array_base, at);
+    Py_XSETREF(stream_type, st);
+    Py_XSETREF(current_var, args[2]);
+    Py_XSETREF(plain_types, known);
+    Py_RETURN_NONE;
+}
+
+/* Whether instances of t read as plain arrays: the base class, or a subclass that overrides
+   none of what a launch reads (a graph output's own check lives in its _view_spec). */
+static int is_plain(PyTypeObject *t) {
+    if (t == array_base) return 1;
+    if (!PyType_IsSubtype(t, array_base)) return 0;
+    PyObject *known = PyDict_GetItemWithError(plain_types, (PyObject *)t);
+    if (known != NULL) return known == Py_True;
+    if (PyErr_Occurred()) return -1;
+    static const char *names[] = {"ptr", "device", "dtype", "is_contiguous", "_view_spec"};
+    int plain = 1;
+    for (int i = 0; i < 5 && plain; ++i) {
+        PyObject *key = PyUnicode_InternFromString(names[i]);
+        if (key == NULL) return -1;
+        plain = _PyType_Lookup(t, key) == _PyType_Lookup(array_base, key);
+        Py_DECREF(key);
+    }
+    if (PyDict_SetItem(plain_types, (PyObject *)t, plain ? Py_True : Py_False)) return -1;
+    return plain;
+}
+
+typedef struct {
+    char kind;        /* 'p' pointer, 'i' signed, 'u' unsigned, 'f' float, 'b' bool */
+    int size;         /* bytes */
+    Py_ssize_t offset;
+    PyObject *pointee; /* the dtype a pointer's array must have (NULL: any) */
+} param_t;
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *slow;    /* the Python path: the bound Kernel.launch */
+    PyObject *devices; /* {Device: (CUfunction address, default stream)} */
+    Py_ssize_t n;
+    unsigned long long fast, handed; /* launches made here, calls handed to `slow` */
+    param_t params[MAX_PARAMS];
+} Launcher;
+
+static const unsigned long GRID[3] = {2147483647ul, 65535ul, 65535ul}, BLOCK[3] = {1024ul, 1024ul, 64ul};
+
+/* A grid or block given as an exact int or a tuple of 1-3 exact ints within CUDA's limits. */
+static int dims(PyObject *o, const unsigned long lim[3], unsigned out[3]) {
+    out[0] = out[1] = out[2] = 1;
+    Py_ssize_t n = 1;
+    PyObject *const *items = &o;
+    if (!PyLong_CheckExact(o)) {
+        if (!PyTuple_CheckExact(o) || PyTuple_GET_SIZE(o) < 1 || PyTuple_GET_SIZE(o) > 3) return -1;
+        n = PyTuple_GET_SIZE(o);
+        items = &PyTuple_GET_ITEM(o, 0);
+    }
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        if (!PyLong_CheckExact(items[i])) return -1;
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(items[i], &overflow);
+        if (overflow || v < 1 || (unsigned long long)v > lim[i]) return -1;
+        out[i] = (unsigned)v;
+    }
+    return 0;
+}
+
+/* One argument into its slot, or -1: the Python path decides (no exception is left set). */
+static int pack(const param_t *p, PyObject *a, PyObject *device, unsigned char *dst) {
+    if (p->kind == 'p') {
+        unsigned long long v;
+        if (a == Py_None) {
+            v = 0;
+        } else {
+            if (!PyLong_CheckExact(a)) {
+                int plain = is_plain(Py_TYPE(a));
+                if (plain <= 0 || SLOT(a, a_device) != device || SLOT(a, a_contig) != Py_True ||
+                    (p->pointee != NULL && SLOT(a, a_dtype) != p->pointee))
+                    goto hand;
+                a = SLOT(a, a_ptr);
+                if (a == NULL || !PyLong_CheckExact(a)) goto hand;
+            }
+            v = PyLong_AsUnsignedLongLong(a);
+            if (v == (unsigned long long)-1 && PyErr_Occurred()) goto hand;
+        }
+        memcpy(dst, &v, 8);
+        return 0;
+    }
+    if (p->kind == 'f') {
+        double d;
+        if (PyFloat_CheckExact(a)) {
+            d = PyFloat_AS_DOUBLE(a);
+        } else if (PyLong_CheckExact(a)) {
+            d = PyLong_AsDouble(a);
+            if (d == -1.0 && PyErr_Occurred()) goto hand;
+        } else {
+            goto hand;
+        }
+        if (p->size == 8) {
+            memcpy(dst, &d, 8);
+        } else {
+            float f = (float)d;
+            if (isinf(f) && !isinf(d)) goto hand; /* struct's 'f' refuses it */
+            memcpy(dst, &f, 4);
+        }
+        return 0;
+    }
+    if (p->kind == 'b') {
+        unsigned char b;
+        if (a == Py_True || a == Py_False) b = a == Py_True;
+        else if (PyLong_CheckExact(a)) b = PyObject_IsTrue(a);
+        else goto hand;
+        *dst = b;
+        return 0;
+    }
+    if (!PyLong_CheckExact(a)) goto hand; /* bools, numpy integers: the Python path */
+    if (p->kind == 'u') {
+        unsigned long long v = PyLong_AsUnsignedLongLong(a);
+        if (v == (unsigned long long)-1 && PyErr_Occurred()) goto hand;
+        if (p->size < 8 && v >> (8 * p->size)) goto hand;
+        memcpy(dst, &v, (size_t)p->size); /* little-endian: the low bytes */
+        return 0;
+    }
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(a, &overflow);
+    if (overflow || (v == -1 && PyErr_Occurred())) goto hand;
+    if (p->size < 8) {
+        long long lim = 1LL << (8 * p->size - 1);
+        if (v < -lim || v >= lim) goto hand;
+    }
+    memcpy(dst, &v, (size_t)p->size);
+    return 0;
+hand:
+    PyErr_Clear();
+    return -1;
+}
+
+static PyObject *launcher_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Launcher *L = (Launcher *)self;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *stream = NULL, *current = NULL;
+    unsigned long long shared = 0;
+    unsigned grid[3], block[3];
+    void *fn = fns[LAUNCH];
+    if (fn == NULL || array_base == NULL || nargs != L->n + 2) goto hand;
+    if (kwnames != NULL) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); ++i) {
+            PyObject *name = PyTuple_GET_ITEM(kwnames, i), *value = args[nargs + i];
+            if (name == str_stream) {
+                stream = value == Py_None ? NULL : value;
+            } else if (name == str_shared_mem && PyLong_CheckExact(value)) {
+                int overflow;
+                long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+                if (overflow || v < 0 || v > 0xFFFFFFFFll) goto hand;
+                shared = (unsigned long long)v;
+            } else {
+                goto hand; /* device=, or anything else */
+            }
+        }
+    }
+    if (dims(args[0], GRID, grid) || dims(args[1], BLOCK, block) ||
+        (unsigned long long)block[0] * block[1] * block[2] > 1024)
+        goto hand;
+    PyObject *device = NULL;
+    if (stream != NULL) {
+        if (Py_TYPE(stream) != stream_type) goto hand;
+        device = SLOT(stream, s_device);
+    } else {
+        for (Py_ssize_t i = 0; i < L->n && device == NULL; ++i) { /* the first array's device */
+            PyObject *a = args[2 + i];
+            if (a != Py_None && !PyLong_CheckExact(a) && !PyFloat_CheckExact(a)) {
+                if (is_plain(Py_TYPE(a)) != 1) goto hand; /* (what Python's path takes for a device) */
+                device = SLOT(a, a_device);
+            }
+        }
+    }
+    if (device == NULL) goto hand;
+    PyObject *plan = PyDict_GetItemWithError(L->devices, device);
+    if (plan == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        goto hand; /* not loaded on this device yet */
+    }
+    if (stream == NULL) { /* this thread's current stream of the device */
+        if (PyContextVar_Get(current_var, NULL, &current) < 0) return NULL;
+        stream = PyTuple_GET_ITEM(plan, 1);
+        if (current != NULL) {
+            if (!PyTuple_CheckExact(current)) goto hand;
+            for (Py_ssize_t i = PyTuple_GET_SIZE(current) - 1; i >= 0; --i) {
+                PyObject *s = PyTuple_GET_ITEM(current, i);
+                if (Py_TYPE(s) == stream_type && SLOT(s, s_device) == device) {
+                    stream = s;
+                    break;
+                }
+            }
+        }
+    }
+    if (SLOT(stream, s_device) != device || SLOT(stream, s_recording) != Py_None) goto hand;
+    PyObject *fin = SLOT(stream, s_finalizer);
+    if (fin == NULL) goto hand;
+    if (fin != Py_None) { /* an owned stream: open while its finalizer is alive */
+        PyObject *alive = PyObject_GetAttr(fin, str_alive);
+        int open = alive == NULL ? -1 : PyObject_IsTrue(alive);
+        Py_XDECREF(alive);
+        if (open != 1) goto hand;
+    }
+    uintptr_t raw_stream, function;
+    PyObject *h = SLOT(stream, s_handle);
+    if (h == NULL || !PyLong_CheckExact(h) || as_address(h, &raw_stream) ||
+        as_address(PyTuple_GET_ITEM(plan, 0), &function))
+        goto hand;
+    _Alignas(16) unsigned char buf[MAX_BYTES];
+    void *kp[MAX_PARAMS];
+    for (Py_ssize_t i = 0; i < L->n; ++i) {
+        kp[i] = buf + L->params[i].offset;
+        if (pack(&L->params[i], args[2 + i], device, buf + L->params[i].offset)) goto hand;
+    }
+    CUresult err;
+    Py_BEGIN_ALLOW_THREADS
+    err = ((launch_t)fn)((handle)function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                         (unsigned)shared, (handle)raw_stream, L->n ? kp : NULL, NULL);
+    Py_END_ALLOW_THREADS
+    Py_XDECREF(current);
+    if (err) return PyObject_Vectorcall(L->slow, args, nargsf, kwnames); /* it reports the error */
+    L->fast++;
+    Py_RETURN_NONE;
+hand:
+    PyErr_Clear();
+    Py_XDECREF(current);
+    L->handed++;
+    return PyObject_Vectorcall(L->slow, args, nargsf, kwnames);
+}
+
+static void launcher_clear_params(Launcher *L) {
+    for (Py_ssize_t i = 0; i < L->n; ++i) Py_CLEAR(L->params[i].pointee);
+}
+
+/* Launcher(slow, layout): layout is one (kind, size, offset, pointee or None) per parameter. */
+static PyObject *launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *slow, *layout;
+    if (!PyArg_ParseTuple(args, "OO:Launcher", &slow, &layout)) return NULL;
+    if (!PyCallable_Check(slow)) {
+        PyErr_SetString(PyExc_TypeError, "Launcher's slow path must be callable");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(layout, "Launcher's layout must be a sequence");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n > MAX_PARAMS) {
+        Py_DECREF(seq);
+        return PyErr_Format(PyExc_ValueError, "a Launcher takes at most %d parameters, got %zd", MAX_PARAMS, n);
+    }
+    Launcher *L = (Launcher *)type->tp_alloc(type, 0);
+    if (L == NULL) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    L->vectorcall = launcher_call;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        param_t *p = &L->params[i];
+        const char *kind;
+        PyObject *pointee;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "sinO", &kind, &p->size, &p->offset, &pointee))
+            goto fail;
+        p->kind = kind[0];
+        L->n = i + 1;
+        p->pointee = pointee == Py_None ? NULL : Py_NewRef(pointee);
+        int sized = p->kind == 'p' ? p->size == 8
+                    : p->kind == 'f' ? p->size == 4 || p->size == 8
+                    : p->kind == 'b' ? p->size == 1
+                    : (p->kind == 'i' || p->kind == 'u') &&
+                          (p->size == 1 || p->size == 2 || p->size == 4 || p->size == 8);
+        if (strlen(kind) != 1 || !sized || p->offset < 0 || p->offset + p->size > MAX_BYTES ||
+            p->offset % p->size) {
+            PyErr_Format(PyExc_ValueError, "parameter %zd: no fast packing for (%s, %d, %zd)", i, kind,
+                         p->size, p->offset);
+            goto fail;
+        }
+    }
+    Py_DECREF(seq);
+    L->slow = Py_NewRef(slow);
+    if ((L->devices = PyDict_New()) == NULL) {
+        Py_DECREF(L);
+        return NULL;
+    }
+    return (PyObject *)L;
+fail:
+    Py_DECREF(seq);
+    Py_DECREF(L);
+    return NULL;
+}
+
+static int launcher_traverse(Launcher *L, visitproc visit, void *arg) {
+    Py_VISIT(L->slow);
+    Py_VISIT(L->devices);
+    for (Py_ssize_t i = 0; i < L->n; ++i) Py_VISIT(L->params[i].pointee);
+    return 0;
+}
+
+static int launcher_clear(Launcher *L) {
+    Py_CLEAR(L->slow);
+    Py_CLEAR(L->devices);
+    launcher_clear_params(L);
+    return 0;
+}
+
+static void launcher_dealloc(Launcher *L) {
+    PyObject_GC_UnTrack(L);
+    launcher_clear(L);
+    Py_TYPE(L)->tp_free((PyObject *)L);
+}
+
+/* add(device, function, stream): launch on `device` through CUfunction `function`, on `stream`
+   when no other is current. */
+static PyObject *launcher_add(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Launcher *L = (Launcher *)self;
+    uintptr_t f;
+    if (nargs != 3 || stream_type == NULL || Py_TYPE(args[2]) != stream_type) {
+        PyErr_SetString(PyExc_TypeError, "add takes a device, a CUfunction address and a Stream (configure first)");
+        return NULL;
+    }
+    if (as_address(args[1], &f)) return NULL;
+    PyObject *plan = Py_BuildValue("(KO)", (unsigned long long)f, args[2]);
+    if (plan == NULL) return NULL;
+    int rc = PyDict_SetItem(L->devices, args[0], plan);
+    Py_DECREF(plan);
+    if (rc) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *launcher_counts(PyObject *self, PyObject *unused) {
+    Launcher *L = (Launcher *)self;
+    return Py_BuildValue("(KK)", L->fast, L->handed);
+}
+
+static PyMethodDef launcher_methods[] = {
+    {"add", (PyCFunction)(void (*)(void))launcher_add, METH_FASTCALL, "add(device, function, stream)"},
+    {"counts", launcher_counts, METH_NOARGS, "(launches made in C, calls handed to the Python path)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject LauncherType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cudagraphs._fastcall.Launcher",
+    .tp_basicsize = sizeof(Launcher),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "Launcher(slow, layout): a kernel's launch plan; called as Kernel.launch.",
+    .tp_new = launcher_new,
+    .tp_dealloc = (destructor)launcher_dealloc,
+    .tp_traverse = (traverseproc)launcher_traverse,
+    .tp_clear = (inquiry)launcher_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(Launcher, vectorcall),
+    .tp_methods = launcher_methods,
+};
+
 /* bind(name, address): the driver entry point to call for `name` (0 unbinds). */
 static PyObject *bind(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     uintptr_t address;
@@ -314,6 +727,8 @@ static PyMethodDef methods[] = {
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "bind(name, address)"},
     {"bound", bound, METH_O, "bound(name): the address bound to name (0: none)."},
     {"names", names, METH_NOARGS, "The driver functions this module calls, in bind() names."},
+    {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL,
+     "configure(array_type, stream_type, current_streams): the classes Launchers read."},
     {"cuLaunchKernel", (PyCFunction)(void (*)(void))launch, METH_FASTCALL, NULL},
     {"cuGraphLaunch", (PyCFunction)(void (*)(void))graph_launch, METH_FASTCALL, NULL},
     {"cuMemcpyDtoDAsync", (PyCFunction)(void (*)(void))copy_dd, METH_FASTCALL, NULL},
@@ -333,4 +748,17 @@ static struct PyModuleDef module = {
     "The hot paths' driver calls at C's cost (optional; see the C source).", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__fastcall(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__fastcall(void) {
+    if (PyType_Ready(&LauncherType) < 0) return NULL;
+    str_stream = PyUnicode_InternFromString("stream");
+    str_shared_mem = PyUnicode_InternFromString("shared_mem");
+    str_alive = PyUnicode_InternFromString("alive");
+    if (str_stream == NULL || str_shared_mem == NULL || str_alive == NULL) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    if (PyModule_AddObjectRef(m, "Launcher", (PyObject *)&LauncherType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

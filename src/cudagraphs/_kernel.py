@@ -23,20 +23,44 @@ early. A launch is one :class:`~cudagraphs._recording.Work` handed to
 from __future__ import annotations
 
 import re
+import struct
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from types import MethodType
 from typing import Any
 
 import numpy as np
 
 from . import _nvrtc
-from ._device import Device, Stream, current_device, resolve_stream
+from ._device import _CURRENT, Device, Stream, current_device, resolve_stream
 from ._dtypes import SUPPORTED
 from ._errors import BackendUnavailableError
 from ._recording import BY_VALUE, Work, submit
 from .backends.base import KernelLaunch, Param
 
-__all__ = ["Kernel", "normalize_dims", "preload"]
+try:  # the optional C part: Kernel.launch's repeat path (see Kernel._arm)
+    from . import _fastcall  # type: ignore[attr-defined]
+except ImportError:  # not built: every launch takes the Python path
+    _fastcall = None
+
+__all__ = ["Kernel", "fast_array_class", "normalize_dims", "preload"]
+
+_FAST_ARRAY: list[type] = []  # the array class the C launch path reads, once named
+
+
+def fast_array_class(cls: type) -> None:
+    """Name the array class whose instances the C launch path reads from their slots.
+
+    The class (cudagraphs' DeviceArray, named by its module) keeps ``ptr``,
+    ``device``, ``dtype`` and ``is_contiguous`` in ``__slots__``; its
+    subclasses are read the same way unless they override one of those or
+    ``_view_spec`` (a graph output checks it is still valid there), in which
+    case their launches take the Python path.
+    """
+    if _fastcall is not None and not _FAST_ARRAY:
+        _fastcall.configure(cls, Stream, _CURRENT)
+        _FAST_ARRAY.append(cls)
+
 
 _C_TYPES: dict[str, str] = {
     "float": "float32",
@@ -298,8 +322,28 @@ class Kernel:
                         image = None  # the simulator runs the host implementation
                     _IMAGES[key] = image
                 fn = backend.load_kernel(device.index, image, self.name, self.params, self.host)
+                plan = backend.launch_plan(fn)
+                if plan is not None:
+                    self._arm(device, *plan)
                 device.kernels[self] = fn
         return fn
+
+    def _arm(self, device: Device, function: int, offsets: tuple[int, ...]) -> None:
+        """Let the C launch path launch this kernel on ``device`` (a no-op without it).
+
+        The instance's ``launch`` becomes a ``_fastcall.Launcher``: it makes
+        the checks of :meth:`launch` in C on the arguments it can read for
+        sure (plain arrays, ints, floats, None; a stream no capture records)
+        and calls this class's :meth:`launch` with anything else, unchanged.
+        """
+        launcher = self.__dict__.get("launch")
+        if launcher is None:
+            layout = _fast_layout(self.params, offsets)
+            if layout is None or not _FAST_ARRAY:
+                return
+            launcher = _fastcall.Launcher(MethodType(Kernel.launch, self), layout)
+            self.__dict__["launch"] = launcher
+        launcher.add(device, function, device.stream)
 
     # launching ------------------------------------------------------------
     def launch(
@@ -394,6 +438,25 @@ class Kernel:
 _tuple_new = tuple.__new__
 
 
+def _fast_layout(params: Sequence[Param], offsets: Sequence[int]) -> list[tuple[str, int, int, Any]] | None:
+    """Each parameter as the C launch path packs it: (kind, bytes, offset, pointee dtype).
+
+    None when one of them is packed only by the Python path (float16,
+    structs by value, bfloat16).
+    """
+    layout = []
+    for p, offset in zip(params, offsets):
+        dt = p.dtype
+        if p.pointer:
+            any_data = p.pointee is None or p.pointee.name in _BYTE_POINTEES
+            layout.append(("p", 8, offset, None if any_data else p.pointee))
+        elif dt.kind in "iub" or (dt.kind == "f" and dt.itemsize in (4, 8)):
+            layout.append((dt.kind, dt.itemsize, offset, None))
+        else:
+            return None
+    return layout
+
+
 def _device_of(args: Iterable[Any]) -> Device:
     for a in args:
         dev = getattr(a, "device", None)
@@ -466,6 +529,8 @@ def _converter(p: Param, kernel: str) -> Callable[[Any, Device], Any]:
         return by_bytes
     kind = dt.kind
     info = np.iinfo(dt) if kind in "iu" else None
+    # a float32 or float16 parameter refuses what rounds to infinity (as C's packing does)
+    narrow = struct.Struct({4: "<f", 2: "<e"}[dt.itemsize]) if kind == "f" and dt.itemsize < 8 else None
 
     def number(a: Any, device: Device) -> Any:
         if kind in "iu":
@@ -478,7 +543,13 @@ def _converter(p: Param, kernel: str) -> Callable[[Any, Device], Any]:
             return bool(a)
         if not isinstance(a, (int, float, np.integer, np.floating)) or isinstance(a, bool):
             raise TypeError(f"{where} is {dt}: expected a real number, got {a!r}")
-        return float(a)
+        v = float(a)
+        if narrow is not None:
+            try:
+                narrow.pack(v)
+            except OverflowError:
+                raise ValueError(f"{where}: {a!r} does not fit in {dt}") from None
+        return v
 
     return number
 

@@ -310,6 +310,13 @@ class Backend(Protocol):
     def launch(self, stream: Handle, launch: KernelLaunch) -> None:
         """Queue a kernel launch on ``stream``."""
 
+    def launch_plan(self, fn: Handle) -> tuple[int, tuple[int, ...]] | None:
+        """How ``cudagraphs._fastcall.Launcher`` may launch a loaded kernel.
+
+        Returns (CUfunction address, byte offset of each parameter), or None
+        when every launch goes through :meth:`launch`.
+        """
+
     def launch_host(self, stream: Handle, fn: Callable[[], None]) -> object:
         """Queue ``fn()`` on ``stream``; the result must live as long as ``fn`` may run."""
 

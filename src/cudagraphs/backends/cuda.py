@@ -187,7 +187,7 @@ class _Packer:
     once, so a launch costs one ``struct.pack_into``.
     """
 
-    __slots__ = ("address", "buf", "fmt", "lock", "ptrs")
+    __slots__ = ("address", "buf", "fmt", "lock", "offsets", "ptrs")
 
     def __init__(self, params: Sequence[base.Param]) -> None:
         fmt, offsets, offset = "<", [], 0
@@ -202,6 +202,7 @@ class _Packer:
             fmt += code if code and struct.calcsize(code) == size else f"{size}s"
             offset += size
         self.fmt = struct.Struct(fmt)
+        self.offsets = tuple(offsets)
         self.buf = ctypes.create_string_buffer(max(offset, 8))
         base_addr = ctypes.addressof(self.buf)
         self.ptrs = (ctypes.c_void_p * max(len(params), 1))(*[base_addr + o for o in offsets])
@@ -473,6 +474,9 @@ class CudaBackend:
                     lambda: f.call(f.handle, gx, gy, gz, bx, by, bz, shared_mem, stream, f.address, 0),
                     f.ordinal,
                 )
+
+    def launch_plan(self, fn: _Function) -> tuple[int, tuple[int, ...]] | None:
+        return (int(fn.fn), fn.packer.offsets) if self.fastcall else None
 
     def launch_host(self, stream: Any, fn: Callable[[], None]) -> object:
         """Queue ``fn()`` on the host after the stream's work (a host node when captured).

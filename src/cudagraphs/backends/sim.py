@@ -1012,6 +1012,9 @@ class SimBackend:
         _check_dims(launch)
         self._submit(stream, "cuLaunchKernel", "kernel", fn.name, self._kernel_work(launch), launch)
 
+    def launch_plan(self, fn: Any) -> None:
+        return None  # kernels run on the host, in stream order: every launch is queued by launch()
+
     def launch_host(self, stream: _SimStream, fn: Callable[[], None]) -> object:
         # as the driver, keep only a pointer to the callback: the caller keeps the
         # returned object alive as long as the work (or the graph node) may run

@@ -1,0 +1,324 @@
+"""Kernel.launch's repeat path in C (``cudagraphs._fastcall.Launcher``).
+
+The Launcher must launch exactly what the Python path would (the same
+function, dimensions, stream and argument bytes) or hand the call to the
+Python path unchanged: never launch what the Python path refuses. Here a
+fake ``cuLaunchKernel`` records what it is given, on any backend; on a GPU
+the cuda backend arms every kernel with a Launcher and the launches run in C.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import cudagraphs as cg
+from cudagraphs import _kernel
+from cudagraphs._array import DeviceArray
+
+fast = pytest.importorskip(
+    "cudagraphs._fastcall", reason="the C part is not built (`pip install -e .` builds it)"
+)
+
+SOURCE = r"""
+extern "C" __global__ void mix(float* out, const float* x, void* raw, int n, unsigned short k,
+                               long long big, double alpha, float beta, bool flag, signed char c) {}
+"""
+FUNCTION = 0xF00D
+_KEEP: list[object] = []
+
+
+def _offsets(params):
+    from cudagraphs.backends.cuda import _Packer
+
+    return _Packer(params).offsets, _Packer(params).fmt
+
+
+@pytest.fixture
+def driver():
+    """A fake cuLaunchKernel recording its arguments and the bytes of each kernel parameter."""
+    before = fast.bound("cuLaunchKernel")
+    seen: list[dict[str, object]] = []
+    result = [0]
+    sizes: list[int] = []
+
+    def launch(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        slots = [ctypes.c_void_p.from_address(params + 8 * i).value for i in range(len(sizes))]
+        seen.append(
+            {
+                "f": f,
+                "grid": (gx, gy, gz),
+                "block": (bx, by, bz),
+                "shared": shared,
+                "stream": stream,
+                "bytes": [ctypes.string_at(a, n) for a, n in zip(slots, sizes)],
+                "extra": extra,
+            }
+        )
+        return result[0]
+
+    P, U = ctypes.c_void_p, ctypes.c_uint
+    cb = ctypes.CFUNCTYPE(ctypes.c_int, P, U, U, U, U, U, U, U, P, P, P)(launch)
+    _KEEP.append(cb)
+    fast.bind("cuLaunchKernel", ctypes.cast(cb, P).value)
+    yield seen, result, sizes
+    fast.bind("cuLaunchKernel", before)
+
+
+@pytest.fixture
+def plan(driver, backend):
+    """A Launcher of the test kernel, the calls it handed over, the fake driver's records."""
+    seen, result, sizes = driver
+    k = cg.Kernel(SOURCE, "mix")
+    offsets, fmt = _offsets(k.params)
+    sizes[:] = [p.dtype.itemsize for p in k.params]
+    handed: list[tuple[tuple[object, ...], dict[str, object]]] = []
+
+    def slow(*args, **kwargs):
+        handed.append((args, kwargs))
+        return "python path"
+
+    launcher = fast.Launcher(slow, _kernel._fast_layout(k.params, offsets))
+    dev = cg.Device(0)
+    launcher.add(dev, FUNCTION, dev.stream)
+    return SimpleNamespace(
+        k=k, launcher=launcher, handed=handed, seen=seen, dev=dev, offsets=offsets, fmt=fmt, result=result
+    )
+
+
+def _args(dev, rng):
+    out = cg.asarray(rng.standard_normal(16).astype(np.float32))
+    x = cg.asarray(rng.standard_normal(16).astype(np.float32))
+    raw = cg.empty(7, np.uint8)
+    return [out, x, raw, 16, 65535, -(2**62), 0.25, 1.5, True, -128]
+
+
+def _expected_bytes(k, args, dev, offsets, fmt):
+    """What the Python path packs: its converters, then the backend's struct."""
+    values = [conv(a, dev) for conv, a in zip(k._convert, args)]
+    packed = fmt.pack(*values)
+    return [packed[o : o + p.dtype.itemsize] for o, p in zip(offsets, k.params)]
+
+
+def test_a_launch_packs_the_bytes_the_python_path_packs(plan):
+    t = plan
+    k, launcher, handed, seen, dev = t.k, t.launcher, t.handed, t.seen, t.dev
+    rng = np.random.default_rng(0)
+    for trial in range(5):
+        args = _args(dev, rng)
+        args[3], args[6], args[7] = (
+            int(rng.integers(-(2**31), 2**31)),
+            float(rng.normal()),
+            int(rng.integers(-9, 9)),
+        )
+        args[8] = bool(trial % 2)
+        assert launcher((3, 2), (32, 4, 2), *args, shared_mem=96) is None
+        got = seen[-1]
+        assert got["f"] == FUNCTION
+        assert got["extra"] is None
+        assert (got["grid"], got["block"], got["shared"]) == ((3, 2, 1), (32, 4, 2), 96)
+        assert got["stream"] == dev.stream.handle
+        assert got["bytes"] == _expected_bytes(k, args, dev, t.offsets, t.fmt)
+    assert not handed
+    assert launcher.counts() == (5, 0)
+
+
+def test_pointers_given_as_none_ints_or_plain_subclasses_launch(plan):
+    t = plan
+    launcher, handed, seen, dev = t.launcher, t.handed, t.seen, t.dev
+    args = _args(dev, np.random.default_rng(1))
+    scalar = cg.DeviceScalar(np.float32(2.0)) if hasattr(cg, "DeviceScalar") else None
+    for a in (None, 0, 2**64 - 1, args[0].ptr):
+        launcher(1, 1, args[0], a, *args[2:])
+        assert seen[-1]["bytes"][1] == struct.pack("<Q", 0 if a is None else a)
+    if scalar is not None:
+        launcher(1, 1, args[0], scalar, *args[2:])
+        assert seen[-1]["bytes"][1] == struct.pack("<Q", scalar.ptr)
+    assert not handed
+
+
+def test_the_current_stream_and_a_given_stream_are_used(plan):
+    t = plan
+    launcher, handed, seen, dev = t.launcher, t.handed, t.seen, t.dev
+    args = _args(dev, np.random.default_rng(2))
+    s = dev.create_stream()
+    with s:
+        launcher(1, 1, *args)
+    assert seen[-1]["stream"] == s.handle
+    launcher(1, 1, *args, stream=s)
+    assert seen[-1]["stream"] == s.handle
+    launcher(1, 1, *args, stream=None)
+    assert seen[-1]["stream"] == dev.stream.handle
+    assert not handed
+    s.close()
+
+
+class _Checked(DeviceArray):
+    """A subclass with its own check, as graph outputs have: launches must run it."""
+
+    __slots__ = ()
+
+    def _view_spec(self):
+        raise RuntimeError("checked")
+
+
+def _handed_cases(dev, args):
+    bad_dtype = cg.asarray(np.zeros(16, np.float64))
+    strided = cg.asarray(np.zeros(32, np.float32))[::2]
+    closed = dev.create_stream()
+    closed.close()
+    checked = DeviceArray._wrap(args[0]._block, args[0].ptr, (16,), (4,), np.dtype(np.float32), 16)
+    checked.__class__ = _Checked
+    return {
+        "too few arguments": ((1, 1, *args[:-1]), {}),
+        "a float grid": ((1.0, 1, *args), {}),
+        "a list block": ((1, [32], *args), {}),
+        "an empty grid": ((0, 1, *args), {}),
+        "too many threads": ((1, (32, 32, 2), *args), {}),
+        "a grid out of range": (((1, 65536), 1, *args), {}),
+        "device=": ((1, 1, *args), {"device": dev}),
+        "an unknown keyword": ((1, 1, *args), {"stram": None}),
+        "a negative shared_mem": ((1, 1, *args), {"shared_mem": -1}),
+        "a float shared_mem": ((1, 1, *args), {"shared_mem": 1.0}),
+        "a stream of another type": ((1, 1, *args), {"stream": dev.stream.handle}),
+        "a closed stream": ((1, 1, *args), {"stream": closed}),
+        "another dtype": ((1, 1, args[0], bad_dtype, *args[2:]), {}),
+        "a strided view": ((1, 1, args[0], strided, *args[2:]), {}),
+        "a subclass with its own check": ((1, 1, checked, *args[1:]), {}),
+        "a numpy array": ((1, 1, args[0], np.zeros(16, np.float32), *args[2:]), {}),
+        "a negative address": ((1, 1, args[0], -8, *args[2:]), {}),
+        "an address over 64 bits": ((1, 1, args[0], 2**64, *args[2:]), {}),
+        "an int out of int32": ((1, 1, *args[:3], 2**31, *args[4:]), {}),
+        "a negative unsigned": ((1, 1, *args[:4], -1, *args[5:]), {}),
+        "an unsigned over 16 bits": ((1, 1, *args[:4], 65536, *args[5:]), {}),
+        "a bool for an int": ((1, 1, *args[:3], True, *args[4:]), {}),
+        "a numpy int": ((1, 1, *args[:3], np.int32(3), *args[4:]), {}),
+        "a float for an int": ((1, 1, *args[:3], 3.0, *args[4:]), {}),
+        "a string for a double": ((1, 1, *args[:6], "0.5", *args[7:]), {}),
+        "a float too big for float32": ((1, 1, *args[:7], 1e300, *args[8:]), {}),
+        "an int too big for a double": ((1, 1, *args[:6], 10**400, *args[7:]), {}),
+        "a None for a bool": ((1, 1, *args[:8], None, *args[9:]), {}),
+        "an int out of int8": ((1, 1, *args[:9], 128), {}),
+    }
+
+
+def test_what_the_c_path_cannot_decide_goes_to_the_python_path_unchanged(plan):
+    t = plan
+    launcher, handed, seen, dev = t.launcher, t.handed, t.seen, t.dev
+    args = _args(dev, np.random.default_rng(3))
+    cases = _handed_cases(dev, args)
+    for what, (a, kw) in cases.items():
+        before = len(seen)
+        assert launcher(*a, **kw) == "python path", what
+        assert len(seen) == before, f"{what}: launched in C"
+        got_args, got_kw = handed[-1]
+        assert len(got_args) == len(a), what
+        assert all(x is y for x, y in zip(got_args, a)), what
+        assert got_kw == kw, what
+    assert launcher.counts() == (0, len(cases))
+
+
+def test_the_python_path_refuses_every_case_the_c_path_handed_over(plan, backend):
+    """Those cases are errors in Kernel.launch (or launch through it), never silent launches in C."""
+    t = plan
+    k, dev = t.k, t.dev
+    k.host = lambda *a: None  # (what sim runs for the cases that launch)
+    args = _args(dev, np.random.default_rng(4))
+    launchable = {"a list block", "device=", "a numpy int", "a None for a bool"}  # Python converts these
+    for what, (a, kw) in _handed_cases(dev, args).items():
+        if what not in launchable:
+            with pytest.raises((TypeError, ValueError, OverflowError, RuntimeError)):
+                _kernel.Kernel.launch(k, *a, **kw)
+
+
+def test_a_driver_error_goes_to_the_python_path_which_reports_it(plan):
+    t = plan
+    launcher, handed, seen, dev = t.launcher, t.handed, t.seen, t.dev
+    args = _args(dev, np.random.default_rng(5))
+    t.result[0] = 1  # CUDA_ERROR_INVALID_VALUE
+    assert launcher(1, 1, *args) == "python path"
+    assert len(seen) == 1
+    assert len(handed) == 1
+
+
+def test_a_captured_stream_goes_to_the_python_path(plan):
+    t = plan
+    launcher, handed, seen, dev = t.launcher, t.handed, t.seen, t.dev
+    args = _args(dev, np.random.default_rng(6))
+    s = dev.create_stream()
+    with cg.capture(stream=s):
+        assert launcher(1, 1, *args, stream=s) == "python path"
+        cg.ops.fill(args[0], 0.0, stream=s)  # (a capture must record something)
+    assert not seen
+    assert len(handed) == 1
+    s.close()
+
+
+def test_bad_layouts_and_calls_are_refused():
+    with pytest.raises(TypeError, match="callable"):
+        fast.Launcher(3, [])
+    with pytest.raises(ValueError, match="no fast packing"):
+        fast.Launcher(print, [("f", 2, 0, None)])
+    with pytest.raises(ValueError, match="no fast packing"):
+        fast.Launcher(print, [("i", 4, 2, None)])  # misaligned
+    with pytest.raises(ValueError, match="at most 64"):
+        fast.Launcher(print, [("i", 4, 4 * i, None) for i in range(65)])
+    launcher = fast.Launcher(print, [])
+    with pytest.raises(TypeError, match="add takes"):
+        launcher.add(cg.Device(0), 1, "a stream")
+
+
+def test_layouts_leave_out_kernels_the_c_path_cannot_pack():
+    k = cg.Kernel(
+        'extern "C" __global__ void h(__half* p, __half v) {}', "h", signature=["float16*", "float16"]
+    )
+    assert _kernel._fast_layout(k.params, (0, 8)) is None
+    k = cg.Kernel(SOURCE, "mix")
+    layout = _kernel._fast_layout(k.params, _offsets(k.params)[0])
+    assert [(kind, size) for kind, size, _, _ in layout] == [
+        ("p", 8),
+        ("p", 8),
+        ("p", 8),
+        ("i", 4),
+        ("u", 2),
+        ("i", 8),
+        ("f", 8),
+        ("f", 4),
+        ("b", 1),
+        ("i", 1),
+    ]
+    assert layout[0][3] == np.dtype(np.float32)
+    assert layout[2][3] is None  # void*: any array
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_kernels_launch_through_the_c_path(backend):
+    if cg.backend() != "cuda":
+        pytest.skip("needs the cuda backend")
+    if not cg.Device(0).backend.fastcall:
+        pytest.skip("fast calls are switched off")
+    k = cg.Kernel(
+        'extern "C" __global__ void axpb(float* y, const float* x, float a, int n)'
+        "{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i]; }",
+        "axpb",
+    )
+    rng = np.random.default_rng(7)
+    x0, y0 = rng.standard_normal(1000).astype(np.float32), rng.standard_normal(1000).astype(np.float32)
+    x, y = cg.asarray(x0), cg.asarray(y0)
+    k.launch(4, 256, y, x, 2.0, 1000)  # the first launch compiles and arms it
+    assert isinstance(k.launch, fast.Launcher)
+    for _ in range(3):
+        k.launch(4, 256, y, x, 2.0, 1000)
+    fast_n, handed_n = k.launch.counts()
+    assert fast_n == 3
+    assert handed_n == 0
+    np.testing.assert_allclose(y.get(), y0 + 8 * x0, rtol=1e-5)
+    with pytest.raises(TypeError, match="expects float32 data"):
+        k.launch(4, 256, y, cg.asarray(x0.astype(np.float64)), 2.0, 1000)
+    with pytest.raises(ValueError, match="does not fit in int32"):
+        k.launch(4, 256, y, x, 2.0, 2**31)
+    np.testing.assert_allclose(y.get(), y0 + 8 * x0, rtol=1e-5)  # nothing launched
