@@ -39,8 +39,12 @@ def _offsets(params):
 
 
 @pytest.fixture
-def driver():
-    """A fake cuLaunchKernel recording its arguments and the bytes of each kernel parameter."""
+def driver(backend):
+    """A fake cuLaunchKernel recording its arguments and the bytes of each kernel parameter.
+
+    (Bound after the backend started: the cuda backend binds the real entry points.)
+    """
+    cg.Device(0)
     before = fast.bound("cuLaunchKernel")
     seen: list[dict[str, object]] = []
     result = [0]
@@ -70,7 +74,7 @@ def driver():
 
 
 @pytest.fixture
-def plan(driver, backend):
+def plan(backend, driver):
     """A Launcher of the test kernel, the calls it handed over, the fake driver's records."""
     seen, result, sizes = driver
     k = cg.Kernel(SOURCE, "mix")
@@ -258,9 +262,38 @@ def test_a_captured_stream_goes_to_the_python_path(plan):
     s.close()
 
 
+def test_a_captured_launch_is_checked_in_c_and_recorded_by_the_python_path(plan):
+    """Given ``record`` (Kernel.enqueue), it gets the values Kernel.launch's converters make."""
+    t = plan
+    recorded = []
+    launcher = fast.Launcher(
+        t.launcher, _kernel._fast_layout(t.k.params, t.offsets), lambda *a: recorded.append(a)
+    )
+    launcher.add(t.dev, FUNCTION, t.dev.stream)
+    args = _args(t.dev, np.random.default_rng(8))
+    args[6] = 3  # an int for a double: the converter makes it a float
+    s = t.dev.create_stream()
+    with cg.capture(stream=s):
+        assert launcher((5, 2), 64, *args, stream=s, shared_mem=8) is None
+        cg.ops.fill(args[0], 0.0, stream=s)  # (a capture must record something)
+        args_bad = [*args[:3], 2**40, *args[4:]]
+        assert launcher(1, 1, *args_bad, stream=s) == "python path"  # (through t.launcher: no device)
+    assert not t.seen
+    ((device, stream, grid, block, shared, values, given),) = recorded
+    assert (device, stream, grid, block, shared) == (t.dev, s, (5, 2, 1), (64, 1, 1), 8)
+    assert given == tuple(args)
+    expected = tuple(conv(a, t.dev) for conv, a in zip(t.k._convert, args))
+    assert values == expected
+    assert [type(v) for v in values] == [type(v) for v in expected]
+    assert launcher.counts() == (1, 1)
+    s.close()
+
+
 def test_bad_layouts_and_calls_are_refused():
     with pytest.raises(TypeError, match="callable"):
         fast.Launcher(3, [])
+    with pytest.raises(TypeError, match="callable"):
+        fast.Launcher(print, [], 3)
     with pytest.raises(ValueError, match="no fast packing"):
         fast.Launcher(print, [("f", 2, 0, None)])
     with pytest.raises(ValueError, match="no fast packing"):
@@ -322,3 +355,10 @@ def test_on_the_gpu_kernels_launch_through_the_c_path(backend):
     with pytest.raises(ValueError, match="does not fit in int32"):
         k.launch(4, 256, y, x, 2.0, 2**31)
     np.testing.assert_allclose(y.get(), y0 + 8 * x0, rtol=1e-5)  # nothing launched
+    with cg.capture() as g:  # checked in C, recorded by Kernel.enqueue
+        k.launch(4, 256, y, x, 2.0, 1000)
+    assert k.launch.counts() == (4, 2)  # (the two refused launches went to the Python path)
+    np.testing.assert_allclose(y.get(), y0 + 8 * x0, rtol=1e-5)  # captured, not run
+    g.replay()
+    g.replay()
+    np.testing.assert_allclose(y.get(), y0 + 12 * x0, rtol=1e-5)

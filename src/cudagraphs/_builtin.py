@@ -267,6 +267,9 @@ def run(
     """
     kernel = builtin_kernel(name, dtype)
     grid = (min(-(-n // _BLOCK[0]), device.properties.multiprocessors * 32), 1, 1)
+    if kernel.fast is not None and stream._recording is None:  # the C launch path (cuda)
+        kernel.fast(grid, _BLOCK, *args, stream=stream)
+        return
     values = tuple([a if type(a) in _PLAIN else a.ptr for a in args])
     kernel.enqueue(device, stream, grid, _BLOCK, 0, values, args, writes)
 

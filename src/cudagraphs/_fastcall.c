@@ -361,6 +361,7 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *slow;    /* the Python path: the bound Kernel.launch */
+    PyObject *record;  /* what records a checked launch on a captured stream: Kernel.enqueue */
     PyObject *devices; /* {Device: (CUfunction address, default stream)} */
     Py_ssize_t n;
     unsigned long long fast, handed; /* launches made here, calls handed to `slow` */
@@ -389,8 +390,10 @@ static int dims(PyObject *o, const unsigned long lim[3], unsigned out[3]) {
     return 0;
 }
 
-/* One argument into its slot, or -1: the Python path decides (no exception is left set). */
-static int pack(const param_t *p, PyObject *a, PyObject *device, unsigned char *dst) {
+/* One argument into its slot, or -1: the Python path decides (no exception is left set).
+   With `value`, also the value the Python path's converter returns (a new reference). */
+static int pack(const param_t *p, PyObject *a, PyObject *device, unsigned char *dst, PyObject **value) {
+    PyObject *out = a; /* (the converters return ints and floats as given) */
     if (p->kind == 'p') {
         unsigned long long v;
         if (a == Py_None) {
@@ -401,14 +404,15 @@ static int pack(const param_t *p, PyObject *a, PyObject *device, unsigned char *
                 if (plain <= 0 || SLOT(a, a_device) != device || SLOT(a, a_contig) != Py_True ||
                     (p->pointee != NULL && SLOT(a, a_dtype) != p->pointee))
                     goto hand;
-                a = SLOT(a, a_ptr);
+                a = out = SLOT(a, a_ptr);
                 if (a == NULL || !PyLong_CheckExact(a)) goto hand;
             }
             v = PyLong_AsUnsignedLongLong(a);
             if (v == (unsigned long long)-1 && PyErr_Occurred()) goto hand;
         }
         memcpy(dst, &v, 8);
-        return 0;
+        if (value != NULL) *value = a == Py_None ? PyLong_FromLong(0) : Py_NewRef(out);
+        return value != NULL && *value == NULL ? -1 : 0;
     }
     if (p->kind == 'f') {
         double d;
@@ -417,6 +421,7 @@ static int pack(const param_t *p, PyObject *a, PyObject *device, unsigned char *
         } else if (PyLong_CheckExact(a)) {
             d = PyLong_AsDouble(a);
             if (d == -1.0 && PyErr_Occurred()) goto hand;
+            out = NULL;
         } else {
             goto hand;
         }
@@ -427,7 +432,8 @@ static int pack(const param_t *p, PyObject *a, PyObject *device, unsigned char *
             if (isinf(f) && !isinf(d)) goto hand; /* struct's 'f' refuses it */
             memcpy(dst, &f, 4);
         }
-        return 0;
+        if (value != NULL) *value = out != NULL ? Py_NewRef(out) : PyFloat_FromDouble(d);
+        return value != NULL && *value == NULL ? -1 : 0;
     }
     if (p->kind == 'b') {
         unsigned char b;
@@ -435,6 +441,7 @@ static int pack(const param_t *p, PyObject *a, PyObject *device, unsigned char *
         else if (PyLong_CheckExact(a)) b = PyObject_IsTrue(a);
         else goto hand;
         *dst = b;
+        if (value != NULL) *value = PyBool_FromLong(b);
         return 0;
     }
     if (!PyLong_CheckExact(a)) goto hand; /* bools, numpy integers: the Python path */
@@ -443,20 +450,48 @@ static int pack(const param_t *p, PyObject *a, PyObject *device, unsigned char *
         if (v == (unsigned long long)-1 && PyErr_Occurred()) goto hand;
         if (p->size < 8 && v >> (8 * p->size)) goto hand;
         memcpy(dst, &v, (size_t)p->size); /* little-endian: the low bytes */
-        return 0;
+    } else {
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(a, &overflow);
+        if (overflow || (v == -1 && PyErr_Occurred())) goto hand;
+        if (p->size < 8) {
+            long long lim = 1LL << (8 * p->size - 1);
+            if (v < -lim || v >= lim) goto hand;
+        }
+        memcpy(dst, &v, (size_t)p->size);
     }
-    int overflow;
-    long long v = PyLong_AsLongLongAndOverflow(a, &overflow);
-    if (overflow || (v == -1 && PyErr_Occurred())) goto hand;
-    if (p->size < 8) {
-        long long lim = 1LL << (8 * p->size - 1);
-        if (v < -lim || v >= lim) goto hand;
-    }
-    memcpy(dst, &v, (size_t)p->size);
+    if (value != NULL) *value = Py_NewRef(a);
     return 0;
 hand:
     PyErr_Clear();
     return -1;
+}
+
+/* A checked launch on a captured stream, given to L->record(device, stream, grid, block,
+   shared_mem, values, args) as Kernel.launch gives it to Kernel.enqueue. NULL with no exception
+   set: an argument the Python path must decide. */
+static PyObject *record(Launcher *L, PyObject *const *argv, PyObject *device, PyObject *stream,
+                        const unsigned grid[3], const unsigned block[3], unsigned long long shared,
+                        unsigned char *buf) {
+    PyObject *values = PyTuple_New(L->n), *given = NULL, *out = NULL;
+    if (values == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < L->n; ++i) {
+        PyObject *v = NULL;
+        if (pack(&L->params[i], argv[i], device, buf + L->params[i].offset, &v)) {
+            Py_DECREF(values);
+            return NULL; /* (an error while building a value is left set) */
+        }
+        PyTuple_SET_ITEM(values, i, v);
+    }
+    given = PyTuple_New(L->n);
+    if (given == NULL) goto done;
+    for (Py_ssize_t i = 0; i < L->n; ++i) PyTuple_SET_ITEM(given, i, Py_NewRef(argv[i]));
+    out = PyObject_CallFunction(L->record, "OO(III)(III)KOO", device, stream, grid[0], grid[1], grid[2],
+                                block[0], block[1], block[2], shared, values, given);
+done:
+    Py_DECREF(values);
+    Py_XDECREF(given);
+    return out;
 }
 
 static PyObject *launcher_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
@@ -518,7 +553,9 @@ static PyObject *launcher_call(PyObject *self, PyObject *const *args, size_t nar
             }
         }
     }
-    if (SLOT(stream, s_device) != device || SLOT(stream, s_recording) != Py_None) goto hand;
+    PyObject *recording = SLOT(stream, s_recording);
+    if (SLOT(stream, s_device) != device || recording == NULL || (recording != Py_None && L->record == NULL))
+        goto hand;
     PyObject *fin = SLOT(stream, s_finalizer);
     if (fin == NULL) goto hand;
     if (fin != Py_None) { /* an owned stream: open while its finalizer is alive */
@@ -534,9 +571,16 @@ static PyObject *launcher_call(PyObject *self, PyObject *const *args, size_t nar
         goto hand;
     _Alignas(16) unsigned char buf[MAX_BYTES];
     void *kp[MAX_PARAMS];
+    if (recording != Py_None) { /* captured: checked here, recorded by the Python path */
+        PyObject *out = record(L, args + 2, device, stream, grid, block, shared, buf);
+        Py_XDECREF(current);
+        if (out == NULL && !PyErr_Occurred()) goto hand_over; /* (nothing set: an argument to hand) */
+        if (out != NULL) L->fast++;
+        return out;
+    }
     for (Py_ssize_t i = 0; i < L->n; ++i) {
         kp[i] = buf + L->params[i].offset;
-        if (pack(&L->params[i], args[2 + i], device, buf + L->params[i].offset)) goto hand;
+        if (pack(&L->params[i], args[2 + i], device, buf + L->params[i].offset, NULL)) goto hand;
     }
     CUresult err;
     Py_BEGIN_ALLOW_THREADS
@@ -550,6 +594,7 @@ static PyObject *launcher_call(PyObject *self, PyObject *const *args, size_t nar
 hand:
     PyErr_Clear();
     Py_XDECREF(current);
+hand_over:
     L->handed++;
     return PyObject_Vectorcall(L->slow, args, nargsf, kwnames);
 }
@@ -558,12 +603,13 @@ static void launcher_clear_params(Launcher *L) {
     for (Py_ssize_t i = 0; i < L->n; ++i) Py_CLEAR(L->params[i].pointee);
 }
 
-/* Launcher(slow, layout): layout is one (kind, size, offset, pointee or None) per parameter. */
+/* Launcher(slow, layout, record=None): layout is one (kind, size, offset, pointee or None) per
+   parameter; without `record`, launches on captured streams go to `slow`. */
 static PyObject *launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    PyObject *slow, *layout;
-    if (!PyArg_ParseTuple(args, "OO:Launcher", &slow, &layout)) return NULL;
-    if (!PyCallable_Check(slow)) {
-        PyErr_SetString(PyExc_TypeError, "Launcher's slow path must be callable");
+    PyObject *slow, *layout, *rec = Py_None;
+    if (!PyArg_ParseTuple(args, "OO|O:Launcher", &slow, &layout, &rec)) return NULL;
+    if (!PyCallable_Check(slow) || (rec != Py_None && !PyCallable_Check(rec))) {
+        PyErr_SetString(PyExc_TypeError, "Launcher's slow path and record must be callable");
         return NULL;
     }
     PyObject *seq = PySequence_Fast(layout, "Launcher's layout must be a sequence");
@@ -602,6 +648,7 @@ static PyObject *launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     }
     Py_DECREF(seq);
     L->slow = Py_NewRef(slow);
+    L->record = rec == Py_None ? NULL : Py_NewRef(rec);
     if ((L->devices = PyDict_New()) == NULL) {
         Py_DECREF(L);
         return NULL;
@@ -615,6 +662,7 @@ fail:
 
 static int launcher_traverse(Launcher *L, visitproc visit, void *arg) {
     Py_VISIT(L->slow);
+    Py_VISIT(L->record);
     Py_VISIT(L->devices);
     for (Py_ssize_t i = 0; i < L->n; ++i) Py_VISIT(L->params[i].pointee);
     return 0;
@@ -622,6 +670,7 @@ static int launcher_traverse(Launcher *L, visitproc visit, void *arg) {
 
 static int launcher_clear(Launcher *L) {
     Py_CLEAR(L->slow);
+    Py_CLEAR(L->record);
     Py_CLEAR(L->devices);
     launcher_clear_params(L);
     return 0;
@@ -666,7 +715,7 @@ static PyTypeObject LauncherType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cudagraphs._fastcall.Launcher",
     .tp_basicsize = sizeof(Launcher),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "Launcher(slow, layout): a kernel's launch plan; called as Kernel.launch.",
+    .tp_doc = "Launcher(slow, layout, record=None): a kernel's launch plan; called as Kernel.launch.",
     .tp_new = launcher_new,
     .tp_dealloc = (destructor)launcher_dealloc,
     .tp_traverse = (traverseproc)launcher_traverse,

@@ -273,6 +273,7 @@ class Kernel:
         self._convert = [_converter(p, name) for p in self.params]
         self._lock = threading.Lock()
         self.fixed: frozenset[str] = frozenset()  # parameters set_arg may not change
+        self.fast: Any = None  # the C launch path, once armed (see _arm); also self.launch then
         # the last (grid, block) objects given and their normalized form: a hot
         # loop passes the same objects, recognised by identity (1.0 is not 1)
         self._dims: tuple[Any, Any, tuple[int, int, int], tuple[int, int, int]] = (
@@ -333,17 +334,17 @@ class Kernel:
 
         The instance's ``launch`` becomes a ``_fastcall.Launcher``: it makes
         the checks of :meth:`launch` in C on the arguments it can read for
-        sure (plain arrays, ints, floats, None; a stream no capture records)
-        and calls this class's :meth:`launch` with anything else, unchanged.
+        sure (plain arrays, ints, floats, None) and launches; on a captured
+        stream it gives the checked launch to :meth:`enqueue`, which records
+        it. It calls this class's :meth:`launch` with anything else, unchanged.
         """
-        launcher = self.__dict__.get("launch")
-        if launcher is None:
+        if self.fast is None:
             layout = _fast_layout(self.params, offsets)
             if layout is None or not _FAST_ARRAY:
                 return
-            launcher = _fastcall.Launcher(MethodType(Kernel.launch, self), layout)
-            self.__dict__["launch"] = launcher
-        launcher.add(device, function, device.stream)
+            self.fast = _fastcall.Launcher(MethodType(Kernel.launch, self), layout, self.enqueue)
+            self.__dict__["launch"] = self.fast
+        self.fast.add(device, function, device.stream)
 
     # launching ------------------------------------------------------------
     def launch(
