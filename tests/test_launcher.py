@@ -362,3 +362,28 @@ def test_on_the_gpu_kernels_launch_through_the_c_path(backend):
     g.replay()
     g.replay()
     np.testing.assert_allclose(y.get(), y0 + 12 * x0, rtol=1e-5)
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_ops_add_repeats_through_the_c_path(backend):
+    if cg.backend() != "cuda" or not cg.Device(0).backend.fastcall:
+        pytest.skip("needs the cuda backend with fast calls")
+    from cudagraphs._builtin import builtin_kernel
+
+    rng = np.random.default_rng(9)
+    a0, b0 = rng.standard_normal(3000), rng.standard_normal(3000)
+    a, b, out = cg.asarray(a0), cg.asarray(b0), cg.full(3000, np.nan)
+    cg.ops.add(a, b, out=out)  # the first: compiles, arms
+    launcher = builtin_kernel("cg_add", np.dtype(np.float64)).fast
+    before = launcher.counts()
+    for _ in range(3):
+        cg.ops.add(out, b, out=out)
+    assert launcher.counts()[0] == before[0] + 3
+    np.testing.assert_allclose(out.get(), a0 + 4 * b0)
+    strided = cg.asarray(np.zeros(6000))[::2]  # not dense: the general path, its strided kernel
+    cg.ops.add(a, b, out=strided)
+    np.testing.assert_allclose(strided.get(), a0 + b0)
+    with pytest.raises((TypeError, ValueError)):
+        cg.ops.add(a, cg.asarray(b0.astype(np.float32)), out=out)
+    np.testing.assert_allclose(out.get(), a0 + 4 * b0)
+

@@ -65,7 +65,7 @@ _BITS = {
     8: "unsigned long long",
     16: "ulonglong2",
 }
-_BLOCK = (256, 1, 1)
+BLOCK = (256, 1, 1)
 _FIXED = frozenset({"n", "layout"})
 
 
@@ -256,6 +256,14 @@ def layout(shape: tuple[int, ...], *arrays: Any) -> bytes:
 
 _PLAIN = frozenset((int, float, bytes))  # values passed as they are; anything else is an array
 
+# (name, dtype, device) -> (the kernel's C launch path, the grid's cap): for an op's repeat path
+ARMED: dict[tuple[str, np.dtype, Any], tuple[Any, int]] = {}
+
+
+def grid_of(n: int, cap: int) -> tuple[int, int, int]:
+    """The grid of a built-in kernel over ``n`` elements (at most ``cap`` blocks)."""
+    return (min(-(-n // BLOCK[0]), cap), 1, 1)
+
 
 def run(
     name: str, dtype: np.dtype, device: Any, stream: Any, n: int, args: Sequence[Any], writes: int = 1
@@ -266,12 +274,14 @@ def run(
     their address, with their (possibly strided) view for the simulator.
     """
     kernel = builtin_kernel(name, dtype)
-    grid = (min(-(-n // _BLOCK[0]), device.properties.multiprocessors * 32), 1, 1)
+    cap = device.properties.multiprocessors * 32
+    grid = grid_of(n, cap)
     if kernel.fast is not None and stream._recording is None:  # the C launch path (cuda)
-        kernel.fast(grid, _BLOCK, *args, stream=stream)
+        ARMED[name, dtype, device] = (kernel.fast, cap)
+        kernel.fast(grid, BLOCK, *args, stream=stream)
         return
     values = tuple([a if type(a) in _PLAIN else a.ptr for a in args])
-    kernel.enqueue(device, stream, grid, _BLOCK, 0, values, args, writes)
+    kernel.enqueue(device, stream, grid, BLOCK, 0, values, args, writes)
 
 
 def fill_view(x: Any, value: Any, stream: Any) -> None:

@@ -44,6 +44,8 @@ import numpy as np
 from .._array import DeviceArray, empty
 from .._builtin import (
     ARITH,
+    ARMED,
+    BLOCK,
     FLAG_TYPES,
     KERNEL_NAMES,
     MAX_NDIM,
@@ -53,6 +55,7 @@ from .._builtin import (
     copy_view,
     fill_value,
     fill_view,
+    grid_of,
     layout,
     run,
 )
@@ -212,6 +215,25 @@ def add(
     a: DeviceArray, b: DeviceArray, out: DeviceArray | None = None, *, stream: Stream | None = None
 ) -> DeviceArray:
     """``out = a + b`` element-wise (a new array when ``out`` is None); returns ``out``."""
+    if (  # the repeat path: dense arrays of one shape, dtype and device, on the current stream
+        stream is None
+        and type(a) is DeviceArray
+        and type(b) is DeviceArray
+        and type(out) is DeviceArray
+        and a.is_contiguous
+        and b.is_contiguous
+        and out.is_contiguous
+        and a.device is b.device is out.device
+        and a.dtype is b.dtype is out.dtype
+        and a.shape == b.shape == out.shape
+        and a.size
+    ):
+        armed = ARMED.get(("cg_add", a.dtype, a.device))  # (after a first add on the cuda backend)
+        if armed is not None:
+            launch, cap = armed
+            n = a.size
+            launch(grid_of(n, cap), BLOCK, out, a, b, n)
+            return out
     device = _arrays("add", a=a, b=b) if out is None else _arrays("add", a=a, b=b, out=out)
     _arith("add", a.dtype)
     stream = device.current_stream() if stream is None else resolve_stream(stream, device)
