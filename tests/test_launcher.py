@@ -256,7 +256,7 @@ def test_a_captured_stream_goes_to_the_python_path(plan):
     s = dev.create_stream()
     with cg.capture(stream=s):
         assert launcher(1, 1, *args, stream=s) == "python path"
-        cg.ops.fill(args[0], 0.0, stream=s)  # (a capture must record something)
+        cg.ops.copy(args[1], args[0], stream=s)  # (a capture must record something: a copy, no kernel)
     assert not seen
     assert len(handed) == 1
     s.close()
@@ -275,7 +275,7 @@ def test_a_captured_launch_is_checked_in_c_and_recorded_by_the_python_path(plan)
     s = t.dev.create_stream()
     with cg.capture(stream=s):
         assert launcher((5, 2), 64, *args, stream=s, shared_mem=8) is None
-        cg.ops.fill(args[0], 0.0, stream=s)  # (a capture must record something)
+        cg.ops.copy(args[1], args[0], stream=s)  # (a capture must record something: a copy, no kernel)
         args_bad = [*args[:3], 2**40, *args[4:]]
         assert launcher(1, 1, *args_bad, stream=s) == "python path"  # (through t.launcher: no device)
     assert not t.seen
@@ -287,6 +287,52 @@ def test_a_captured_launch_is_checked_in_c_and_recorded_by_the_python_path(plan)
     assert [type(v) for v in values] == [type(v) for v in expected]
     assert launcher.counts() == (1, 1)
     s.close()
+
+
+def test_issue_queues_a_recorded_launch_with_the_bytes_the_backend_packs(plan):
+    """Launcher.issue is the work of a recorded launch: the backend's launch(), in C."""
+    from cudagraphs.backends.base import KernelLaunch
+
+    t = plan
+    fallback = []
+    launcher = fast.Launcher(
+        print, _kernel._fast_layout(t.k.params, t.offsets), None, lambda *a: fallback.append(a)
+    )
+    args = _args(t.dev, np.random.default_rng(10))
+    values = tuple(conv(a, t.dev) for conv, a in zip(t.k._convert, args))
+
+    class Function:  # what KernelLaunch.function is on cuda: it has the CUfunction as .handle
+        handle = FUNCTION
+
+    launch = KernelLaunch(Function(), (7, 1, 1), (128, 2, 1), 16, values, ())
+    assert launcher.issue(0x5150, launch) is None
+    got = t.seen[-1]
+    assert (got["f"], got["grid"], got["block"], got["shared"], got["stream"]) == (
+        FUNCTION,
+        (7, 1, 1),
+        (128, 2, 1),
+        16,
+        0x5150,
+    )
+    assert got["bytes"] == _expected_bytes(t.k, args, t.dev, t.offsets, t.fmt)
+    assert not fallback
+    odd = [
+        launch._replace(values=values[:-1]),  # a value short
+        launch._replace(values=(*values[:3], "n", *values[4:])),  # not a number
+        launch._replace(grid=(0, 1, 1)),
+        launch._replace(shared_mem=-1),
+        launch._replace(function=object()),  # no handle
+    ]
+    for bad in odd:
+        launcher.issue(0x5150, bad)
+        assert fallback[-1] == (0x5150, bad)
+    t.result[0] = 2  # a driver error: the backend's launch raises it
+    launcher.issue(0x5150, launch)
+    assert fallback[-1] == (0x5150, launch)
+    assert len(t.seen) == 2
+    assert len(fallback) == len(odd) + 1
+    with pytest.raises(TypeError, match="issue takes"):
+        fast.Launcher(print, []).issue(1, launch)
 
 
 def test_bad_layouts_and_calls_are_refused():
@@ -386,4 +432,3 @@ def test_on_the_gpu_ops_add_repeats_through_the_c_path(backend):
     with pytest.raises((TypeError, ValueError)):
         cg.ops.add(a, cg.asarray(b0.astype(np.float32)), out=out)
     np.testing.assert_allclose(out.get(), a0 + 4 * b0)
-

@@ -285,7 +285,7 @@ static PyTypeObject *stream_type; /* cudagraphs.Stream */
 static PyObject *current_var;     /* the ContextVar of the current streams (a tuple) */
 static PyObject *plain_types;     /* {type: bool}: whether its instances read as plain arrays */
 static Py_ssize_t a_ptr, a_device, a_dtype, a_contig, s_device, s_handle, s_recording, s_finalizer;
-static PyObject *str_stream, *str_shared_mem, *str_alive;
+static PyObject *str_stream, *str_shared_mem, *str_alive, *str_handle;
 
 #define SLOT(o, offset) (*(PyObject **)((char *)(o) + (offset)))
 
@@ -362,6 +362,7 @@ typedef struct {
     vectorcallfunc vectorcall;
     PyObject *slow;    /* the Python path: the bound Kernel.launch */
     PyObject *record;  /* what records a checked launch on a captured stream: Kernel.enqueue */
+    PyObject *issue;   /* the backend's launch(stream, KernelLaunch): what issue() falls back on */
     PyObject *devices; /* {Device: (CUfunction address, default stream)} */
     Py_ssize_t n;
     unsigned long long fast, handed; /* launches made here, calls handed to `slow` */
@@ -483,12 +484,18 @@ static PyObject *record(Launcher *L, PyObject *const *argv, PyObject *device, Py
         }
         PyTuple_SET_ITEM(values, i, v);
     }
+    PyObject *g = Py_BuildValue("(III)", grid[0], grid[1], grid[2]);
+    PyObject *b = Py_BuildValue("(III)", block[0], block[1], block[2]);
+    PyObject *sh = PyLong_FromUnsignedLongLong(shared);
     given = PyTuple_New(L->n);
-    if (given == NULL) goto done;
-    for (Py_ssize_t i = 0; i < L->n; ++i) PyTuple_SET_ITEM(given, i, Py_NewRef(argv[i]));
-    out = PyObject_CallFunction(L->record, "OO(III)(III)KOO", device, stream, grid[0], grid[1], grid[2],
-                                block[0], block[1], block[2], shared, values, given);
-done:
+    if (g != NULL && b != NULL && sh != NULL && given != NULL) {
+        for (Py_ssize_t i = 0; i < L->n; ++i) PyTuple_SET_ITEM(given, i, Py_NewRef(argv[i]));
+        PyObject *call[7] = {device, stream, g, b, sh, values, given};
+        out = PyObject_Vectorcall(L->record, call, 7, NULL);
+    }
+    Py_XDECREF(g);
+    Py_XDECREF(b);
+    Py_XDECREF(sh);
     Py_DECREF(values);
     Py_XDECREF(given);
     return out;
@@ -603,13 +610,15 @@ static void launcher_clear_params(Launcher *L) {
     for (Py_ssize_t i = 0; i < L->n; ++i) Py_CLEAR(L->params[i].pointee);
 }
 
-/* Launcher(slow, layout, record=None): layout is one (kind, size, offset, pointee or None) per
-   parameter; without `record`, launches on captured streams go to `slow`. */
+/* Launcher(slow, layout, record=None, issue=None): layout is one (kind, size, offset, pointee or
+   None) per parameter; without `record`, launches on captured streams go to `slow`; `issue` is
+   what Launcher.issue falls back on. */
 static PyObject *launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    PyObject *slow, *layout, *rec = Py_None;
-    if (!PyArg_ParseTuple(args, "OO|O:Launcher", &slow, &layout, &rec)) return NULL;
-    if (!PyCallable_Check(slow) || (rec != Py_None && !PyCallable_Check(rec))) {
-        PyErr_SetString(PyExc_TypeError, "Launcher's slow path and record must be callable");
+    PyObject *slow, *layout, *rec = Py_None, *issue = Py_None;
+    if (!PyArg_ParseTuple(args, "OO|OO:Launcher", &slow, &layout, &rec, &issue)) return NULL;
+    if (!PyCallable_Check(slow) || (rec != Py_None && !PyCallable_Check(rec)) ||
+        (issue != Py_None && !PyCallable_Check(issue))) {
+        PyErr_SetString(PyExc_TypeError, "Launcher's slow path, record and issue must be callable");
         return NULL;
     }
     PyObject *seq = PySequence_Fast(layout, "Launcher's layout must be a sequence");
@@ -649,6 +658,7 @@ static PyObject *launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     Py_DECREF(seq);
     L->slow = Py_NewRef(slow);
     L->record = rec == Py_None ? NULL : Py_NewRef(rec);
+    L->issue = issue == Py_None ? NULL : Py_NewRef(issue);
     if ((L->devices = PyDict_New()) == NULL) {
         Py_DECREF(L);
         return NULL;
@@ -663,6 +673,7 @@ fail:
 static int launcher_traverse(Launcher *L, visitproc visit, void *arg) {
     Py_VISIT(L->slow);
     Py_VISIT(L->record);
+    Py_VISIT(L->issue);
     Py_VISIT(L->devices);
     for (Py_ssize_t i = 0; i < L->n; ++i) Py_VISIT(L->params[i].pointee);
     return 0;
@@ -671,6 +682,7 @@ static int launcher_traverse(Launcher *L, visitproc visit, void *arg) {
 static int launcher_clear(Launcher *L) {
     Py_CLEAR(L->slow);
     Py_CLEAR(L->record);
+    Py_CLEAR(L->issue);
     Py_CLEAR(L->devices);
     launcher_clear_params(L);
     return 0;
@@ -700,6 +712,48 @@ static PyObject *launcher_add(PyObject *self, PyObject *const *args, Py_ssize_t 
     Py_RETURN_NONE;
 }
 
+/* issue(stream, launch): queue a KernelLaunch (function, grid, block, shared_mem, values, views)
+   whose values the Python path or this Launcher converted, as the backend's launch() does: the
+   work of a recorded launch. Anything unexpected, or a driver error, goes to that launch(). */
+static PyObject *launcher_issue(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Launcher *L = (Launcher *)self;
+    if (nargs != 2 || L->issue == NULL) {
+        PyErr_SetString(PyExc_TypeError, "issue takes a stream and a KernelLaunch (and a Launcher made with issue)");
+        return NULL;
+    }
+    PyObject *launch = args[1], *h = NULL;
+    void *fn = fns[LAUNCH];
+    unsigned grid[3], block[3];
+    uintptr_t stream, function;
+    if (fn == NULL || !PyTuple_Check(launch) || PyTuple_GET_SIZE(launch) != 6) goto fallback;
+    PyObject *values = PyTuple_GET_ITEM(launch, 4), *shm = PyTuple_GET_ITEM(launch, 3);
+    if (!PyTuple_CheckExact(values) || PyTuple_GET_SIZE(values) != L->n || !PyLong_CheckExact(shm) ||
+        dims(PyTuple_GET_ITEM(launch, 1), GRID, grid) || dims(PyTuple_GET_ITEM(launch, 2), BLOCK, block))
+        goto fallback;
+    unsigned long shared = PyLong_AsUnsignedLong(shm);
+    if ((shared == (unsigned long)-1 && PyErr_Occurred()) || shared > 0xFFFFFFFFul) goto fallback;
+    h = PyObject_GetAttr(PyTuple_GET_ITEM(launch, 0), str_handle);
+    if (h == NULL || as_address(h, &function) || as_address(args[0], &stream)) goto fallback;
+    _Alignas(16) unsigned char buf[MAX_BYTES];
+    void *kp[MAX_PARAMS];
+    for (Py_ssize_t i = 0; i < L->n; ++i) {
+        kp[i] = buf + L->params[i].offset;
+        if (pack(&L->params[i], PyTuple_GET_ITEM(values, i), NULL, kp[i], NULL)) goto fallback;
+    }
+    CUresult err;
+    Py_BEGIN_ALLOW_THREADS
+    err = ((launch_t)fn)((handle)function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                         (unsigned)shared, (handle)stream, L->n ? kp : NULL, NULL);
+    Py_END_ALLOW_THREADS
+    if (err) goto fallback; /* it raises the driver's error (or recovers a missing context) */
+    Py_DECREF(h);
+    Py_RETURN_NONE;
+fallback:
+    PyErr_Clear();
+    Py_XDECREF(h);
+    return PyObject_Vectorcall(L->issue, args, 2, NULL);
+}
+
 static PyObject *launcher_counts(PyObject *self, PyObject *unused) {
     Launcher *L = (Launcher *)self;
     return Py_BuildValue("(KK)", L->fast, L->handed);
@@ -707,6 +761,8 @@ static PyObject *launcher_counts(PyObject *self, PyObject *unused) {
 
 static PyMethodDef launcher_methods[] = {
     {"add", (PyCFunction)(void (*)(void))launcher_add, METH_FASTCALL, "add(device, function, stream)"},
+    {"issue", (PyCFunction)(void (*)(void))launcher_issue, METH_FASTCALL,
+     "issue(stream, launch): queue a checked KernelLaunch, as the backend's launch() does"},
     {"counts", launcher_counts, METH_NOARGS, "(launches made in C, calls handed to the Python path)"},
     {NULL, NULL, 0, NULL},
 };
@@ -802,7 +858,8 @@ PyMODINIT_FUNC PyInit__fastcall(void) {
     str_stream = PyUnicode_InternFromString("stream");
     str_shared_mem = PyUnicode_InternFromString("shared_mem");
     str_alive = PyUnicode_InternFromString("alive");
-    if (str_stream == NULL || str_shared_mem == NULL || str_alive == NULL) return NULL;
+    str_handle = PyUnicode_InternFromString("handle");
+    if (str_stream == NULL || str_shared_mem == NULL || str_alive == NULL || str_handle == NULL) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     if (PyModule_AddObjectRef(m, "Launcher", (PyObject *)&LauncherType) < 0) {

@@ -274,6 +274,7 @@ class Kernel:
         self._lock = threading.Lock()
         self.fixed: frozenset[str] = frozenset()  # parameters set_arg may not change
         self.fast: Any = None  # the C launch path, once armed (see _arm); also self.launch then
+        self._issue: dict[Device, Callable[[Any, KernelLaunch], Any]] = {}  # its issue(), per device
         # the last (grid, block) objects given and their normalized form: a hot
         # loop passes the same objects, recognised by identity (1.0 is not 1)
         self._dims: tuple[Any, Any, tuple[int, int, int], tuple[int, int, int]] = (
@@ -336,15 +337,20 @@ class Kernel:
         the checks of :meth:`launch` in C on the arguments it can read for
         sure (plain arrays, ints, floats, None) and launches; on a captured
         stream it gives the checked launch to :meth:`enqueue`, which records
-        it. It calls this class's :meth:`launch` with anything else, unchanged.
+        it, and issues recorded launches in C (``Launcher.issue``, which falls
+        back on the backend's ``launch``). It calls this class's
+        :meth:`launch` with anything else, unchanged.
         """
         if self.fast is None:
             layout = _fast_layout(self.params, offsets)
             if layout is None or not _FAST_ARRAY:
                 return
-            self.fast = _fastcall.Launcher(MethodType(Kernel.launch, self), layout, self.enqueue)
+            self.fast = _fastcall.Launcher(
+                MethodType(Kernel.launch, self), layout, self.enqueue, device.backend.launch
+            )
             self.__dict__["launch"] = self.fast
         self.fast.add(device, function, device.stream)
+        self._issue[device] = self.fast.issue
 
     # launching ------------------------------------------------------------
     def launch(
@@ -427,8 +433,9 @@ class Kernel:
         # what is written comes first (submit skips the values passed by value)
         written, reads = (tuple(args), ()) if writes is None else (tuple(args[:writes]), tuple(args[writes:]))
         launch = _tuple_new(KernelLaunch, (fn, grid, block, shared_mem, values, tuple(views)))
+        issue = self._issue.get(device) or backend.launch  # (in C once the kernel is armed)
         work = _tuple_new(
-            Work, ("kernel", backend.launch, launch, reads, written, (), self.name, (self, launch), None)
+            Work, ("kernel", issue, launch, reads, written, (), self.name, (self, launch), None)
         )
         if rec is None:
             submit(stream, work)
