@@ -395,19 +395,19 @@ def test_on_the_gpu_kernels_launch_through_the_c_path(backend):
     fast_n, handed_n = k.launch.counts()
     assert fast_n == 3
     assert handed_n == 0
-    np.testing.assert_allclose(y.get(), y0 + 8 * x0, rtol=1e-5)
+    np.testing.assert_allclose(y.get(), y0 + 8 * x0, rtol=1e-5, atol=1e-5)
     with pytest.raises(TypeError, match="expects float32 data"):
         k.launch(4, 256, y, cg.asarray(x0.astype(np.float64)), 2.0, 1000)
     with pytest.raises(ValueError, match="does not fit in int32"):
         k.launch(4, 256, y, x, 2.0, 2**31)
-    np.testing.assert_allclose(y.get(), y0 + 8 * x0, rtol=1e-5)  # nothing launched
+    np.testing.assert_allclose(y.get(), y0 + 8 * x0, rtol=1e-5, atol=1e-5)  # nothing launched
     with cg.capture() as g:  # checked in C, recorded by Kernel.enqueue
         k.launch(4, 256, y, x, 2.0, 1000)
     assert k.launch.counts() == (4, 2)  # (the two refused launches went to the Python path)
-    np.testing.assert_allclose(y.get(), y0 + 8 * x0, rtol=1e-5)  # captured, not run
+    np.testing.assert_allclose(y.get(), y0 + 8 * x0, rtol=1e-5, atol=1e-5)  # captured, not run
     g.replay()
     g.replay()
-    np.testing.assert_allclose(y.get(), y0 + 12 * x0, rtol=1e-5)
+    np.testing.assert_allclose(y.get(), y0 + 12 * x0, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.gpu
