@@ -335,6 +335,98 @@ def test_issue_queues_a_recorded_launch_with_the_bytes_the_backend_packs(plan):
         fast.Launcher(print, []).issue(1, launch)
 
 
+@pytest.fixture
+def node_set(backend):
+    """A fake cuGraphExecKernelNodeSetParams recording the exec, node, struct and argument bytes."""
+    cg.Device(0)
+    before = fast.bound("cuGraphExecKernelNodeSetParams")
+    seen, result, sizes = [], [0], []
+
+    class Params(ctypes.Structure):  # CUDA_KERNEL_NODE_PARAMS_v2
+        _fields_ = [("func", ctypes.c_void_p)] + [
+            (f, ctypes.c_uint) for f in ["gx", "gy", "gz", "bx", "by", "bz", "shared"]
+        ]
+        _fields_ += [("params", ctypes.c_void_p), ("extra", ctypes.c_void_p)]
+
+    def set_params(exec_, node, p):
+        q = Params.from_address(p)
+        slots = [ctypes.c_void_p.from_address(q.params + 8 * i).value for i in range(len(sizes))]
+        seen.append(
+            (exec_, node, q.func, (q.gx, q.gy, q.gz), (q.bx, q.by, q.bz), q.shared, q.extra,
+             [ctypes.string_at(a, n) for a, n in zip(slots, sizes)])
+        )  # fmt: skip
+        return result[0]
+
+    P = ctypes.c_void_p
+    cb = ctypes.CFUNCTYPE(ctypes.c_int, P, P, P)(set_params)
+    _KEEP.append(cb)
+    fast.bind("cuGraphExecKernelNodeSetParams", ctypes.cast(cb, P).value)
+    yield seen, result, sizes
+    fast.bind("cuGraphExecKernelNodeSetParams", before)
+
+
+def test_patch_kernels_moves_the_nodes_of_a_view_and_their_records(node_set, backend):
+    """The repeat path of Graph.rebind: users() finds the nodes, patch_kernels() moves them."""
+    from cudagraphs._recording import NodeRecord
+    from cudagraphs.backends.base import ArrayArg, KernelLaunch
+
+    seen, result, sizes = node_set
+    k = cg.Kernel(SOURCE, "mix")
+    offsets, fmt = _offsets(k.params)
+    sizes[:] = [p.dtype.itemsize for p in k.params]
+    kernel = SimpleNamespace(fast=fast.Launcher(print, _kernel._fast_layout(k.params, offsets)))
+    dev = cg.Device(0)
+    args = _args(dev, np.random.default_rng(11))
+    values = [conv(a, dev) for conv, a in zip(k._convert, args)]
+    old, other = args[0]._view_spec(), args[1]._view_spec()
+    views = (old, other, args[2]._view_spec(), *[None] * 7)
+
+    class Function:
+        handle = FUNCTION
+
+    def record(i, vs, vals):
+        launch = KernelLaunch(Function(), (2, 1, 1), (64, 1, 1), 0, tuple(vals), vs)
+        return NodeRecord(0x100 + i, "kernel", "mix", (), (kernel, launch), True)
+
+    records = [
+        record(0, views, values),
+        NodeRecord(0x101, "memcpy", "", (other, old), None, True),
+        record(2, (other, old, *views[2:]), [values[1], values[0], *values[2:]]),
+        record(3, (other, other, *views[2:]), [values[1], values[1], *values[2:]]),
+    ]
+    assert fast.users(records, old) == [0, 1, 2]
+    assert fast.users(records, old) == [i for i, r in enumerate(records) if old in _used(r)]
+    new = ArrayArg(0xABC000, old.shape, old.strides, old.dtype)
+    assert fast.patch_kernels(0x77, records, [0, 2], old, new, new.ptr) == 2
+    assert [s[:2] for s in seen] == [(0x77, 0x100), (0x77, 0x102)]
+    for got, r, swap in zip(seen, (records[0], records[2]), (False, True)):
+        moved = [new.ptr, values[1]] if not swap else [values[1], new.ptr]
+        want = [*moved, *values[2:]]
+        assert got[2:7] == (FUNCTION, (2, 1, 1), (64, 1, 1), 0, None)
+        assert got[7] == [fmt.pack(*want)[o : o + n] for o, n in zip(offsets, sizes)]
+        assert type(r) is NodeRecord
+        assert type(r.patch[1]) is KernelLaunch
+        assert r.patch[1].values == tuple(want)
+        assert r.patch[1].views[int(swap)] is new
+        assert r.patch[0] is kernel
+    assert fast.users(records, old) == [1]  # (the copy is the caller's)
+    result[0] = 700  # the driver refuses it: none done, that record kept, for the caller to redo
+    third = records[3]
+    assert fast.patch_kernels(0x77, records, [3, 0], other, new, 5) == 0
+    assert records[3] is third
+    assert len(seen) == 3
+    with pytest.raises(TypeError, match="not a kernel node record"):
+        fast.patch_kernels(0x77, records, [1], old, new, 5)
+    with pytest.raises(IndexError):
+        fast.patch_kernels(0x77, records, [9], old, new, 5)
+
+
+def _used(r):
+    from cudagraphs._patch import _used
+
+    return _used(r)
+
+
 def test_bad_layouts_and_calls_are_refused():
     with pytest.raises(TypeError, match="callable"):
         fast.Launcher(3, [])

@@ -781,6 +781,179 @@ static PyTypeObject LauncherType = {
     .tp_methods = launcher_methods,
 };
 
+/* ---- Node updates: the repeat path of Graph.rebind ------------------------------------- */
+
+/* The views a NodeRecord (handle, kind, name, views, patch, top) uses: a kernel's are in its
+   patch, (kernel, KernelLaunch(function, grid, block, shared_mem, values, views)). */
+static PyObject *record_views(PyObject *r) {
+    if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 6) return NULL;
+    PyObject *kind = PyTuple_GET_ITEM(r, 1), *patch = PyTuple_GET_ITEM(r, 4);
+    if (patch != Py_None && PyUnicode_Check(kind) && PyUnicode_CompareWithASCIIString(kind, "kernel") == 0) {
+        if (!PyTuple_Check(patch) || PyTuple_GET_SIZE(patch) != 2) return NULL;
+        PyObject *launch = PyTuple_GET_ITEM(patch, 1);
+        if (!PyTuple_Check(launch) || PyTuple_GET_SIZE(launch) != 6) return NULL;
+        return PyTuple_GET_ITEM(launch, 5);
+    }
+    return PyTuple_GET_ITEM(r, 3);
+}
+
+/* users(records, key): the indices of the records whose node uses the view `key`. */
+static PyObject *users(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "users takes a list of node records and a view");
+        return NULL;
+    }
+    PyObject *out = PyList_New(0);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(args[0]); ++i) {
+        PyObject *views = record_views(PyList_GET_ITEM(args[0], i));
+        int hit = views == NULL || !PyTuple_Check(views) ? -2 : PySequence_Contains(views, args[1]);
+        if (hit == -2) PyErr_Format(PyExc_TypeError, "record %zd is not a node record", i);
+        if (hit < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        if (hit) {
+            PyObject *index = PyLong_FromSsize_t(i);
+            if (index == NULL || PyList_Append(out, index)) {
+                Py_XDECREF(index);
+                Py_DECREF(out);
+                return NULL;
+            }
+            Py_DECREF(index);
+        }
+    }
+    return out;
+}
+
+typedef struct { /* CUDA_KERNEL_NODE_PARAMS_v2 */
+    handle func;
+    unsigned grid[3], block[3], shared;
+    void **params, **extra;
+    handle kern, ctx;
+} node_params_t;
+
+/* A tuple of `type` (a NamedTuple) from n items, as tuple.__new__(type, items) makes it. */
+static PyObject *tuple_of(PyTypeObject *type, PyObject *items) {
+    PyObject *args = PyTuple_Pack(1, items);
+    if (args == NULL) return NULL;
+    PyObject *out = PyTuple_Type.tp_new(type, args, NULL);
+    Py_DECREF(args);
+    return out;
+}
+
+/* One kernel record's node moved: `key`'s arguments now point at `ptr` (their views: `spec`).
+   Returns the new record, or NULL with an exception (err: the driver's code, when it refused). */
+static PyObject *patch_one(uintptr_t exec, PyObject *r, PyObject *key, PyObject *spec, PyObject *ptr,
+                           CUresult *err) {
+    PyObject *patch = PyTuple_GET_ITEM(r, 4), *kernel = PyTuple_GET_ITEM(patch, 0);
+    PyObject *launch = PyTuple_GET_ITEM(patch, 1), *fast = NULL, *h = NULL;
+    PyObject *values = PyTuple_GET_ITEM(launch, 4), *views = PyTuple_GET_ITEM(launch, 5);
+    PyObject *nvalues = NULL, *nviews = NULL, *items = NULL, *nlaunch = NULL, *npatch = NULL, *out = NULL;
+    node_params_t p = {0};
+    uintptr_t function, node;
+    if ((fast = PyObject_GetAttrString(kernel, "fast")) == NULL) return NULL;
+    Launcher *L = (Launcher *)fast;
+    if (Py_TYPE(fast) != &LauncherType || !PyTuple_CheckExact(values) || !PyTuple_Check(views) ||
+        PyTuple_GET_SIZE(values) != L->n || PyTuple_GET_SIZE(views) != L->n) {
+        PyErr_SetString(PyExc_TypeError, "a kernel record without a Launcher or with other arguments");
+        goto done;
+    }
+    unsigned long shared = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(launch, 3));
+    if ((shared == (unsigned long)-1 && PyErr_Occurred()) || shared > 0xFFFFFFFFul ||
+        dims(PyTuple_GET_ITEM(launch, 1), GRID, p.grid) || dims(PyTuple_GET_ITEM(launch, 2), BLOCK, p.block)) {
+        PyErr_SetString(PyExc_ValueError, "a kernel record with another launch shape");
+        goto done;
+    }
+    if ((h = PyObject_GetAttr(PyTuple_GET_ITEM(launch, 0), str_handle)) == NULL || as_address(h, &function) ||
+        as_address(PyTuple_GET_ITEM(r, 0), &node))
+        goto done;
+    if ((nvalues = PyTuple_New(L->n)) == NULL || (nviews = PyTuple_New(L->n)) == NULL) goto done;
+    _Alignas(16) unsigned char buf[MAX_BYTES];
+    void *kp[MAX_PARAMS];
+    for (Py_ssize_t j = 0; j < L->n; ++j) {
+        PyObject *v = PyTuple_GET_ITEM(views, j);
+        int moved = v == key ? 1 : v == Py_None ? 0 : PyObject_RichCompareBool(v, key, Py_EQ);
+        if (moved < 0) goto done;
+        PyObject *value = moved ? ptr : PyTuple_GET_ITEM(values, j);
+        PyTuple_SET_ITEM(nvalues, j, Py_NewRef(value));
+        PyTuple_SET_ITEM(nviews, j, Py_NewRef(moved ? spec : v));
+        kp[j] = buf + L->params[j].offset;
+        if (pack(&L->params[j], value, NULL, kp[j], NULL)) {
+            PyErr_Format(PyExc_ValueError, "argument %zd of a kernel record does not pack", j);
+            goto done;
+        }
+    }
+    p.func = (handle)function;
+    p.shared = (unsigned)shared;
+    p.params = L->n ? kp : NULL;
+    Py_BEGIN_ALLOW_THREADS
+    *err = ((node_set_t)fns[NODE_SET])((handle)exec, (handle)node, &p);
+    Py_END_ALLOW_THREADS
+    if (*err) {
+        PyErr_Format(PyExc_RuntimeError, "cuGraphExecKernelNodeSetParams returned %d", *err);
+        goto done;
+    }
+    if ((items = PyTuple_Pack(6, PyTuple_GET_ITEM(launch, 0), PyTuple_GET_ITEM(launch, 1),
+                              PyTuple_GET_ITEM(launch, 2), PyTuple_GET_ITEM(launch, 3), nvalues, nviews)) == NULL ||
+        (nlaunch = tuple_of(Py_TYPE(launch), items)) == NULL || (npatch = PyTuple_Pack(2, kernel, nlaunch)) == NULL)
+        goto done;
+    Py_SETREF(items, PyTuple_Pack(6, PyTuple_GET_ITEM(r, 0), PyTuple_GET_ITEM(r, 1), PyTuple_GET_ITEM(r, 2),
+                                  PyTuple_GET_ITEM(r, 3), npatch, PyTuple_GET_ITEM(r, 5)));
+    if (items != NULL) out = tuple_of(Py_TYPE(r), items);
+done:
+    Py_XDECREF(fast);
+    Py_XDECREF(h);
+    Py_XDECREF(nvalues);
+    Py_XDECREF(nviews);
+    Py_XDECREF(items);
+    Py_XDECREF(nlaunch);
+    Py_XDECREF(npatch);
+    return out;
+}
+
+/* patch_kernels(exec, records, hits, key, spec, ptr): for each index in hits (kernel records
+   whose kernel has a Launcher), the node's arguments that use the view `key` set to `ptr` and
+   the record replaced. Returns how many were done: fewer than len(hits) when the driver refused
+   one (the caller redoes that one its own way, which raises the driver's error). */
+static PyObject *patch_kernels(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    uintptr_t exec;
+    if (nargs != 6 || !PyList_Check(args[1]) || !PyList_Check(args[2]) || !PyLong_CheckExact(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "patch_kernels takes exec, records, hits, key, spec and an address");
+        return NULL;
+    }
+    if (fns[NODE_SET] == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "cuGraphExecKernelNodeSetParams is not bound (call bind() first)");
+        return NULL;
+    }
+    if (as_address(args[0], &exec)) return NULL;
+    PyObject *records = args[1], *hits = args[2];
+    Py_ssize_t k = 0;
+    for (; k < PyList_GET_SIZE(hits); ++k) {
+        Py_ssize_t i = PyLong_AsSsize_t(PyList_GET_ITEM(hits, k));
+        if (i == -1 && PyErr_Occurred()) return NULL;
+        if (i < 0 || i >= PyList_GET_SIZE(records)) {
+            PyErr_SetString(PyExc_IndexError, "a hit is not an index of records");
+            return NULL;
+        }
+        PyObject *r = PyList_GET_ITEM(records, i), *views = record_views(r);
+        if (views == NULL || views == PyTuple_GET_ITEM(r, 3)) {
+            PyErr_Format(PyExc_TypeError, "record %zd is not a kernel node record", i);
+            return NULL;
+        }
+        CUresult err = 0;
+        PyObject *moved = patch_one(exec, r, args[3], args[4], args[5], &err);
+        if (moved == NULL) {
+            if (!err) return NULL;
+            PyErr_Clear(); /* the caller redoes this one, and raises the driver's error */
+            break;
+        }
+        PyList_SET_ITEM(records, i, moved); /* (steals moved; drops the old record) */
+        Py_DECREF(r);
+    }
+    return PyLong_FromSsize_t(k);
+}
+
 /* bind(name, address): the driver entry point to call for `name` (0 unbinds). */
 static PyObject *bind(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     uintptr_t address;
@@ -832,6 +1005,10 @@ static PyMethodDef methods[] = {
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "bind(name, address)"},
     {"bound", bound, METH_O, "bound(name): the address bound to name (0: none)."},
     {"names", names, METH_NOARGS, "The driver functions this module calls, in bind() names."},
+    {"users", (PyCFunction)(void (*)(void))users, METH_FASTCALL,
+     "users(records, key): indices of the node records that use the view key"},
+    {"patch_kernels", (PyCFunction)(void (*)(void))patch_kernels, METH_FASTCALL,
+     "patch_kernels(exec, records, hits, key, spec, ptr): move kernel nodes' arguments; returns how many"},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL,
      "configure(array_type, stream_type, current_streams): the classes Launchers read."},
     {"cuLaunchKernel", (PyCFunction)(void (*)(void))launch, METH_FASTCALL, NULL},

@@ -38,12 +38,12 @@ from ._errors import BackendUnavailableError
 from ._recording import BY_VALUE, Work, submit
 from .backends.base import KernelLaunch, Param
 
-try:  # the optional C part: Kernel.launch's repeat path (see Kernel._arm)
-    from . import _fastcall  # type: ignore[attr-defined]
+try:  # the optional C part: Kernel.launch's repeat path (see Kernel._arm), node updates
+    from . import _fastcall as fastcall  # type: ignore[attr-defined]
 except ImportError:  # not built: every launch takes the Python path
-    _fastcall = None
+    fastcall = None
 
-__all__ = ["Kernel", "fast_array_class", "normalize_dims", "preload"]
+__all__ = ["Kernel", "fast_array_class", "fastcall", "normalize_dims", "preload"]
 
 _FAST_ARRAY: list[type] = []  # the array class the C launch path reads, once named
 
@@ -57,8 +57,8 @@ def fast_array_class(cls: type) -> None:
     ``_view_spec`` (a graph output checks it is still valid there), in which
     case their launches take the Python path.
     """
-    if _fastcall is not None and not _FAST_ARRAY:
-        _fastcall.configure(cls, Stream, _CURRENT)
+    if fastcall is not None and not _FAST_ARRAY:
+        fastcall.configure(cls, Stream, _CURRENT)
         _FAST_ARRAY.append(cls)
 
 
@@ -345,7 +345,7 @@ class Kernel:
             layout = _fast_layout(self.params, offsets)
             if layout is None or not _FAST_ARRAY:
                 return
-            self.fast = _fastcall.Launcher(
+            self.fast = fastcall.Launcher(
                 MethodType(Kernel.launch, self), layout, self.enqueue, device.backend.launch
             )
             self.__dict__["launch"] = self.fast

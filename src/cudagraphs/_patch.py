@@ -14,6 +14,7 @@ from typing import Any
 
 from ._array import _extent
 from ._errors import UpdateError
+from ._kernel import fastcall
 from ._recording import resolve_handles
 from .backends.base import ArrayArg, Copy, KernelLaunch
 
@@ -40,6 +41,11 @@ def _spec(a: Any) -> ArrayArg:
     return spec
 
 
+def _users(records: list[Any], key: ArrayArg) -> list[int]:
+    """The indices of the records whose node uses the view ``key`` (``_fastcall.users``)."""
+    return [i for i, r in enumerate(records) if key in _used(r)]
+
+
 def _used(r: Any) -> tuple[Any, ...]:
     """The views a record's node uses (with None for arguments that are not arrays)."""
     if r.kind == "kernel" and r.patch is not None:
@@ -63,7 +69,7 @@ def rebind(graph: Any, exec_: Any, old: Any, new: Any) -> None:
         )
     key, spec = _spec(old), _spec(new)
     records = _records(graph)
-    hits = [i for i, r in enumerate(records) if key in _used(r)]
+    hits = fastcall.users(records, key) if fastcall is not None else _users(records, key)
     if not hits:
         raise ValueError("rebind: this graph does not use that array")
     _refuse_bodies(graph, lambda r: key in _used(r))
@@ -85,6 +91,12 @@ def rebind(graph: Any, exec_: Any, old: Any, new: Any) -> None:
                 where,
             )
     backend = graph.device.backend
+    if fastcall is not None and getattr(backend, "fastcall", False):
+        # the kernel nodes in C, when every kernel has its C launch path (the common case)
+        kernels = [i for i in hits if type(records[i].patch) is tuple]
+        if all(records[i].patch[0].fast is not None for i in kernels):
+            done = set(kernels[: fastcall.patch_kernels(exec_, records, kernels, key, spec, new.ptr)])
+            hits = [i for i in hits if i not in done]  # copies, and one the driver refused
     for i in hits:
         r = records[i]
         if isinstance(r.patch, Copy):
