@@ -373,8 +373,12 @@ class GraphedCallable:
             spec = _flatten((args, kwargs), leaves)
         device = self.device
         ins = [_describe(x, device) for x in leaves]
-        n, bucket = self._bucket(ins)
-        key = (spec, tuple([(i.dtype, self._shape(i.shape, bucket)) for i in ins]))
+        if self.buckets is None:  # (the common case: keyed by the exact shapes)
+            n = bucket = None
+            key = (spec, tuple([(i.dtype, i.shape) for i in ins]))
+        else:
+            n, bucket = self._bucket(ins)
+            key = (spec, tuple([(i.dtype, self._shape(i.shape, bucket)) for i in ins]))
         with self._lock:
             stream = self._begin_on(self._call_stream(ins))
             entry = self._entries.get(key)
@@ -446,16 +450,20 @@ class GraphedCallable:
         self, entry: _Entry, ins: list[_In], n: int | None, bucket: int | None, stream: Stream
     ) -> None:
         """Copy the inputs into the entry's static buffers and fill the padding."""
+        eager = stream._recording is None
         for dst, i in zip(entry.static, ins):
             part = dst[_cut(dst.shape, self.dim, n)] if n is not None and n != bucket else dst
             if i.contiguous and part.is_contiguous:
                 nbytes = part.nbytes
                 if nbytes:
                     copy = _tuple_new(Copy, (part.ptr, i.ptr, nbytes, "dtod"))
-                    work = (
-                        "memcpy", dst.device.backend.memcpy, copy, (i.obj,), (part,), (), "", None, None,
-                    )  # fmt: skip
-                    submit(stream, _tuple_new(Work, work))
+                    if eager:  # what submit() does on a stream no capture records, one call sooner
+                        self.device.backend.memcpy(stream._raw, copy)
+                    else:
+                        work = (
+                            "memcpy", dst.device.backend.memcpy, copy, (i.obj,), (part,), (), "", None, None,
+                        )  # fmt: skip
+                        submit(stream, _tuple_new(Work, work))
             else:
                 copy_view(part, _array_of(i, dst.device), stream)
             if n is not None and n != bucket and self.pad_value is not None:

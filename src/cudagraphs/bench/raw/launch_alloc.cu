@@ -1,6 +1,7 @@
 // Raw CUDA C baselines for benchmarks/run.py: eager launches of a one-thread
-// kernel and cached stream-ordered alloc+free pairs, timed on the host.
-// Prints one JSON object: {"eager_us": ..., "alloc_free_us": ...}.
+// kernel, cached stream-ordered alloc+free pairs and 1 KiB device-to-device
+// copies, timed on the host.
+// Prints one JSON object: {"eager_us": ..., "alloc_free_us": ..., "copy_us": ...}.
 #include <chrono>
 #include <cstdio>
 #include <cuda_runtime.h>
@@ -40,6 +41,17 @@ int main(int argc, char** argv) {
     for (int i = 0; i < n; ++i) { cudaMallocAsync(&q, 512, s); cudaFreeAsync(q, s); }
     double alloc = (now_us() - t0) / n;
     CHECK(cudaStreamSynchronize(s));
-    printf("{\"eager_us\": %.4f, \"alloc_free_us\": %.4f}\n", eager, alloc);
+
+    void *src, *dst;
+    CHECK(cudaMalloc(&src, 1024));
+    CHECK(cudaMalloc(&dst, 1024));
+    for (int i = 0; i < 1000; ++i) CHECK(cudaMemcpyAsync(dst, src, 1024, cudaMemcpyDeviceToDevice, s));
+    CHECK(cudaStreamSynchronize(s));
+    t0 = now_us();
+    for (int i = 0; i < n; ++i) cudaMemcpyAsync(dst, src, 1024, cudaMemcpyDeviceToDevice, s);
+    double copy = (now_us() - t0) / n;
+    CHECK(cudaStreamSynchronize(s));
+    CHECK(cudaGetLastError());
+    printf("{\"eager_us\": %.4f, \"alloc_free_us\": %.4f, \"copy_us\": %.4f}\n", eager, alloc, copy);
     return 0;
 }
