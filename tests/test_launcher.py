@@ -427,6 +427,68 @@ def _used(r):
     return _used(r)
 
 
+@pytest.fixture
+def graph_launch(backend):
+    """A fake cuGraphLaunch recording (exec, stream), returning result[0]."""
+    cg.Device(0)
+    before = fast.bound("cuGraphLaunch")
+    seen, result = [], [0]
+
+    def launch(exec_, stream):
+        seen.append((exec_, stream))
+        return result[0]
+
+    cb = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(launch)
+    _KEEP.append(cb)
+    fast.bind("cuGraphLaunch", ctypes.cast(cb, ctypes.c_void_p).value)
+    yield seen, result
+    fast.bind("cuGraphLaunch", before)
+
+
+def test_replay_launches_from_c_when_the_python_path_would_launch_alone(graph_launch, backend):
+    """Graph.replay in C: a ready graph on its own stream; anything else is the Python method's."""
+    from cudagraphs._graph import Graph
+
+    seen, result = graph_launch
+    python_replay = Graph.__dict__["replay"]
+    assert type(python_replay).__name__ == "method_descriptor"  # (the C method is in place)
+    x = cg.zeros(4)
+    with cg.capture() as g:
+        cg.ops.fill(x, 1.0)
+    exec_, launch = g._exec, g._launch
+    try:
+        g._exec = 0xE0E0  # (a handle the fake takes; the real one is the backend's)
+        fast.fast_graph_launch(launch)
+        g.replay()
+        g.replay(g.stream)
+        g.replay(stream=None)
+        assert seen == [(0xE0E0, g.stream.handle)] * 3
+        assert g.replays == 3
+        other = g.device.create_stream()
+        g._exec = exec_  # the Python path from here on launches the real graph
+        g.replay(other)  # another stream: the Python method (it records the stream)
+        assert other in g._res.streams
+        with cg.capture(stream=other):  # a captured stream: embedded by the Python method
+            g.replay(other)
+        g._exec = 0xE0E0
+        result[0] = 1  # a driver error: the Python method launches again and reports it
+        with pytest.raises(Exception):  # noqa: B017, PT011  (what the backend raises for 0xE0E0)
+            g.replay()
+        assert len(seen) == 4
+        fast.fast_graph_launch(None)  # no launch function named: all Python
+        g._exec = exec_
+        before = g.replays
+        g.replay()
+        assert len(seen) == 4
+        assert g.replays == before + 1
+        with pytest.raises(TypeError):
+            g.replay(1, 2)
+    finally:
+        g._exec = exec_
+        fast.fast_graph_launch(launch if cg.backend() == "cuda" and g.device.backend.fastcall else None)
+    x.get()
+
+
 def test_bad_layouts_and_calls_are_refused():
     with pytest.raises(TypeError, match="callable"):
         fast.Launcher(3, [])

@@ -285,7 +285,7 @@ static PyTypeObject *stream_type; /* cudagraphs.Stream */
 static PyObject *current_var;     /* the ContextVar of the current streams (a tuple) */
 static PyObject *plain_types;     /* {type: bool}: whether its instances read as plain arrays */
 static Py_ssize_t a_ptr, a_device, a_dtype, a_contig, s_device, s_handle, s_recording, s_finalizer;
-static PyObject *str_stream, *str_shared_mem, *str_alive, *str_handle;
+static PyObject *str_stream, *str_shared_mem, *str_alive, *str_handle, *one;
 
 #define SLOT(o, offset) (*(PyObject **)((char *)(o) + (offset)))
 
@@ -954,6 +954,105 @@ static PyObject *patch_kernels(PyObject *self, PyObject *const *args, Py_ssize_t
     return PyLong_FromSsize_t(k);
 }
 
+/* ---- Graph.replay's repeat path ----------------------------------------------------------
+ *
+ * replay_method(Graph, python_replay) makes a method of Graph, written in C, to put in place of
+ * Graph.replay: for a ready graph replayed on its own stream, which no capture records, whose
+ * launch function is the one fast_graph_launch() named (the cuda backend's, with the fast calls
+ * bound), it calls cuGraphLaunch and counts the replay; every other call (another stream, a
+ * graph not ready, a stream being captured, a driver error) goes to python_replay unchanged.
+ */
+static PyObject *replay_slow, *replay_launch; /* the Python Graph.replay; the launch function */
+static PyTypeObject *graph_type;
+static Py_ssize_t g_exec, g_launch, g_stream, g_replays;
+static PyObject *exec_cached; /* the last exec handle object and its address */
+static uintptr_t exec_address;
+
+static PyObject *graph_replay(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *given = NULL;
+    if (nargs == 1 && kwnames == NULL) given = args[0];
+    else if (nargs == 0 && kwnames != NULL && PyTuple_GET_SIZE(kwnames) == 1 && PyTuple_GET_ITEM(kwnames, 0) == str_stream)
+        given = args[0];
+    else if (nargs != 0 || kwnames != NULL) goto slow;
+    void *fn = fns[GRAPH_LAUNCH];
+    PyObject *exec = SLOT(self, g_exec), *stream = SLOT(self, g_stream), *count = SLOT(self, g_replays);
+    if (fn == NULL || stream_type == NULL || replay_launch == NULL || SLOT(self, g_launch) != replay_launch ||
+        exec == NULL || exec == Py_None || stream == NULL || (given != NULL && given != Py_None && given != stream) ||
+        Py_TYPE(stream) != stream_type || SLOT(stream, s_recording) != Py_None || count == NULL ||
+        !PyLong_CheckExact(count))
+        goto slow;
+    uintptr_t raw_stream;
+    PyObject *h = SLOT(stream, s_handle);
+    if (h == NULL || !PyLong_CheckExact(h) || as_address(h, &raw_stream)) goto slow;
+    if (exec != exec_cached) {
+        uintptr_t address;
+        if (as_address(exec, &address)) goto slow;
+        Py_INCREF(exec); /* (held: its address cannot be another object's while cached) */
+        Py_XSETREF(exec_cached, exec);
+        exec_address = address;
+    }
+    uintptr_t e = exec_address;
+    CUresult err;
+    Py_BEGIN_ALLOW_THREADS
+    err = ((graph_launch_t)fn)((handle)e, (handle)raw_stream);
+    Py_END_ALLOW_THREADS
+    if (err) goto slow; /* nothing was queued: the Python path launches again and reports it */
+    PyObject *next = PyNumber_Add(count, one);
+    if (next == NULL) return NULL;
+    Py_SETREF(SLOT(self, g_replays), next);
+    Py_RETURN_NONE;
+slow:
+    PyErr_Clear();
+    if (replay_slow == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "replay_method was not set up");
+        return NULL;
+    }
+    /* python_replay(self, *args, **kw) */
+    PyObject *small[8];
+    Py_ssize_t total = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
+    if (total + 1 > 8) return PyErr_Format(PyExc_TypeError, "replay takes at most one argument");
+    small[0] = self;
+    for (Py_ssize_t i = 0; i < total; ++i) small[1 + i] = args[i];
+    return PyObject_Vectorcall(replay_slow, small, (size_t)(nargs + 1), kwnames);
+}
+
+static PyMethodDef replay_def = {
+    "replay", (PyCFunction)(void (*)(void))graph_replay, METH_FASTCALL | METH_KEYWORDS,
+    "replay($self, /, stream=None)\n--\n\n"
+    "Queue one run of the graph on ``stream`` (default: the captured one).\n\n"
+    "Stream-ordered after earlier work on that stream; returns at once.\n"
+    "Inside the capture of another graph (``stream`` being captured), the\n"
+    "graph is embedded there as a child-graph node instead, and that graph\n"
+    "keeps this one alive.\n",
+};
+
+/* replay_method(Graph, python_replay): the C method to put in place of Graph.replay. */
+static PyObject *replay_method(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyType_Check(args[0]) || !PyCallable_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "replay_method takes the Graph class and its Python replay");
+        return NULL;
+    }
+    PyTypeObject *t = (PyTypeObject *)args[0];
+    Py_ssize_t o[4];
+    const char *names[4] = {"_exec", "_launch", "stream", "replays"};
+    for (int i = 0; i < 4; ++i)
+        if ((o[i] = slot_offset(t, names[i])) < 0) return NULL;
+    g_exec = o[0], g_launch = o[1], g_stream = o[2], g_replays = o[3];
+    Py_INCREF(t);
+    Py_XSETREF(graph_type, t);
+    Py_INCREF(args[1]);
+    Py_XSETREF(replay_slow, args[1]);
+    return PyDescr_NewMethod(t, &replay_def);
+}
+
+/* fast_graph_launch(fn): graphs whose _launch is fn may be launched through cuGraphLaunch's
+   bound entry point (None: none may). */
+static PyObject *fast_graph_launch(PyObject *self, PyObject *fn) {
+    Py_XSETREF(replay_launch, fn == Py_None ? NULL : Py_NewRef(fn));
+    Py_RETURN_NONE;
+}
+
 /* bind(name, address): the driver entry point to call for `name` (0 unbinds). */
 static PyObject *bind(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     uintptr_t address;
@@ -1009,6 +1108,10 @@ static PyMethodDef methods[] = {
      "users(records, key): indices of the node records that use the view key"},
     {"patch_kernels", (PyCFunction)(void (*)(void))patch_kernels, METH_FASTCALL,
      "patch_kernels(exec, records, hits, key, spec, ptr): move kernel nodes' arguments; returns how many"},
+    {"replay_method", (PyCFunction)(void (*)(void))replay_method, METH_FASTCALL,
+     "replay_method(Graph, python_replay): Graph.replay's repeat path, in C"},
+    {"fast_graph_launch", fast_graph_launch, METH_O,
+     "fast_graph_launch(fn): graphs whose _launch is fn may be replayed from C (None: none)"},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL,
      "configure(array_type, stream_type, current_streams): the classes Launchers read."},
     {"cuLaunchKernel", (PyCFunction)(void (*)(void))launch, METH_FASTCALL, NULL},
@@ -1036,6 +1139,8 @@ PyMODINIT_FUNC PyInit__fastcall(void) {
     str_shared_mem = PyUnicode_InternFromString("shared_mem");
     str_alive = PyUnicode_InternFromString("alive");
     str_handle = PyUnicode_InternFromString("handle");
+    one = PyLong_FromLong(1);
+    if (one == NULL) return NULL;
     if (str_stream == NULL || str_shared_mem == NULL || str_alive == NULL || str_handle == NULL) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;

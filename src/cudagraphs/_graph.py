@@ -31,6 +31,7 @@ from ._array import DeviceArray, foreign_view
 from ._control import Body, Condition, add_conditional, new_condition
 from ._device import Device, Stream
 from ._errors import CaptureError, UpdateError
+from ._kernel import fastcall
 from ._recording import NodeRecord, Work, submit
 
 if TYPE_CHECKING:
@@ -627,3 +628,7 @@ class Graph:
 
     def __repr__(self) -> str:
         return f"<cudagraphs.Graph {self.state}, {len(self.nodes)} nodes, {self.replays} replays>"
+
+
+if fastcall is not None:  # the repeat path of replay() in C; the method above stays the reference
+    setattr(Graph, "replay", fastcall.replay_method(Graph, Graph.__dict__["replay"]))  # noqa: B010

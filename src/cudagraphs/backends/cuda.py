@@ -254,6 +254,10 @@ class CudaBackend:
         _call.update(_bind_calls(drv))
         _graph_launch = _call["cuGraphLaunch"]
         self.fastcall = _call["cuGraphLaunch"] is not drv.cuGraphLaunch
+        if self.fastcall:  # Graph.replay's C path may call cuGraphLaunch for graph_launch
+            from .. import _fastcall  # type: ignore[attr-defined]
+
+            _fastcall.fast_graph_launch(CudaBackend.graph_launch)
         self._count: int = int(count)
         self._lock = threading.Lock()
         self._ctx: dict[int, Any] = {}
