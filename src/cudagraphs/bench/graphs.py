@@ -4,7 +4,10 @@ For graphs of 10, 100 and 1000 one-thread kernels (``p[0] += 1``) it measures,
 per framework, in one process with the contenders interleaved:
 
 * capture: capture + instantiate time of the graph (ms);
-* per node: GPU time per node over back-to-back replays (µs);
+* per node: GPU time per node over back-to-back replays (µs), measured for
+  each framework in a fresh child process, as raw C's is in its own: in a
+  process that has made many graphs, every framework's replays run slower
+  (1.2 times slower in the bench process on an H100, bare cuda.bindings graphs too);
 * call: host time of one replay call (µs), the median of single calls timed
   while the GPU still has room in its queue, less the cost of reading the
   clock twice (measured in the same process; C's clock costs tens of ns).
@@ -15,7 +18,9 @@ Run through ``cudagraphs bench`` (or ``python -m cudagraphs.bench.graphs``).
 from __future__ import annotations
 
 import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -177,30 +182,79 @@ def call_us(call: Callable[[], object], sync: Callable[[], None], clock_us: floa
     return max(statistics.median(times) * 1e6 - clock_us, 0.0)
 
 
-def run(rounds: int = 5, sizes: tuple[int, ...] = SIZES) -> dict[str, dict[str, float]]:
-    """{benchmark name: {contender: median}} for every size and metric."""
-    frameworks = {"cudagraphs": ours()}
+PEERS: dict[str, Callable[[], Framework | None]] = {
+    "PyTorch CUDAGraph": torch_fw,
+    "CuPy Graph": cupy_fw,
+    "cuda.core GraphBuilder": cuda_core_fw,
+}
+
+
+def frameworks() -> dict[str, Framework]:
+    """cudagraphs, and on the cuda backend every peer that can run here."""
+    found = {"cudagraphs": ours()}
     if cg.backend() == "cuda":
-        for name, make in (
-            ("PyTorch CUDAGraph", torch_fw),
-            ("CuPy Graph", cupy_fw),
-            ("cuda.core GraphBuilder", cuda_core_fw),
-        ):
+        for name, make in PEERS.items():
             try:
                 fw = make()
             except Exception as exc:  # a peer that cannot run here is reported, not fatal
                 print(f"# {name} skipped: {exc}", file=sys.stderr)
                 fw = None
             if fw is not None:
-                frameworks[name] = fw
+                found[name] = fw
+    return found
+
+
+def per_node_clean(name: str, sizes: tuple[int, ...], rounds: int) -> dict[int, float] | None:
+    """GPU µs per node of framework ``name``'s graphs of each size, in a fresh child process.
+
+    None when the child fails (reported). The child measures only this
+    framework, as raw C's program measures only itself.
+    """
+    args = [
+        sys.executable,
+        "-m",
+        "cudagraphs.bench.graphs",
+        "--per-node",
+        name,
+        str(rounds),
+        *map(str, sizes),
+    ]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=600, env=dict(os.environ))
+    if done.returncode != 0:
+        print(f"# per-node of {name} in a child process failed: {done.stderr[-500:]}", file=sys.stderr)
+        return None
+    return {int(n): us for n, us in json.loads(done.stdout.strip().splitlines()[-1]).items()}
+
+
+def _per_node_child(name: str, rounds: int, sizes: tuple[int, ...]) -> dict[int, float]:
+    """What :func:`per_node_clean` runs in the child: one framework, each size, ``rounds`` times."""
+    build = ours() if name == "cudagraphs" else PEERS[name]()
+    if build is None:
+        raise RuntimeError(f"{name} cannot run here")
+    out = {}
+    for n in sizes:
+        samples = []
+        for _ in range(rounds):
+            replay, sync = build(n)
+            for _ in range(3):
+                replay()
+            samples.append(_per_node(replay, sync, n))
+            del replay, sync  # (the graph goes before the next is made)
+        out[n] = statistics.median(samples)
+    return out
+
+
+def run(rounds: int = 5, sizes: tuple[int, ...] = SIZES) -> dict[str, dict[str, float]]:
+    """{benchmark name: {contender: median}} for every size and metric."""
+    frameworks_ = frameworks()
     results: dict[str, dict[str, float]] = {}
     clock_us = _clock_us()
     for n in sizes:
         samples: dict[str, dict[str, list[float]]] = {
-            m: {f: [] for f in frameworks} for m in ("capture", "node", "call")
+            m: {f: [] for f in frameworks_} for m in ("capture", "node", "call")
         }
         for _ in range(rounds):
-            for fname, build in frameworks.items():
+            for fname, build in frameworks_.items():
                 t0 = time.perf_counter()
                 replay, sync = build(n)
                 samples["capture"][fname].append((time.perf_counter() - t0) * 1e3)
@@ -217,6 +271,11 @@ def run(rounds: int = 5, sizes: tuple[int, ...] = SIZES) -> dict[str, dict[str, 
         results[f"replay call, {n}-node graph (µs CPU)"] = {
             f: statistics.median(v) for f, v in samples["call"].items()
         }
+    if cg.backend() == "cuda":  # per node: each framework alone in a fresh process, as raw C
+        for fname in frameworks_:
+            clean = per_node_clean(fname, sizes, rounds)
+            for n, us in (clean or {}).items():
+                results[f"replay per node, {n}-node graph (µs GPU)"][fname] = us
     n_up = max(sizes)
     results.update(update_benchmarks(n_up, rounds))
     for n, row in raw_c().items():
@@ -309,5 +368,9 @@ def _cuda_core_update(n: int, rounds: int) -> float | None:
 
 
 if __name__ == "__main__":
-    out: dict[str, Any] = run(rounds=3)
-    print(json.dumps(out, indent=2))
+    if len(sys.argv) > 2 and sys.argv[1] == "--per-node":  # (see per_node_clean)
+        name, reps, *ns = sys.argv[2:]
+        print(json.dumps(_per_node_child(name, int(reps), tuple(map(int, ns)))))
+    else:
+        out: dict[str, Any] = run(rounds=3)
+        print(json.dumps(out, indent=2))
