@@ -397,7 +397,9 @@ def test_patch_kernels_moves_the_nodes_of_a_view_and_their_records(node_set, bac
     assert fast.users(records, old) == [0, 1, 2]
     assert fast.users(records, old) == [i for i, r in enumerate(records) if old in _used(r)]
     new = ArrayArg(0xABC000, old.shape, old.strides, old.dtype)
-    assert fast.patch_kernels(0x77, records, [0, 2], old, new, new.ptr) == 2
+    plain = SimpleNamespace(fast=None)  # a kernel without a C launch path: left to the caller
+    records.append(record(4, views, values)._replace(patch=(plain, records[0].patch[1])))
+    assert fast.patch_kernels(0x77, records, [0, 1, 2, 4], old, new, new.ptr) == [1, 4]
     assert [s[:2] for s in seen] == [(0x77, 0x100), (0x77, 0x102)]
     for got, r, swap in zip(seen, (records[0], records[2]), (False, True)):
         moved = [new.ptr, values[1]] if not swap else [values[1], new.ptr]
@@ -409,14 +411,14 @@ def test_patch_kernels_moves_the_nodes_of_a_view_and_their_records(node_set, bac
         assert r.patch[1].values == tuple(want)
         assert r.patch[1].views[int(swap)] is new
         assert r.patch[0] is kernel
-    assert fast.users(records, old) == [1]  # (the copy is the caller's)
-    result[0] = 700  # the driver refuses it: none done, that record kept, for the caller to redo
+    assert fast.users(records, old) == [1, 4]  # (the copy and the plain kernel are the caller's)
+    result[0] = 700  # the driver refuses the first: it and every later hit go back, records kept
     third = records[3]
-    assert fast.patch_kernels(0x77, records, [3, 0], other, new, 5) == 0
+    assert fast.patch_kernels(0x77, records, [3, 0, 1], other, new, 5) == [3, 0, 1]
     assert records[3] is third
     assert len(seen) == 3
-    with pytest.raises(TypeError, match="not a kernel node record"):
-        fast.patch_kernels(0x77, records, [1], old, new, 5)
+    with pytest.raises(TypeError, match="not a node record"):
+        fast.patch_kernels(0x77, [("not", "a", "record")], [0], old, new, 5)
     with pytest.raises(IndexError):
         fast.patch_kernels(0x77, records, [9], old, new, 5)
 

@@ -912,10 +912,10 @@ done:
     return out;
 }
 
-/* patch_kernels(exec, records, hits, key, spec, ptr): for each index in hits (kernel records
-   whose kernel has a Launcher), the node's arguments that use the view `key` set to `ptr` and
-   the record replaced. Returns how many were done: fewer than len(hits) when the driver refused
-   one (the caller redoes that one its own way, which raises the driver's error). */
+/* patch_kernels(exec, records, hits, key, spec, ptr): for each index in hits that is a kernel
+   record whose kernel has a Launcher, the node's arguments that use the view `key` set to `ptr`
+   and the record replaced. Returns the hits it left to the caller, in order: the other records,
+   and from one the driver refused on (the caller redoes that one its own way, which raises). */
 static PyObject *patch_kernels(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     uintptr_t exec;
     if (nargs != 6 || !PyList_Check(args[1]) || !PyList_Check(args[2]) || !PyLong_CheckExact(args[5])) {
@@ -927,31 +927,47 @@ static PyObject *patch_kernels(PyObject *self, PyObject *const *args, Py_ssize_t
         return NULL;
     }
     if (as_address(args[0], &exec)) return NULL;
-    PyObject *records = args[1], *hits = args[2];
-    Py_ssize_t k = 0;
-    for (; k < PyList_GET_SIZE(hits); ++k) {
-        Py_ssize_t i = PyLong_AsSsize_t(PyList_GET_ITEM(hits, k));
-        if (i == -1 && PyErr_Occurred()) return NULL;
+    PyObject *records = args[1], *hits = args[2], *rest = PyList_New(0);
+    if (rest == NULL) return NULL;
+    int refused = 0;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(hits); ++k) {
+        PyObject *hit = PyList_GET_ITEM(hits, k);
+        Py_ssize_t i = PyLong_AsSsize_t(hit);
+        if (i == -1 && PyErr_Occurred()) goto fail;
         if (i < 0 || i >= PyList_GET_SIZE(records)) {
             PyErr_SetString(PyExc_IndexError, "a hit is not an index of records");
-            return NULL;
+            goto fail;
         }
         PyObject *r = PyList_GET_ITEM(records, i), *views = record_views(r);
-        if (views == NULL || views == PyTuple_GET_ITEM(r, 3)) {
-            PyErr_Format(PyExc_TypeError, "record %zd is not a kernel node record", i);
-            return NULL;
+        if (views == NULL) {
+            PyErr_Format(PyExc_TypeError, "record %zd is not a node record", i);
+            goto fail;
         }
-        CUresult err = 0;
-        PyObject *moved = patch_one(exec, r, args[3], args[4], args[5], &err);
-        if (moved == NULL) {
-            if (!err) return NULL;
-            PyErr_Clear(); /* the caller redoes this one, and raises the driver's error */
-            break;
+        int mine = 0;
+        if (!refused && views != PyTuple_GET_ITEM(r, 3)) { /* a kernel record: has it a Launcher? */
+            PyObject *fast = PyObject_GetAttrString(PyTuple_GET_ITEM(PyTuple_GET_ITEM(r, 4), 0), "fast");
+            if (fast == NULL) goto fail;
+            mine = Py_TYPE(fast) == &LauncherType;
+            Py_DECREF(fast);
         }
-        PyList_SET_ITEM(records, i, moved); /* (steals moved; drops the old record) */
-        Py_DECREF(r);
+        if (mine) {
+            CUresult err = 0;
+            PyObject *moved = patch_one(exec, r, args[3], args[4], args[5], &err);
+            if (moved != NULL) {
+                PyList_SET_ITEM(records, i, moved); /* (steals moved; the old record dropped) */
+                Py_DECREF(r);
+                continue;
+            }
+            if (!err) goto fail;
+            PyErr_Clear(); /* the driver refused: the caller redoes this one and the rest */
+            refused = 1;
+        }
+        if (PyList_Append(rest, hit)) goto fail;
     }
-    return PyLong_FromSsize_t(k);
+    return rest;
+fail:
+    Py_DECREF(rest);
+    return NULL;
 }
 
 /* ---- Graph.replay's repeat path ----------------------------------------------------------
@@ -1107,7 +1123,7 @@ static PyMethodDef methods[] = {
     {"users", (PyCFunction)(void (*)(void))users, METH_FASTCALL,
      "users(records, key): indices of the node records that use the view key"},
     {"patch_kernels", (PyCFunction)(void (*)(void))patch_kernels, METH_FASTCALL,
-     "patch_kernels(exec, records, hits, key, spec, ptr): move kernel nodes' arguments; returns how many"},
+     "patch_kernels(exec, records, hits, key, spec, ptr): move kernel nodes' arguments; returns the rest"},
     {"replay_method", (PyCFunction)(void (*)(void))replay_method, METH_FASTCALL,
      "replay_method(Graph, python_replay): Graph.replay's repeat path, in C"},
     {"fast_graph_launch", fast_graph_launch, METH_O,

@@ -92,11 +92,9 @@ def rebind(graph: Any, exec_: Any, old: Any, new: Any) -> None:
             )
     backend = graph.device.backend
     if fastcall is not None and getattr(backend, "fastcall", False):
-        # the kernel nodes in C, when every kernel has its C launch path (the common case)
-        kernels = [i for i in hits if type(records[i].patch) is tuple]
-        if all(records[i].patch[0].fast is not None for i in kernels):
-            done = set(kernels[: fastcall.patch_kernels(exec_, records, kernels, key, spec, new.ptr)])
-            hits = [i for i in hits if i not in done]  # copies, and one the driver refused
+        # kernel nodes with a C launch path, in C; what it leaves (copies, other kernels, from
+        # a node the driver refused on) is done here
+        hits = fastcall.patch_kernels(exec_, records, hits, key, spec, new.ptr)
     for i in hits:
         r = records[i]
         if isinstance(r.patch, Copy):
