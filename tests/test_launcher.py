@@ -495,6 +495,74 @@ def test_replay_launches_from_c_when_the_python_path_would_launch_alone(graph_la
     x.get()
 
 
+def test_ops_add_repeats_in_c_and_hands_everything_else_to_python(driver, backend):
+    """ops.add's C path (fastcall.Elementwise): dense arrays of one shape, dtype, device; out given."""
+    from cudagraphs._builtin import ARMED, BLOCK, builtin_kernel
+    from cudagraphs._kernel import _fast_layout
+
+    seen, _, sizes = driver
+    if not isinstance(cg.ops.add, fast.Elementwise):
+        pytest.skip("ops.add has no C path here")
+    if backend != "sim":  # (the Python op's cases run kernels, which the fake driver would swallow)
+        pytest.skip("the fake driver and real kernels: sim only (the GPU test below runs the real path)")
+    dev = cg.Device(0)
+    k = builtin_kernel("cg_add", np.dtype(np.float32))
+    sizes[:] = [p.dtype.itemsize for p in k.params]
+    offsets, fmt = _offsets(k.params)
+    handed = []
+    launcher = fast.Launcher(lambda *a, **kw: handed.append(a), _fast_layout(k.params, offsets))
+    launcher.add(dev, FUNCTION, dev.stream)
+    key = ("cg_add", np.dtype(np.float32), dev)
+    before = ARMED.get(key)
+    ARMED[key] = (launcher, 4)  # a grid of at most 4 blocks
+    rng = np.random.default_rng(12)
+    a0, b0 = rng.standard_normal(3000).astype(np.float32), rng.standard_normal(3000).astype(np.float32)
+    a, b, out = cg.asarray(a0), cg.asarray(b0), cg.empty(3000, np.float32)
+    try:
+        assert cg.ops.add(a, b, out=out) is out
+        assert cg.ops.add(a, b, out, stream=None) is out
+        assert len(seen) == 2
+        got = seen[-1]
+        assert (got["f"], got["grid"], got["block"], got["stream"]) == (
+            FUNCTION,
+            (4, 1, 1),
+            BLOCK,
+            dev.stream.handle,
+        )
+        assert got["bytes"] == [
+            fmt.pack(out.ptr, a.ptr, b.ptr, 3000)[o : o + n] for o, n in zip(offsets, sizes)
+        ]
+        small = cg.asarray(a0[:300]), cg.asarray(b0[:300]), cg.empty(300, np.float32)
+        cg.ops.add(*small[:2], out=small[2])
+        assert seen[-1]["grid"] == (2, 1, 1)  # ceil(300 / 256) blocks
+        assert launcher.counts() == (3, 0)
+        # anything else is the Python op's, which computes it (checked against numpy)
+        strided = cg.asarray(np.zeros(6000, np.float32))[::2]
+        cases = [
+            ((a, b), {}),  # no out: a new array
+            ((a, b), {"out": strided}),  # not dense
+            ((a, b), {"out": out, "stream": dev.stream}),  # a stream given
+            ((a, cg.asarray(b0[:2999])), {"out": out}),  # another shape: an error
+            ((a, cg.asarray(b0.astype(np.float64))), {"out": out}),  # another dtype: an error
+            ((a, b0), {"out": out}),  # not an array: an error
+        ]
+        for args, kw in cases:
+            try:
+                r = cg.ops.add(*args, **kw)
+            except (TypeError, ValueError):
+                continue
+            np.testing.assert_allclose(r.get(), a0 + b0, rtol=1e-6)
+        assert len(seen) == 3
+        empty = cg.empty(0, np.float32)
+        assert cg.ops.add(empty, empty, out=empty) is empty
+        assert len(seen) == 3
+    finally:
+        if before is None:
+            del ARMED[key]
+        else:
+            ARMED[key] = before
+
+
 def test_bad_layouts_and_calls_are_refused():
     with pytest.raises(TypeError, match="callable"):
         fast.Launcher(3, [])

@@ -285,7 +285,8 @@ static PyTypeObject *stream_type; /* cudagraphs.Stream */
 static PyObject *current_var;     /* the ContextVar of the current streams (a tuple) */
 static PyObject *plain_types;     /* {type: bool}: whether its instances read as plain arrays */
 static Py_ssize_t a_ptr, a_device, a_dtype, a_contig, s_device, s_handle, s_recording, s_finalizer;
-static PyObject *str_stream, *str_shared_mem, *str_alive, *str_handle, *one;
+static Py_ssize_t a_shape = -1, a_size = -1;
+static PyObject *str_stream, *str_shared_mem, *str_alive, *str_handle, *str_fast, *str_out, *one;
 
 #define SLOT(o, offset) (*(PyObject **)((char *)(o) + (offset)))
 
@@ -320,6 +321,7 @@ static PyObject *configure(PyObject *self, PyObject *const *args, Py_ssize_t nar
         if ((o[i] = slot_offset(at, an[i])) < 0 || (o[4 + i] = slot_offset(st, sn[i])) < 0) return NULL;
     PyObject *known = PyDict_New();
     if (known == NULL) return NULL;
+    if ((a_shape = slot_offset(at, "shape")) < 0 || (a_size = slot_offset(at, "size")) < 0) return NULL;
     a_ptr = o[0], a_device = o[1], a_dtype = o[2], a_contig = o[3];
     s_device = o[4], s_handle = o[5], s_recording = o[6], s_finalizer = o[7];
     Py_INCREF(at), Py_INCREF(st), Py_INCREF(args[2]);
@@ -844,19 +846,17 @@ static PyObject *tuple_of(PyTypeObject *type, PyObject *items) {
 
 /* One kernel record's node moved: `key`'s arguments now point at `ptr` (their views: `spec`).
    Returns the new record, or NULL with an exception (err: the driver's code, when it refused). */
-static PyObject *patch_one(uintptr_t exec, PyObject *r, PyObject *key, PyObject *spec, PyObject *ptr,
+static PyObject *patch_one(uintptr_t exec, Launcher *L, PyObject *r, PyObject *key, PyObject *spec, PyObject *ptr,
                            CUresult *err) {
     PyObject *patch = PyTuple_GET_ITEM(r, 4), *kernel = PyTuple_GET_ITEM(patch, 0);
-    PyObject *launch = PyTuple_GET_ITEM(patch, 1), *fast = NULL, *h = NULL;
+    PyObject *launch = PyTuple_GET_ITEM(patch, 1), *h = NULL;
     PyObject *values = PyTuple_GET_ITEM(launch, 4), *views = PyTuple_GET_ITEM(launch, 5);
     PyObject *nvalues = NULL, *nviews = NULL, *items = NULL, *nlaunch = NULL, *npatch = NULL, *out = NULL;
     node_params_t p = {0};
     uintptr_t function, node;
-    if ((fast = PyObject_GetAttrString(kernel, "fast")) == NULL) return NULL;
-    Launcher *L = (Launcher *)fast;
-    if (Py_TYPE(fast) != &LauncherType || !PyTuple_CheckExact(values) || !PyTuple_Check(views) ||
-        PyTuple_GET_SIZE(values) != L->n || PyTuple_GET_SIZE(views) != L->n) {
-        PyErr_SetString(PyExc_TypeError, "a kernel record without a Launcher or with other arguments");
+    if (!PyTuple_CheckExact(values) || !PyTuple_Check(views) || PyTuple_GET_SIZE(values) != L->n ||
+        PyTuple_GET_SIZE(views) != L->n) {
+        PyErr_SetString(PyExc_TypeError, "a kernel record with other arguments than its Launcher's");
         goto done;
     }
     unsigned long shared = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(launch, 3));
@@ -902,7 +902,6 @@ static PyObject *patch_one(uintptr_t exec, PyObject *r, PyObject *key, PyObject 
                                   PyTuple_GET_ITEM(r, 3), npatch, PyTuple_GET_ITEM(r, 5)));
     if (items != NULL) out = tuple_of(Py_TYPE(r), items);
 done:
-    Py_XDECREF(fast);
     Py_XDECREF(h);
     Py_XDECREF(nvalues);
     Py_XDECREF(nviews);
@@ -943,16 +942,16 @@ static PyObject *patch_kernels(PyObject *self, PyObject *const *args, Py_ssize_t
             PyErr_Format(PyExc_TypeError, "record %zd is not a node record", i);
             goto fail;
         }
-        int mine = 0;
+        PyObject *fast = NULL;
         if (!refused && views != PyTuple_GET_ITEM(r, 3)) { /* a kernel record: has it a Launcher? */
-            PyObject *fast = PyObject_GetAttrString(PyTuple_GET_ITEM(PyTuple_GET_ITEM(r, 4), 0), "fast");
+            fast = PyObject_GetAttr(PyTuple_GET_ITEM(PyTuple_GET_ITEM(r, 4), 0), str_fast);
             if (fast == NULL) goto fail;
-            mine = Py_TYPE(fast) == &LauncherType;
-            Py_DECREF(fast);
+            if (Py_TYPE(fast) != &LauncherType) Py_CLEAR(fast);
         }
-        if (mine) {
+        if (fast != NULL) {
             CUresult err = 0;
-            PyObject *moved = patch_one(exec, r, args[3], args[4], args[5], &err);
+            PyObject *moved = patch_one(exec, (Launcher *)fast, r, args[3], args[4], args[5], &err);
+            Py_DECREF(fast);
             if (moved != NULL) {
                 PyList_SET_ITEM(records, i, moved); /* (steals moved; the old record dropped) */
                 Py_DECREF(r);
@@ -969,6 +968,144 @@ fail:
     Py_DECREF(rest);
     return NULL;
 }
+
+/* ---- Built-in element-wise ops' repeat path ---------------------------------------------
+ *
+ * Elementwise(python_op, kernel_name, armed, block, inputs) is called as the op,
+ * op(a, b, ..., out=None, *, stream=None): with `out` given and every array a plain, dense array
+ * of one shape, dtype and device, on the current stream, it launches the op's kernel through
+ * its Launcher (armed[(kernel_name, dtype, device)] = (Launcher, grid cap), set by the first
+ * launch) over the arrays' elements and returns `out`; anything else goes to python_op.
+ */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *python, *name, *armed, *block, *dict;
+    Py_ssize_t inputs;
+} Elementwise;
+
+static PyObject *elementwise_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Elementwise *E = (Elementwise *)self;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), m = E->inputs;
+    PyObject *arrays[MAX_PARAMS], *key = NULL, *size = NULL, *grid = NULL, *out = NULL;
+    if (array_base == NULL || a_shape < 0 || m + 1 > MAX_PARAMS - 2 || nargs < m || nargs > m + 1) goto python;
+    for (Py_ssize_t i = 0; i < m; ++i) arrays[i + 1] = args[i];
+    PyObject *dst = nargs == m + 1 ? args[m] : NULL;
+    if (kwnames != NULL) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); ++i) {
+            PyObject *name = PyTuple_GET_ITEM(kwnames, i), *value = args[nargs + i];
+            if (name == str_out && dst == NULL) dst = value;
+            else if (!(name == str_stream && value == Py_None)) goto python;
+        }
+    }
+    if (dst == NULL || dst == Py_None) goto python;
+    arrays[0] = dst;
+    PyObject *first = arrays[1], *device = NULL, *dtype = NULL, *shape = NULL;
+    for (Py_ssize_t i = 0; i <= m; ++i) {
+        PyObject *a = arrays[i];
+        if (Py_TYPE(a) != array_base || SLOT(a, a_contig) != Py_True) goto python;
+        if (i == 0) {
+            device = SLOT(a, a_device), dtype = SLOT(a, a_dtype), shape = SLOT(a, a_shape);
+            if (device == NULL || dtype == NULL || shape == NULL) goto python;
+            continue;
+        }
+        if (SLOT(a, a_device) != device || SLOT(a, a_dtype) != dtype) goto python;
+        PyObject *other = SLOT(a, a_shape);
+        int same = other == shape ? 1 : other == NULL ? 0 : PyObject_RichCompareBool(other, shape, Py_EQ);
+        if (same != 1) goto python;
+    }
+    size = SLOT(first, a_size);
+    if (size == NULL || !PyLong_CheckExact(size)) goto python;
+    Py_ssize_t n = PyLong_AsSsize_t(size);
+    if (n <= 0) goto python; /* (an empty op launches nothing: the Python path's answer) */
+    if ((key = PyTuple_Pack(3, E->name, dtype, device)) == NULL) return NULL;
+    PyObject *plan = PyDict_GetItemWithError(E->armed, key);
+    Py_DECREF(key);
+    if (plan == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        goto python; /* not launched on this device yet */
+    }
+    PyObject *launcher = PyTuple_GET_ITEM(plan, 0);
+    Py_ssize_t cap = PyLong_AsSsize_t(PyTuple_GET_ITEM(plan, 1));
+    if (cap == -1 && PyErr_Occurred()) return NULL;
+    PyObject *block = PyTuple_GET_ITEM(E->block, 0);
+    Py_ssize_t threads = PyLong_AsSsize_t(block), blocks = threads > 0 ? (n + threads - 1) / threads : 0;
+    if (threads <= 0 || Py_TYPE(launcher) != &LauncherType) goto python;
+    if ((grid = PyLong_FromSsize_t(blocks < cap ? blocks : cap)) == NULL) return NULL;
+    PyObject *call[MAX_PARAMS];
+    call[0] = grid, call[1] = E->block;
+    for (Py_ssize_t i = 0; i <= m; ++i) call[2 + i] = arrays[i];
+    call[3 + m] = size;
+    out = launcher_call(launcher, call, (size_t)(m + 4), NULL);
+    Py_DECREF(grid);
+    if (out == NULL) return NULL;
+    Py_DECREF(out);
+    return Py_NewRef(dst);
+python:
+    return PyObject_Vectorcall(E->python, args, nargsf, kwnames);
+}
+
+static PyObject *elementwise_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *python, *name, *armed, *block;
+    Py_ssize_t inputs;
+    if (!PyArg_ParseTuple(args, "OUO!O!n:Elementwise", &python, &name, &PyDict_Type, &armed, &PyTuple_Type, &block,
+                          &inputs))
+        return NULL;
+    if (!PyCallable_Check(python) || inputs < 1 || inputs > MAX_PARAMS - 4 || PyTuple_GET_SIZE(block) != 3) {
+        PyErr_SetString(PyExc_ValueError, "Elementwise takes the op, its kernel's name, the armed plans, a 3-tuple block and 1.. inputs");
+        return NULL;
+    }
+    Elementwise *E = (Elementwise *)type->tp_alloc(type, 0);
+    if (E == NULL) return NULL;
+    E->vectorcall = elementwise_call;
+    E->python = Py_NewRef(python), E->name = Py_NewRef(name), E->armed = Py_NewRef(armed), E->block = Py_NewRef(block);
+    E->inputs = inputs;
+    return (PyObject *)E;
+}
+
+static int elementwise_traverse(Elementwise *E, visitproc visit, void *arg) {
+    Py_VISIT(E->python);
+    Py_VISIT(E->name);
+    Py_VISIT(E->armed);
+    Py_VISIT(E->block);
+    Py_VISIT(E->dict);
+    return 0;
+}
+
+static int elementwise_clear(Elementwise *E) {
+    Py_CLEAR(E->python);
+    Py_CLEAR(E->name);
+    Py_CLEAR(E->armed);
+    Py_CLEAR(E->block);
+    Py_CLEAR(E->dict);
+    return 0;
+}
+
+static void elementwise_dealloc(Elementwise *E) {
+    PyObject_GC_UnTrack(E);
+    elementwise_clear(E);
+    Py_TYPE(E)->tp_free((PyObject *)E);
+}
+
+static PyGetSetDef elementwise_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject ElementwiseType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cudagraphs._fastcall.Elementwise",
+    .tp_basicsize = sizeof(Elementwise),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "Elementwise(op, kernel_name, armed, block, inputs): a built-in op's repeat path in C.",
+    .tp_new = elementwise_new,
+    .tp_dealloc = (destructor)elementwise_dealloc,
+    .tp_traverse = (traverseproc)elementwise_traverse,
+    .tp_clear = (inquiry)elementwise_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(Elementwise, vectorcall),
+    .tp_dictoffset = offsetof(Elementwise, dict),
+    .tp_getset = elementwise_getset,
+};
 
 /* ---- Graph.replay's repeat path ----------------------------------------------------------
  *
@@ -1150,17 +1287,21 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__fastcall(void) {
-    if (PyType_Ready(&LauncherType) < 0) return NULL;
+    if (PyType_Ready(&LauncherType) < 0 || PyType_Ready(&ElementwiseType) < 0) return NULL;
     str_stream = PyUnicode_InternFromString("stream");
     str_shared_mem = PyUnicode_InternFromString("shared_mem");
     str_alive = PyUnicode_InternFromString("alive");
     str_handle = PyUnicode_InternFromString("handle");
+    str_fast = PyUnicode_InternFromString("fast");
+    str_out = PyUnicode_InternFromString("out");
+    if (str_fast == NULL || str_out == NULL) return NULL;
     one = PyLong_FromLong(1);
     if (one == NULL) return NULL;
     if (str_stream == NULL || str_shared_mem == NULL || str_alive == NULL || str_handle == NULL) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    if (PyModule_AddObjectRef(m, "Launcher", (PyObject *)&LauncherType) < 0) {
+    if (PyModule_AddObjectRef(m, "Launcher", (PyObject *)&LauncherType) < 0 ||
+        PyModule_AddObjectRef(m, "Elementwise", (PyObject *)&ElementwiseType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

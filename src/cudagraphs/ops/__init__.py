@@ -37,6 +37,7 @@ without any code of the op's own.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -55,13 +56,13 @@ from .._builtin import (
     copy_view,
     fill_value,
     fill_view,
-    grid_of,
     layout,
     run,
 )
 from .._control import Condition
 from .._device import Device, Stream, current_device, resolve_stream
 from .._dtypes import normalize_dtype
+from .._kernel import fastcall
 from .._kernel import preload as preload_kernels
 from ._matmul import matmul
 
@@ -215,25 +216,6 @@ def add(
     a: DeviceArray, b: DeviceArray, out: DeviceArray | None = None, *, stream: Stream | None = None
 ) -> DeviceArray:
     """``out = a + b`` element-wise (a new array when ``out`` is None); returns ``out``."""
-    if (  # the repeat path: dense arrays of one shape, dtype and device, on the current stream
-        stream is None
-        and type(a) is DeviceArray
-        and type(b) is DeviceArray
-        and type(out) is DeviceArray
-        and a.is_contiguous
-        and b.is_contiguous
-        and out.is_contiguous
-        and a.device is b.device is out.device
-        and a.dtype is b.dtype is out.dtype
-        and a.shape == b.shape == out.shape
-        and a.size
-    ):
-        armed = ARMED.get(("cg_add", a.dtype, a.device))  # (after a first add on the cuda backend)
-        if armed is not None:
-            launch, cap = armed
-            n = a.size
-            launch(grid_of(n, cap), BLOCK, out, a, b, n)
-            return out
     device = _arrays("add", a=a, b=b) if out is None else _arrays("add", a=a, b=b, out=out)
     _arith("add", a.dtype)
     stream = device.current_stream() if stream is None else resolve_stream(stream, device)
@@ -247,6 +229,10 @@ def add(
     else:
         run("cg_add_strided", a.dtype, device, stream, n, [out, a, b, n, layout(a.shape, out, a, b)])
     return out
+
+
+if fastcall is not None:  # the repeat path in C (dense arrays of one shape, dtype, device; out given)
+    globals()["add"] = functools.update_wrapper(fastcall.Elementwise(add, "cg_add", ARMED, BLOCK, 2), add)
 
 
 def axpy(alpha: Any, x: DeviceArray, y: DeviceArray, *, stream: Stream | None = None) -> DeviceArray:
