@@ -135,12 +135,20 @@ def cuda_core_fw() -> Framework | None:
 def raw_c() -> dict[int, dict[str, float]]:
     """The raw CUDA C graph baseline, by graph size (empty without nvcc or a GPU).
 
-    The 1000-node entry also carries ``update_ms``.
+    The 1000-node entry also carries ``update_ms`` and ``set_params_us``.
     """
     out = rawc.run("graph.cu")
     rows = [json.loads(line) for line in "".join(out).splitlines() if line.strip()]
-    updates = {r["update_nodes"]: r["update_ms"] for r in rows if "update_nodes" in r}
-    rows = [dict(r, update_ms=updates.get(r["nodes"])) for r in rows if "nodes" in r]
+    updates = {r["update_nodes"]: r for r in rows if "update_nodes" in r}
+    rows = [
+        dict(
+            r,
+            update_ms=updates.get(r["nodes"], {}).get("update_ms"),
+            set_params_us=updates.get(r["nodes"], {}).get("set_params_us"),
+        )
+        for r in rows
+        if "nodes" in r
+    ]
     return {r["nodes"]: r for r in rows}
 
 
@@ -285,6 +293,8 @@ def run(rounds: int = 5, sizes: tuple[int, ...] = SIZES) -> dict[str, dict[str, 
             results[f"replay call, {n}-node graph (µs CPU)"]["raw CUDA C"] = row["call_us"]
         if n == n_up and row.get("update_ms") is not None:
             results[f"whole-graph update, {n} nodes (ms)"]["raw CUDA C"] = row["update_ms"]
+        if n == n_up and row.get("set_params_us") is not None:  # the floor of a node-by-node change
+            results[f"rebind, {n}-node graph (µs per node)"]["raw CUDA C"] = row["set_params_us"]
     return results
 
 

@@ -3,6 +3,8 @@
 // {"nodes": N, "capture_ms": ..., "per_node_us": ..., "call_us": ...}
 // capture_ms: capture + instantiate; per_node_us: GPU time per node over
 // back-to-back replays; call_us: median host time of one cudaGraphLaunch.
+// For N = 1000 also {"update_nodes": N, "update_ms": ..., "set_params_us": ...}:
+// a whole-graph update, and setting one kernel node's parameters (per node).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -76,7 +78,32 @@ int main() {
                 CHECK(cudaGraphDestroy(g2));
             }
             std::sort(ups.begin(), ups.end());
-            printf("{\"update_nodes\": %d, \"update_ms\": %.4f}\n", n, ups[2]);
+            // node by node: every kernel node's parameters set again (what a rebind does)
+            cudaGraph_t g3;
+            cudaGraphExec_t exec3;
+            CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+            for (int i = 0; i < n; ++i) inc<<<1, 1, 0, s>>>(p);
+            CHECK(cudaStreamEndCapture(s, &g3));
+            CHECK(cudaGraphInstantiate(&exec3, g3, 0));
+            std::vector<cudaGraphNode_t> nodes(n);
+            size_t count = n;
+            CHECK(cudaGraphGetNodes(g3, nodes.data(), &count));
+            cudaKernelNodeParams kp;
+            CHECK(cudaGraphKernelNodeGetParams(nodes[0], &kp));
+            void* args[1] = {&p};
+            kp.kernelParams = args;
+            std::vector<double> sets;
+            for (int rep = 0; rep < 5; ++rep) {
+                double s0 = now_us();
+                for (size_t i = 0; i < count; ++i) cudaGraphExecKernelNodeSetParams(exec3, nodes[i], &kp);
+                sets.push_back((now_us() - s0) / count);
+            }
+            CHECK(cudaGetLastError());
+            std::sort(sets.begin(), sets.end());
+            CHECK(cudaGraphExecDestroy(exec3));
+            CHECK(cudaGraphDestroy(g3));
+            printf("{\"update_nodes\": %d, \"update_ms\": %.4f, \"set_params_us\": %.4f}\n", n, ups[2],
+                   sets[2]);
         }
         CHECK(cudaGraphExecDestroy(exec));
     }
