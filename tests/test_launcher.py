@@ -579,6 +579,24 @@ def test_bad_layouts_and_calls_are_refused():
         launcher.add(cg.Device(0), 1, "a stream")
 
 
+def test_a_kernel_is_armed_unless_its_class_launches_its_own_way(backend):
+    dev = cg.Device(0)
+
+    class Logged(cg.Kernel):
+        def launch(self, *args, **kwargs):
+            self.calls = getattr(self, "calls", 0) + 1
+            return super().launch(*args, **kwargs)
+
+    plain, logged = cg.Kernel(SOURCE, "mix"), Logged(SOURCE, "mix")
+    offsets = _offsets(plain.params)[0]
+    for k in (plain, logged):
+        k._arm(dev, FUNCTION, offsets)
+    assert isinstance(plain.launch, fast.Launcher)
+    assert plain.fast is plain.launch
+    assert logged.fast is None
+    assert "launch" not in vars(logged)
+
+
 def test_layouts_leave_out_kernels_the_c_path_cannot_pack():
     k = cg.Kernel(
         'extern "C" __global__ void h(__half* p, __half v) {}', "h", signature=["float16*", "float16"]

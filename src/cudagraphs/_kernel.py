@@ -345,6 +345,9 @@ class Kernel:
             layout = _fast_layout(self.params, offsets)
             if layout is None or not _FAST_ARRAY:
                 return
+            cls = type(self)
+            if cls.launch is not Kernel.launch or cls.enqueue is not Kernel.enqueue:
+                return  # a subclass's own launch or enqueue runs as written
             self.fast = fastcall.Launcher(
                 MethodType(Kernel.launch, self), layout, self.enqueue, device.backend.launch
             )
