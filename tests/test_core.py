@@ -111,7 +111,7 @@ def test_backend_interface_is_small() -> None:
     from cudagraphs.backends.base import Backend
 
     methods = [n for n in vars(Backend) if not n.startswith("_") and callable(getattr(Backend, n))]
-    assert len(methods) <= 31, methods  # (31: launch_plan, for the C launch path)
+    assert len(methods) <= 30, methods
 
 
 # one submission path -------------------------------------------------------------------

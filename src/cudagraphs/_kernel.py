@@ -36,7 +36,7 @@ from ._device import _CURRENT, Device, Stream, current_device, resolve_stream
 from ._dtypes import SUPPORTED
 from ._errors import BackendUnavailableError
 from ._recording import BY_VALUE, Work, submit
-from .backends.base import KernelLaunch, Param
+from .backends.base import KernelLaunch, Param, param_offsets
 
 try:  # the optional C part: Kernel.launch's repeat path (see Kernel._arm), node updates
     from . import _fastcall as fastcall  # type: ignore[attr-defined]
@@ -324,9 +324,8 @@ class Kernel:
                         image = None  # the simulator runs the host implementation
                     _IMAGES[key] = image
                 fn = backend.load_kernel(device.index, image, self.name, self.params, self.host)
-                plan = backend.launch_plan(fn)
-                if plan is not None:
-                    self._arm(device, *plan)
+                if backend.fastcall:  # (its kernels launch from C: see _arm)
+                    self._arm(device, int(fn), param_offsets(self.params))
                 device.kernels[self] = fn
         return fn
 

@@ -205,6 +205,22 @@ class NodeInfo(NamedTuple):
     bodies: tuple[Handle, ...]
 
 
+def param_offsets(params: Sequence[Param]) -> tuple[int, ...]:
+    """The byte offset of each kernel parameter in the argument buffer.
+
+    Each parameter sits at its natural alignment (structs passed by value at
+    8), as the CUDA ABI lays them out; the cuda backend packs there, and the
+    C launch path (``cudagraphs._fastcall.Launcher``) too.
+    """
+    offsets, offset = [], 0
+    for p in params:
+        align = 8 if p.dtype.kind == "V" else max(1, p.dtype.alignment)
+        offset += -offset % align
+        offsets.append(offset)
+        offset += p.dtype.itemsize
+    return tuple(offsets)
+
+
 def move_words(data: bytes, moves: Sequence[tuple[int, int, int]]) -> bytes | None:
     """``data`` with every 8-byte-aligned word in a moved range moved, or None if none is.
 
@@ -239,6 +255,9 @@ class Backend(Protocol):
 
     name: str
     capabilities: Capabilities
+    # the compiled fast calls are bound: kernels loaded here may be launched by
+    # cudagraphs._fastcall.Launcher, through int(handle) (their CUfunction address)
+    fastcall: bool
 
     # devices
     def device_count(self) -> int:
@@ -309,13 +328,6 @@ class Backend(Protocol):
 
     def launch(self, stream: Handle, launch: KernelLaunch) -> None:
         """Queue a kernel launch on ``stream``."""
-
-    def launch_plan(self, fn: Handle) -> tuple[int, tuple[int, ...]] | None:
-        """How ``cudagraphs._fastcall.Launcher`` may launch a loaded kernel.
-
-        Returns (CUfunction address, byte offset of each parameter), or None
-        when every launch goes through :meth:`launch`.
-        """
 
     def launch_host(self, stream: Handle, fn: Callable[[], None]) -> object:
         """Queue ``fn()`` on ``stream``; the result must live as long as ``fn`` may run."""

@@ -190,19 +190,16 @@ class _Packer:
     __slots__ = ("address", "buf", "fmt", "lock", "offsets", "ptrs")
 
     def __init__(self, params: Sequence[base.Param]) -> None:
-        fmt, offsets, offset = "<", [], 0
-        for p in params:
+        offsets = base.param_offsets(params)
+        fmt, offset = "<", 0
+        for p, at in zip(params, offsets):
             size = p.dtype.itemsize
-            align = 8 if p.dtype.kind == "V" else max(1, p.dtype.alignment)
-            pad = -offset % align
-            fmt += "x" * pad
-            offset += pad
-            offsets.append(offset)
+            fmt += "x" * (at - offset)
             code = _STRUCT_CODES.get(p.dtype.char) if p.dtype.kind != "V" else None
             fmt += code if code and struct.calcsize(code) == size else f"{size}s"
-            offset += size
+            offset = at + size
         self.fmt = struct.Struct(fmt)
-        self.offsets = tuple(offsets)
+        self.offsets = offsets
         self.buf = ctypes.create_string_buffer(max(offset, 8))
         base_addr = ctypes.addressof(self.buf)
         self.ptrs = (ctypes.c_void_p * max(len(params), 1))(*[base_addr + o for o in offsets])
@@ -227,6 +224,10 @@ class _Function:
         self.call = _call["cuLaunchKernel"]
         # what the launch call takes: an int for the fast call, the handle for cuda.bindings
         self.handle = int(fn) if self.call is not _driver().cuLaunchKernel else fn
+
+    def __int__(self) -> int:
+        """The CUfunction's address (a handle converts with int())."""
+        return int(self.fn)
 
 
 _MEMCPY = {"htod": "cuMemcpyHtoDAsync", "dtoh": "cuMemcpyDtoHAsync", "dtod": "cuMemcpyDtoDAsync"}
@@ -478,9 +479,6 @@ class CudaBackend:
                     lambda: f.call(f.handle, gx, gy, gz, bx, by, bz, shared_mem, stream, f.address, 0),
                     f.ordinal,
                 )
-
-    def launch_plan(self, fn: _Function) -> tuple[int, tuple[int, ...]] | None:
-        return (int(fn.fn), fn.packer.offsets) if self.fastcall else None
 
     def launch_host(self, stream: Any, fn: Callable[[], None]) -> object:
         """Queue ``fn()`` on the host after the stream's work (a host node when captured).

@@ -483,6 +483,7 @@ class SimBackend:
 
     name = "sim"
     capabilities = Capabilities(shares_memory=False, runs_host_code=True, needs_compiled_code=False)
+    fastcall = False  # kernels run on the host, in stream order: every launch goes through launch()
 
     def __init__(self) -> None:
         self._memory = _Memory()
@@ -1011,9 +1012,6 @@ class SimBackend:
             )
         _check_dims(launch)
         self._submit(stream, "cuLaunchKernel", "kernel", fn.name, self._kernel_work(launch), launch)
-
-    def launch_plan(self, fn: Any) -> None:
-        return None  # kernels run on the host, in stream order: every launch is queued by launch()
 
     def launch_host(self, stream: _SimStream, fn: Callable[[], None]) -> object:
         # as the driver, keep only a pointer to the callback: the caller keeps the
