@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
-from types import SimpleNamespace
+from types import MethodType, SimpleNamespace
 
 import numpy as np
 import pytest
@@ -286,6 +286,93 @@ def test_a_captured_launch_is_checked_in_c_and_recorded_by_the_python_path(plan)
     assert values == expected
     assert [type(v) for v in values] == [type(v) for v in expected]
     assert launcher.counts() == (1, 1)
+    s.close()
+
+
+class _Abandon(Exception):
+    """Ends a capture by the exception path (its partial graph is destroyed)."""
+
+
+LOADED = object()  # stands for the backend's loaded kernel, named by KernelLaunch
+
+
+def _recording_launcher(t, record):
+    """A Launcher as Kernel._arm makes it, with ``loaded``: captured launches recorded in C."""
+    launcher = fast.Launcher(
+        MethodType(cg.Kernel.launch, t.k), _kernel._fast_layout(t.k.params, t.offsets), record
+    )
+    launcher.add(t.dev, FUNCTION, t.dev.stream, LOADED)
+    return launcher
+
+
+def test_a_captured_launch_is_recorded_in_c_as_the_python_path_records_it(plan):
+    """The NodeRecord and the arrays kept: what Kernel.enqueue and Recording.record make."""
+    t = plan
+    launcher = _recording_launcher(t, lambda *a: pytest.fail(f"handed to the Python path: {a}"))
+    args = _args(t.dev, np.random.default_rng(11))
+    args[6] = 3  # an int for a double: the converter makes it a float
+    s = t.dev.create_stream()
+    t.k._issue[t.dev] = lambda raw, launch: None  # (the Python twin's work: queue nothing)
+    t.dev.kernels[t.k] = LOADED
+    try:
+        with pytest.raises(_Abandon), cg.capture(stream=s):
+            rec = s._recording
+            args[0] = cg.empty(16, np.float32, stream=s)  # the capture's memory: not kept
+            before = len(rec.keep), len(rec.nodes)
+            assert launcher((5, 2), 64, *args, stream=s, shared_mem=8) is None
+            c_keep, c_node = rec.keep[before[0] :], rec.nodes[before[1] :]
+            middle = len(rec.keep), len(rec.nodes)
+            cg.Kernel.launch(t.k, (5, 2), 64, *args, stream=s, shared_mem=8)  # the Python path
+            py_keep, py_node = rec.keep[middle[0] :], rec.nodes[middle[1] :]
+            raise _Abandon
+    finally:
+        del t.dev.kernels[t.k]
+    assert len(t.seen) == 1
+    got = t.seen[0]
+    assert (got["f"], got["stream"], got["grid"], got["block"], got["shared"]) == (
+        FUNCTION,
+        s.handle,
+        (5, 2, 1),
+        (64, 1, 1),
+        8,
+    )
+    assert got["bytes"] == _expected_bytes(t.k, args, t.dev, t.offsets, t.fmt)
+    assert [id(o) for o in c_keep] == [id(o) for o in py_keep] == [id(args[1]), id(args[2])]
+    assert c_node == py_node
+    ((node,),) = (c_node,)
+    assert type(node) is type(py_node[0])
+    assert node.patch[0] is t.k
+    assert type(node.patch[1]) is type(py_node[0].patch[1])
+    assert [type(v) for v in node.patch[1].values] == [type(v) for v in py_node[0].patch[1].values]
+    assert node.patch[1].views[:3] == (args[0]._view_spec(), args[1]._view_spec(), args[2]._view_spec())
+    assert launcher.counts() == (1, 0)
+    s.close()
+
+
+def test_a_captured_launch_the_c_path_cannot_record_goes_to_the_python_path(plan):
+    """Pending graph-memory frees, an invalid capture, a driver error: the Python path records."""
+    t = plan
+    recorded = []
+    launcher = _recording_launcher(t, lambda *a: recorded.append(a))
+    args = _args(t.dev, np.random.default_rng(12))
+    s = t.dev.create_stream()
+    with pytest.raises(_Abandon), cg.capture(stream=s):
+        rec = s._recording
+        rec.frees.append(0)  # a graph-memory block died: its free node comes first
+        assert launcher(1, 1, *args, stream=s) is None
+        rec.frees.clear()
+        rec.invalid = "made invalid by the test"
+        assert launcher(1, 1, *args, stream=s) is None
+        rec.invalid = None
+        t.result[0] = 1  # CUDA_ERROR_INVALID_VALUE: nothing queued, the Python path relaunches
+        assert launcher(1, 1, *args, stream=s) is None
+        t.result[0] = 0
+        nodes = len(rec.nodes)
+        raise _Abandon
+    assert len(recorded) == 3
+    assert nodes == 0
+    assert len(t.seen) == 1  # only the refused launch reached the driver
+    assert launcher.counts() == (3, 0)  # (checked in C, each given to `record`)
     s.close()
 
 

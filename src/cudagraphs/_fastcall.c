@@ -285,8 +285,13 @@ static PyTypeObject *stream_type; /* cudagraphs.Stream */
 static PyObject *current_var;     /* the ContextVar of the current streams (a tuple) */
 static PyObject *plain_types;     /* {type: bool}: whether its instances read as plain arrays */
 static Py_ssize_t a_ptr, a_device, a_dtype, a_contig, s_device, s_handle, s_recording, s_finalizer;
-static Py_ssize_t a_shape = -1, a_size = -1;
+static Py_ssize_t a_shape = -1, a_size = -1, a_block = -1, a_arg = -1;
 static PyObject *str_stream, *str_shared_mem, *str_alive, *str_handle, *str_fast, *str_out, *one;
+/* what records a captured launch in C (configure_capture): the Recording, NodeRecord and
+   KernelLaunch classes, and the names read from a Recording, a block and a kernel */
+static PyTypeObject *recording_type, *node_type, *launch_type;
+static PyObject *str_thread, *str_invalid, *str_frees, *str_memory, *str_owners, *str_keep, *str_nodes,
+    *str_ref, *str_owner, *str_name, *str_view_spec, *str_kernel;
 
 #define SLOT(o, offset) (*(PyObject **)((char *)(o) + (offset)))
 
@@ -329,6 +334,31 @@ static PyObject *configure(PyObject *self, PyObject *const *args, Py_ssize_t nar
     Py_XSETREF(stream_type, st);
     Py_XSETREF(current_var, args[2]);
     Py_XSETREF(plain_types, known);
+    Py_RETURN_NONE;
+}
+
+/* configure_capture(Recording, NodeRecord, KernelLaunch): launches on a stream captured by a
+   Recording are recorded in C (see record_here) by Launchers whose plan names the function
+   object. Needs configure() first (the array class's _block and _arg slots). */
+static PyObject *configure_capture(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyType_Check(args[0]) || !PyType_Check(args[1]) || !PyType_Check(args[2]) ||
+        array_base == NULL) {
+        PyErr_SetString(PyExc_TypeError,
+                        "configure_capture takes the Recording, NodeRecord and KernelLaunch classes (configure first)");
+        return NULL;
+    }
+    if (!PyType_IsSubtype((PyTypeObject *)args[1], &PyTuple_Type) ||
+        !PyType_IsSubtype((PyTypeObject *)args[2], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "NodeRecord and KernelLaunch must be tuple classes");
+        return NULL;
+    }
+    Py_ssize_t block = slot_offset(array_base, "_block"), arg = slot_offset(array_base, "_arg");
+    if (block < 0 || arg < 0) return NULL;
+    a_block = block, a_arg = arg;
+    Py_INCREF(args[0]), Py_INCREF(args[1]), Py_INCREF(args[2]);
+    Py_XSETREF(recording_type, (PyTypeObject *)args[0]);
+    Py_XSETREF(node_type, (PyTypeObject *)args[1]);
+    Py_XSETREF(launch_type, (PyTypeObject *)args[2]);
     Py_RETURN_NONE;
 }
 
@@ -470,6 +500,118 @@ hand:
     return -1;
 }
 
+/* A tuple of `type` (a NamedTuple) from n items, as tuple.__new__(type, items) makes it. */
+static PyObject *tuple_of(PyTypeObject *type, PyObject *items) {
+    PyObject *args = PyTuple_Pack(1, items);
+    if (args == NULL) return NULL;
+    PyObject *out = PyTuple_Type.tp_new(type, args, NULL);
+    Py_DECREF(args);
+    return out;
+}
+
+/* The common captured launch, recorded here as Kernel.enqueue and Recording.record would: on the
+   stream the Recording `rec` captures (not a conditional body), from its thread, with no
+   capture error and no graph memory waiting to be freed, arguments the launch path packs. The
+   launch is queued (cuLaunchKernel on the captured stream); the arrays whose memory the capture
+   does not own go to rec.keep and the node's NodeRecord(None, "kernel", name, (), (kernel,
+   KernelLaunch), True) to rec.nodes. Returns 1 when recorded, 0 when the Python path must do it
+   (nothing was queued or recorded, no exception is set), -1 on an error (set). */
+static int record_here(Launcher *L, PyObject *const *argv, PyObject *device, PyObject *stream, PyObject *rec,
+                       PyObject *fnobj, uintptr_t function, uintptr_t raw_stream, const unsigned grid[3],
+                       const unsigned block[3], unsigned long long shared) {
+    if (recording_type == NULL || Py_TYPE(rec) != recording_type || fnobj == NULL || a_block < 0 ||
+        !PyMethod_Check(L->slow) || fns[LAUNCH] == NULL)
+        return 0;
+    PyObject *d = PyObject_GenericGetDict(rec, NULL);
+    if (d == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int done = 0;
+    PyObject *keep = NULL, *nodes = NULL, *owners = NULL, *name = NULL, *values = NULL, *views = NULL;
+    PyObject *kept = NULL, *g = NULL, *b = NULL, *sh = NULL, *items = NULL, *launch = NULL, *patch = NULL;
+    PyObject *node = NULL, *empty = NULL;
+    PyObject *thread = PyDict_GetItemWithError(d, str_thread), *invalid = PyDict_GetItemWithError(d, str_invalid);
+    PyObject *frees = PyDict_GetItemWithError(d, str_frees), *top = PyDict_GetItemWithError(d, str_stream);
+    PyObject *memory = PyDict_GetItemWithError(d, str_memory);
+    keep = Py_XNewRef(PyDict_GetItemWithError(d, str_keep));
+    nodes = Py_XNewRef(PyDict_GetItemWithError(d, str_nodes));
+    if (thread == NULL || invalid != Py_None || frees == NULL || top != stream || memory == NULL || keep == NULL ||
+        nodes == NULL || !PyList_CheckExact(keep) || !PyList_CheckExact(nodes) || !PyLong_CheckExact(thread))
+        goto out;
+    unsigned long me = PyLong_AsUnsignedLong(thread);
+    if ((me == (unsigned long)-1 && PyErr_Occurred()) || me != PyThread_get_thread_ident()) goto out;
+    if (PyObject_Size(frees) != 0) goto out; /* (the Python path records their free nodes first) */
+    PyObject *kernel = PyMethod_GET_SELF(L->slow);
+    if ((owners = PyObject_GetAttr(memory, str_owners)) == NULL || (name = PyObject_GetAttr(kernel, str_name)) == NULL ||
+        !PyTuple_CheckExact(owners) || !PyUnicode_CheckExact(name))
+        goto out;
+    if ((values = PyTuple_New(L->n)) == NULL || (views = PyTuple_New(L->n)) == NULL || (kept = PyList_New(0)) == NULL)
+        goto out;
+    _Alignas(16) unsigned char buf[MAX_BYTES];
+    void *kp[MAX_PARAMS];
+    for (Py_ssize_t i = 0; i < L->n; ++i) {
+        PyObject *a = argv[i], *v = NULL, *view = Py_None;
+        kp[i] = buf + L->params[i].offset;
+        if (pack(&L->params[i], a, device, kp[i], &v)) goto out;
+        PyTuple_SET_ITEM(values, i, v);
+        if (L->params[i].kind == 'p' && a != Py_None && !PyLong_CheckExact(a)) { /* a plain array (pack read it) */
+            PyObject *blk = SLOT(a, a_block), *ref = NULL, *owner = NULL;
+            view = SLOT(a, a_arg);
+            view = view == NULL || view == Py_None ? PyObject_CallMethodNoArgs(a, str_view_spec) : Py_NewRef(view);
+            if (view == NULL || blk == NULL) goto out_view;
+            PyTuple_SET_ITEM(views, i, view);
+            int owned = (ref = PyObject_GetAttr(blk, str_ref)) == NULL || (owner = PyObject_GetAttr(ref, str_owner)) == NULL
+                            ? -1
+                            : PySequence_Contains(owners, owner);
+            Py_XDECREF(ref);
+            Py_XDECREF(owner);
+            if (owned < 0 || (!owned && PyList_Append(kept, a))) goto out;
+            continue;
+        out_view:
+            Py_XDECREF(view);
+            goto out;
+        }
+        PyTuple_SET_ITEM(views, i, Py_NewRef(view));
+    }
+    if ((g = Py_BuildValue("(III)", grid[0], grid[1], grid[2])) == NULL ||
+        (b = Py_BuildValue("(III)", block[0], block[1], block[2])) == NULL ||
+        (sh = PyLong_FromUnsignedLongLong(shared)) == NULL ||
+        (items = PyTuple_Pack(6, fnobj, g, b, sh, values, views)) == NULL ||
+        (launch = tuple_of(launch_type, items)) == NULL || (patch = PyTuple_Pack(2, kernel, launch)) == NULL ||
+        (empty = PyTuple_New(0)) == NULL)
+        goto out;
+    Py_SETREF(items, PyTuple_Pack(6, Py_None, str_kernel, name, empty, patch, Py_True));
+    if (items == NULL || (node = tuple_of(node_type, items)) == NULL) goto out;
+    CUresult err;
+    Py_BEGIN_ALLOW_THREADS
+    err = ((launch_t)fns[LAUNCH])((handle)function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                                  (unsigned)shared, (handle)raw_stream, L->n ? kp : NULL, NULL);
+    Py_END_ALLOW_THREADS
+    if (err) goto out; /* nothing was queued: the Python path launches again and reports it */
+    done = 1;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(kept) && done == 1; ++i)
+        if (PyList_Append(keep, PyList_GET_ITEM(kept, i))) done = -1;
+    if (done == 1 && PyList_Append(nodes, node)) done = -1;
+    if (done < 0) { /* the node is in the graph, its record or what it keeps is not: the capture cannot end well */
+        PyObject *why = PyUnicode_FromString("out of memory while recording a kernel launch; the capture is invalid");
+        if (why != NULL) {
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            if (PyDict_SetItem(d, str_invalid, why)) PyErr_Clear();
+            PyErr_Restore(type, value, tb);
+            Py_DECREF(why);
+        }
+    }
+out:
+    if (done == 0) PyErr_Clear();
+    Py_DECREF(d);
+    Py_XDECREF(keep), Py_XDECREF(nodes), Py_XDECREF(owners), Py_XDECREF(name), Py_XDECREF(values);
+    Py_XDECREF(views), Py_XDECREF(kept), Py_XDECREF(g), Py_XDECREF(b), Py_XDECREF(sh), Py_XDECREF(items);
+    Py_XDECREF(launch), Py_XDECREF(patch), Py_XDECREF(node), Py_XDECREF(empty);
+    return done;
+}
+
 /* A checked launch on a captured stream, given to L->record(device, stream, grid, block,
    shared_mem, values, args) as Kernel.launch gives it to Kernel.enqueue. NULL with no exception
    set: an argument the Python path must decide. */
@@ -580,7 +722,16 @@ static PyObject *launcher_call(PyObject *self, PyObject *const *args, size_t nar
         goto hand;
     _Alignas(16) unsigned char buf[MAX_BYTES];
     void *kp[MAX_PARAMS];
-    if (recording != Py_None) { /* captured: checked here, recorded by the Python path */
+    if (recording != Py_None) { /* captured: recorded here, or checked here and recorded by the Python path */
+        int here = record_here(L, args + 2, device, stream, recording,
+                               PyTuple_GET_SIZE(plan) > 2 ? PyTuple_GET_ITEM(plan, 2) : NULL, function, raw_stream,
+                               grid, block, shared);
+        if (here) {
+            Py_XDECREF(current);
+            if (here < 0) return NULL;
+            L->fast++;
+            Py_RETURN_NONE;
+        }
         PyObject *out = record(L, args + 2, device, stream, grid, block, shared, buf);
         Py_XDECREF(current);
         if (out == NULL && !PyErr_Occurred()) goto hand_over; /* (nothing set: an argument to hand) */
@@ -696,17 +847,21 @@ static void launcher_dealloc(Launcher *L) {
     Py_TYPE(L)->tp_free((PyObject *)L);
 }
 
-/* add(device, function, stream): launch on `device` through CUfunction `function`, on `stream`
-   when no other is current. */
+/* add(device, function, stream, loaded=None): launch on `device` through CUfunction `function`,
+   on `stream` when no other is current; with `loaded` (the backend's loaded kernel, what a
+   KernelLaunch names), launches on captured streams are recorded here too (record_here). */
 static PyObject *launcher_add(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Launcher *L = (Launcher *)self;
     uintptr_t f;
-    if (nargs != 3 || stream_type == NULL || Py_TYPE(args[2]) != stream_type) {
-        PyErr_SetString(PyExc_TypeError, "add takes a device, a CUfunction address and a Stream (configure first)");
+    if (nargs < 3 || nargs > 4 || stream_type == NULL || Py_TYPE(args[2]) != stream_type) {
+        PyErr_SetString(PyExc_TypeError,
+                        "add takes a device, a CUfunction address, a Stream and the loaded kernel (configure first)");
         return NULL;
     }
     if (as_address(args[1], &f)) return NULL;
-    PyObject *plan = Py_BuildValue("(KO)", (unsigned long long)f, args[2]);
+    PyObject *plan = nargs == 4 && args[3] != Py_None
+                         ? Py_BuildValue("(KOO)", (unsigned long long)f, args[2], args[3])
+                         : Py_BuildValue("(KO)", (unsigned long long)f, args[2]);
     if (plan == NULL) return NULL;
     int rc = PyDict_SetItem(L->devices, args[0], plan);
     Py_DECREF(plan);
@@ -762,7 +917,7 @@ static PyObject *launcher_counts(PyObject *self, PyObject *unused) {
 }
 
 static PyMethodDef launcher_methods[] = {
-    {"add", (PyCFunction)(void (*)(void))launcher_add, METH_FASTCALL, "add(device, function, stream)"},
+    {"add", (PyCFunction)(void (*)(void))launcher_add, METH_FASTCALL, "add(device, function, stream, loaded=None)"},
     {"issue", (PyCFunction)(void (*)(void))launcher_issue, METH_FASTCALL,
      "issue(stream, launch): queue a checked KernelLaunch, as the backend's launch() does"},
     {"counts", launcher_counts, METH_NOARGS, "(launches made in C, calls handed to the Python path)"},
@@ -834,15 +989,6 @@ typedef struct { /* CUDA_KERNEL_NODE_PARAMS_v2 */
     void **params, **extra;
     handle kern, ctx;
 } node_params_t;
-
-/* A tuple of `type` (a NamedTuple) from n items, as tuple.__new__(type, items) makes it. */
-static PyObject *tuple_of(PyTypeObject *type, PyObject *items) {
-    PyObject *args = PyTuple_Pack(1, items);
-    if (args == NULL) return NULL;
-    PyObject *out = PyTuple_Type.tp_new(type, args, NULL);
-    Py_DECREF(args);
-    return out;
-}
 
 /* One kernel record's node moved: `key`'s arguments now point at `ptr` (their views: `spec`).
    Returns the new record, or NULL with an exception (err: the driver's code, when it refused). */
@@ -1267,6 +1413,8 @@ static PyMethodDef methods[] = {
      "fast_graph_launch(fn): graphs whose _launch is fn may be replayed from C (None: none)"},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL,
      "configure(array_type, stream_type, current_streams): the classes Launchers read."},
+    {"configure_capture", (PyCFunction)(void (*)(void))configure_capture, METH_FASTCALL,
+     "configure_capture(Recording, NodeRecord, KernelLaunch): captured launches recorded in C."},
     {"cuLaunchKernel", (PyCFunction)(void (*)(void))launch, METH_FASTCALL, NULL},
     {"cuGraphLaunch", (PyCFunction)(void (*)(void))graph_launch, METH_FASTCALL, NULL},
     {"cuMemcpyDtoDAsync", (PyCFunction)(void (*)(void))copy_dd, METH_FASTCALL, NULL},
@@ -1295,6 +1443,12 @@ PyMODINIT_FUNC PyInit__fastcall(void) {
     str_fast = PyUnicode_InternFromString("fast");
     str_out = PyUnicode_InternFromString("out");
     if (str_fast == NULL || str_out == NULL) return NULL;
+    PyObject **names_[] = {&str_thread, &str_invalid, &str_frees, &str_memory, &str_owners, &str_keep,
+                           &str_nodes, &str_ref, &str_owner, &str_name, &str_view_spec, &str_kernel};
+    const char *texts[] = {"thread", "invalid", "frees", "memory", "owners", "keep",
+                           "nodes", "_ref", "owner", "name", "_view_spec", "kernel"};
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; ++i)
+        if ((*names_[i] = PyUnicode_InternFromString(texts[i])) == NULL) return NULL;
     one = PyLong_FromLong(1);
     if (one == NULL) return NULL;
     if (str_stream == NULL || str_shared_mem == NULL || str_alive == NULL || str_handle == NULL) return NULL;

@@ -35,7 +35,7 @@ from . import _nvrtc
 from ._device import _CURRENT, Device, Stream, current_device, resolve_stream
 from ._dtypes import SUPPORTED
 from ._errors import BackendUnavailableError
-from ._recording import BY_VALUE, Work, submit
+from ._recording import BY_VALUE, NodeRecord, Recording, Work, submit
 from .backends.base import KernelLaunch, Param, param_offsets
 
 try:  # the optional C part: Kernel.launch's repeat path (see Kernel._arm), node updates
@@ -59,6 +59,9 @@ def fast_array_class(cls: type) -> None:
     """
     if fastcall is not None and not _FAST_ARRAY:
         fastcall.configure(cls, Stream, _CURRENT)
+        # a launch on a stream a Recording captures is recorded in C as enqueue() and
+        # Recording.record() record it, in the common case (see Launcher.add)
+        fastcall.configure_capture(Recording, NodeRecord, KernelLaunch)
         _FAST_ARRAY.append(cls)
 
 
@@ -325,11 +328,11 @@ class Kernel:
                     _IMAGES[key] = image
                 fn = backend.load_kernel(device.index, image, self.name, self.params, self.host)
                 if backend.fastcall:  # (its kernels launch from C: see _arm)
-                    self._arm(device, int(fn), param_offsets(self.params))
+                    self._arm(device, int(fn), param_offsets(self.params), fn)
                 device.kernels[self] = fn
         return fn
 
-    def _arm(self, device: Device, function: int, offsets: tuple[int, ...]) -> None:
+    def _arm(self, device: Device, function: int, offsets: tuple[int, ...], loaded: Any = None) -> None:
         """Let the C launch path launch this kernel on ``device`` (a no-op without it).
 
         The instance's ``launch`` becomes a ``_fastcall.Launcher``: it makes
@@ -337,8 +340,13 @@ class Kernel:
         sure (plain arrays, ints, floats, None) and launches; on a captured
         stream it gives the checked launch to :meth:`enqueue`, which records
         it, and issues recorded launches in C (``Launcher.issue``, which falls
-        back on the backend's ``launch``). It calls this class's
-        :meth:`launch` with anything else, unchanged.
+        back on the backend's ``launch``). Given ``loaded`` (the backend's
+        loaded kernel, ``function`` being its CUfunction), the common captured
+        launch (on the stream a :class:`~cudagraphs._recording.Recording`
+        captures, from its thread, nothing pending) is recorded in C too, with
+        the NodeRecord and keep list that enqueue and ``Recording.record``
+        make. It calls this class's :meth:`launch` with anything else,
+        unchanged.
         """
         if self.fast is None:
             layout = _fast_layout(self.params, offsets)
@@ -351,7 +359,7 @@ class Kernel:
                 MethodType(Kernel.launch, self), layout, self.enqueue, device.backend.launch
             )
             self.__dict__["launch"] = self.fast
-        self.fast.add(device, function, device.stream)
+        self.fast.add(device, function, device.stream, loaded)
         self._issue[device] = self.fast.issue
 
     # launching ------------------------------------------------------------
