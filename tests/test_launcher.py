@@ -650,6 +650,26 @@ def test_ops_add_repeats_in_c_and_hands_everything_else_to_python(driver, backen
             ARMED[key] = before
 
 
+def test_same_nodes_finds_the_first_record_that_differs_and_counts_handles():
+    from cudagraphs._recording import NodeRecord
+
+    def rec(kind, name, handle=None):
+        return NodeRecord(handle, kind, name, (), None, True)
+
+    a = [rec("kernel", "k"), rec("memcpy", ""), rec("kernel", "j")]
+    assert fast.same_nodes(a, list(a)) == (-1, 0)
+    assert fast.same_nodes(a, [rec("kernel", "k"), rec("memcpy", "", 7), rec("kernel", "j", 9)]) == (-1, 2)
+    assert fast.same_nodes(a, [rec("kernel", "k"), rec("memset", ""), rec("kernel", "x")]) == (1, 0)
+    assert fast.same_nodes(a, [rec("kernel", "k"), rec("memcpy", ""), rec("kernel", "x")]) == (2, 0)
+    assert fast.same_nodes(a, a[:2]) == (2, 0)  # shorter: differs where it ends
+    assert fast.same_nodes(a[:1], a) == (1, 0)
+    assert fast.same_nodes([], []) == (-1, 0)
+    with pytest.raises(TypeError, match="two lists"):
+        fast.same_nodes(a, tuple(a))
+    with pytest.raises(TypeError, match="record 0"):
+        fast.same_nodes(a, [("kernel",)])
+
+
 def test_bad_layouts_and_calls_are_refused():
     with pytest.raises(TypeError, match="callable"):
         fast.Launcher(3, [])

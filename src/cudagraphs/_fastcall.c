@@ -1115,6 +1115,39 @@ fail:
     return NULL;
 }
 
+/* same_nodes(a, b): whether two lists of node records describe the same nodes, (kind, name) by
+   (kind, name), as Graph.update needs; returns (the index of the first record that differs, or
+   -1 when none does, a list being shorter counting as a difference at its end; the number of
+   records of b that carry a driver handle). */
+static PyObject *same_nodes(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyList_Check(args[0]) || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "same_nodes takes two lists of node records");
+        return NULL;
+    }
+    PyObject *a = args[0], *b = args[1];
+    Py_ssize_t na = PyList_GET_SIZE(a), nb = PyList_GET_SIZE(b), first = -1, handles = 0;
+    for (Py_ssize_t i = 0; i < nb; ++i) {
+        PyObject *r = PyList_GET_ITEM(b, i);
+        if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) < 3) return PyErr_Format(PyExc_TypeError, "record %zd is not a node record", i);
+        handles += PyTuple_GET_ITEM(r, 0) != Py_None;
+        if (first >= 0) continue;
+        if (i >= na) {
+            first = na;
+            continue;
+        }
+        PyObject *q = PyList_GET_ITEM(a, i);
+        if (!PyTuple_Check(q) || PyTuple_GET_SIZE(q) < 3) return PyErr_Format(PyExc_TypeError, "record %zd is not a node record", i);
+        for (int j = 1; j < 3 && first < 0; ++j) {
+            PyObject *x = PyTuple_GET_ITEM(q, j), *y = PyTuple_GET_ITEM(r, j);
+            int same = x == y ? 1 : PyObject_RichCompareBool(x, y, Py_EQ);
+            if (same < 0) return NULL;
+            if (!same) first = i;
+        }
+    }
+    if (first < 0 && na != nb) first = nb;
+    return Py_BuildValue("(nn)", first, handles);
+}
+
 /* ---- Built-in element-wise ops' repeat path ---------------------------------------------
  *
  * Elementwise(python_op, kernel_name, armed, block, inputs) is called as the op,
@@ -1403,6 +1436,8 @@ static PyMethodDef methods[] = {
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "bind(name, address)"},
     {"bound", bound, METH_O, "bound(name): the address bound to name (0: none)."},
     {"names", names, METH_NOARGS, "The driver functions this module calls, in bind() names."},
+    {"same_nodes", (PyCFunction)(void (*)(void))same_nodes, METH_FASTCALL,
+     "same_nodes(a, b): (first index where two record lists differ in (kind, name) or -1, b's handles)"},
     {"users", (PyCFunction)(void (*)(void))users, METH_FASTCALL,
      "users(records, key): indices of the node records that use the view key"},
     {"patch_kernels", (PyCFunction)(void (*)(void))patch_kernels, METH_FASTCALL,

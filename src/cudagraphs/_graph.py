@@ -326,7 +326,14 @@ class Graph:
             raise ValueError(f"the source graph is on {source.device}, this one on {self.device}")
         if source.state not in (GraphState.READY, GraphState.CAPTURED):
             raise RuntimeError(f"the source graph is {source.state}; it cannot be used for an update")
-        if len(self._records) != len(source._records) or self._trace() != source._trace():
+        records = source._records
+        if fastcall is not None:  # (in C: 1000 records compared in microseconds, no trace built)
+            first, handles = fastcall.same_nodes(self._records, records)
+            differ = first >= 0
+        else:
+            differ = len(self._records) != len(records) or self._trace() != source._trace()
+            handles = len(records) - operator.countOf(map(_HANDLE, records), None)
+        if differ:
             why = _difference(self._trace(), source._trace())
             if why is not None:
                 raise UpdateError(*why)
@@ -361,8 +368,7 @@ class Graph:
         # graph's, found on first use (records of a finished capture carry none)
         # (a source that was rebound or repointed carries handles of its own graph's
         # nodes: they are not this executable's, so they are found again on first use)
-        records = source._records
-        if operator.countOf(map(_HANDLE, records), None) != len(records):  # (in C)
+        if handles:
             records = [r if r.handle is None else r._replace(handle=None) for r in records]
         self._records, source._records = records, []
         self._bodies, self._moves, self._count = source._bodies, [], None
