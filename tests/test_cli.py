@@ -43,16 +43,20 @@ def test_bench_quick_writes_json_markdown_and_plots(backend: str, tmp_path: Path
     assert (tmp_path / "update.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_per_node_is_measured_in_a_fresh_process(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each framework's GPU time per node, alone in a child process (as raw C's)."""
+def test_capture_and_per_node_are_measured_in_a_fresh_process(
+    backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each framework's capture time and GPU time per node, alone in a child process (as raw C's)."""
     from cudagraphs.bench import graphs
 
     monkeypatch.setenv("CUDAGRAPHS_BACKEND", backend)
-    got = graphs.per_node_clean("cudagraphs", (10, 20), 1)
+    got = graphs.clean("cudagraphs", (10, 20), 1)
     assert got is not None
-    assert sorted(got) == [10, 20]
-    assert all(us > 0 for us in got.values())
-    assert graphs.per_node_clean("no such framework", (10,), 1) is None  # reported, not fatal
+    assert sorted(got) == ["capture", "node"]
+    for metric in ("capture", "node"):
+        assert sorted(got[metric]) == [10, 20]
+        assert all(v > 0 for v in got[metric].values())
+    assert graphs.clean("no such framework", (10,), 1) is None  # reported, not fatal
 
 
 def test_show_example_and_function(backend: str, tmp_path: Path) -> None:

@@ -3,11 +3,13 @@
 For graphs of 10, 100 and 1000 one-thread kernels (``p[0] += 1``) it measures,
 per framework, in one process with the contenders interleaved:
 
-* capture: capture + instantiate time of the graph (ms);
-* per node: GPU time per node over back-to-back replays (µs), measured for
-  each framework in a fresh child process, as raw C's is in its own: in a
-  process that has made many graphs, every framework's replays run slower
-  (1.2 times slower in the bench process on an H100, bare cuda.bindings graphs too);
+* capture: capture + instantiate (+ upload) time of the graph (ms), and
+* per node: GPU time per node over back-to-back replays (µs), both measured
+  for each framework alone in a fresh child process, as raw C's are in its
+  own program: in the bench process, which has imported every peer and made
+  many graphs, every framework's replays ran 1.2 times slower on an H100
+  (bare cuda.bindings graphs too) and captures up to 3 times slower. The
+  in-process capture times stay in the report as a row of their own;
 * call: host time of one replay call (µs), the median of single calls timed
   while the GPU still has room in its queue, less the cost of reading the
   clock twice (measured in the same process; C's clock costs tens of ns).
@@ -212,43 +214,42 @@ def frameworks() -> dict[str, Framework]:
     return found
 
 
-def per_node_clean(name: str, sizes: tuple[int, ...], rounds: int) -> dict[int, float] | None:
-    """GPU µs per node of framework ``name``'s graphs of each size, in a fresh child process.
+def clean(name: str, sizes: tuple[int, ...], rounds: int) -> dict[str, dict[int, float]] | None:
+    """Framework ``name`` measured alone in a fresh child process, as raw C's program measures itself.
 
-    None when the child fails (reported). The child measures only this
-    framework, as raw C's program measures only itself.
+    Returns ``{"capture": {n: ms}, "node": {n: µs}}``: capture + instantiate
+    (+ upload) time and GPU µs per node of its graphs of each size; None when
+    the child fails (reported).
     """
-    args = [
-        sys.executable,
-        "-m",
-        "cudagraphs.bench.graphs",
-        "--per-node",
-        name,
-        str(rounds),
-        *map(str, sizes),
-    ]
+    args = [sys.executable, "-m", "cudagraphs.bench.graphs", "--clean", name, str(rounds), *map(str, sizes)]
     done = subprocess.run(args, capture_output=True, text=True, timeout=600, env=dict(os.environ))
     if done.returncode != 0:
-        print(f"# per-node of {name} in a child process failed: {done.stderr[-500:]}", file=sys.stderr)
+        print(f"# {name} measured in a child process failed: {done.stderr[-500:]}", file=sys.stderr)
         return None
-    return {int(n): us for n, us in json.loads(done.stdout.strip().splitlines()[-1]).items()}
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    return {metric: {int(n): v for n, v in by_n.items()} for metric, by_n in got.items()}
 
 
-def _per_node_child(name: str, rounds: int, sizes: tuple[int, ...]) -> dict[int, float]:
-    """What :func:`per_node_clean` runs in the child: one framework, each size, ``rounds`` times."""
-    build = ours() if name == "cudagraphs" else PEERS[name]()
+def _clean_child(name: str, rounds: int, sizes: tuple[int, ...]) -> dict[str, dict[int, float]]:
+    """What :func:`clean` runs in the child: one framework, each size, ``rounds`` times."""
+    make = ours if name == "cudagraphs" else PEERS[name]
+    build = make()
     if build is None:
         raise RuntimeError(f"{name} cannot run here")
-    out = {}
+    out: dict[str, dict[int, float]] = {"capture": {}, "node": {}}
     for n in sizes:
-        samples = []
+        build(n)  # (a first capture of this size: what a process pays once is not counted)
+        captures, nodes = [], []
         for _ in range(rounds):
+            t0 = time.perf_counter()
             replay, sync = build(n)
+            captures.append((time.perf_counter() - t0) * 1e3)
             for _ in range(3):
                 replay()
-            samples.append(_per_node(replay, sync, n))
+            nodes.append(_per_node(replay, sync, n))
             del replay, sync  # (the graph goes before the next is made)
-        out[n] = statistics.median(samples)
+        out["capture"][n] = statistics.median(captures)
+        out["node"][n] = statistics.median(nodes)
     return out
 
 
@@ -279,10 +280,16 @@ def run(rounds: int = 5, sizes: tuple[int, ...] = SIZES) -> dict[str, dict[str, 
         results[f"replay call, {n}-node graph (µs CPU)"] = {
             f: statistics.median(v) for f, v in samples["call"].items()
         }
-    if cg.backend() == "cuda":  # per node: each framework alone in a fresh process, as raw C
+    if cg.backend() == "cuda":  # capture and per node: each framework alone in a fresh process, as raw C
+        for n in sizes:
+            results[f"capture+instantiate {n} launches, in the bench process (ms)"] = dict(
+                results[f"capture+instantiate {n} launches (ms)"]
+            )
         for fname in frameworks_:
-            clean = per_node_clean(fname, sizes, rounds)
-            for n, us in (clean or {}).items():
+            alone = clean(fname, sizes, rounds) or {}
+            for n, ms in alone.get("capture", {}).items():
+                results[f"capture+instantiate {n} launches (ms)"][fname] = ms
+            for n, us in alone.get("node", {}).items():
                 results[f"replay per node, {n}-node graph (µs GPU)"][fname] = us
     n_up = max(sizes)
     results.update(update_benchmarks(n_up, rounds))
@@ -378,9 +385,9 @@ def _cuda_core_update(n: int, rounds: int) -> float | None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 2 and sys.argv[1] == "--per-node":  # (see per_node_clean)
+    if len(sys.argv) > 2 and sys.argv[1] == "--clean":  # (see clean)
         name, reps, *ns = sys.argv[2:]
-        print(json.dumps(_per_node_child(name, int(reps), tuple(map(int, ns)))))
+        print(json.dumps(_clean_child(name, int(reps), tuple(map(int, ns)))))
     else:
         out: dict[str, Any] = run(rounds=3)
         print(json.dumps(out, indent=2))
