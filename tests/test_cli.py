@@ -57,6 +57,9 @@ def test_capture_and_per_node_are_measured_in_a_fresh_process(
         assert sorted(got[metric]) == [10, 20]
         assert all(v > 0 for v in got[metric].values())
     assert graphs.clean("no such framework", (10,), 1) is None  # reported, not fatal
+    updates = graphs._child(["--clean-update", "20", "1"], "the update benchmarks")
+    assert updates["whole-graph update, 20 nodes (ms)"]["cudagraphs"] > 0
+    assert updates["rebind, 20-node graph (µs per node)"]["cudagraphs"] > 0
 
 
 def test_show_example_and_function(backend: str, tmp_path: Path) -> None:

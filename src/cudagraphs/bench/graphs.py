@@ -9,7 +9,8 @@ per framework, in one process with the contenders interleaved:
   own program: in the bench process, which has imported every peer and made
   many graphs, every framework's replays ran 1.2 times slower on an H100
   (bare cuda.bindings graphs too) and captures up to 3 times slower. The
-  in-process capture times stay in the report as a row of their own;
+  whole-graph update and rebind rows are measured in a fresh process too.
+  The in-process times stay in the report as rows of their own;
 * call: host time of one replay call (µs), the median of single calls timed
   while the GPU still has room in its queue, less the cost of reading the
   clock twice (measured in the same process; C's clock costs tens of ns).
@@ -221,13 +222,20 @@ def clean(name: str, sizes: tuple[int, ...], rounds: int) -> dict[str, dict[int,
     (+ upload) time and GPU µs per node of its graphs of each size; None when
     the child fails (reported).
     """
-    args = [sys.executable, "-m", "cudagraphs.bench.graphs", "--clean", name, str(rounds), *map(str, sizes)]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=600, env=dict(os.environ))
-    if done.returncode != 0:
-        print(f"# {name} measured in a child process failed: {done.stderr[-500:]}", file=sys.stderr)
+    got = _child(["--clean", name, str(rounds), *map(str, sizes)], name)
+    if got is None:
         return None
-    got = json.loads(done.stdout.strip().splitlines()[-1])
     return {metric: {int(n): v for n, v in by_n.items()} for metric, by_n in got.items()}
+
+
+def _child(args: list[str], what: str) -> Any:
+    """The JSON a fresh ``python -m cudagraphs.bench.graphs ARGS`` prints last (None: it failed, reported)."""
+    command = [sys.executable, "-m", "cudagraphs.bench.graphs", *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=dict(os.environ))
+    if done.returncode != 0:
+        print(f"# {what} measured in a child process failed: {done.stderr[-500:]}", file=sys.stderr)
+        return None
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def _clean_child(name: str, rounds: int, sizes: tuple[int, ...]) -> dict[str, dict[int, float]]:
@@ -292,7 +300,15 @@ def run(rounds: int = 5, sizes: tuple[int, ...] = SIZES) -> dict[str, dict[str, 
             for n, us in alone.get("node", {}).items():
                 results[f"replay per node, {n}-node graph (µs GPU)"][fname] = us
     n_up = max(sizes)
-    results.update(update_benchmarks(n_up, rounds))
+    updates = update_benchmarks(n_up, rounds)
+    if cg.backend() == "cuda":  # and the same alone in a fresh process, as raw C's
+        alone = _child(["--clean-update", str(n_up), str(rounds)], "the update benchmarks")
+        for bench, by_contender in (alone or {}).items():
+            updates[f"{bench.rsplit(' (', 1)[0]}, in the bench process ({bench.rsplit(' (', 1)[1]}"] = (
+                updates[bench]
+            )
+            updates[bench] = by_contender
+    results.update(updates)
     for n, row in raw_c().items():
         if n in sizes:
             results[f"capture+instantiate {n} launches (ms)"]["raw CUDA C"] = row["capture_ms"]
@@ -388,6 +404,8 @@ if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "--clean":  # (see clean)
         name, reps, *ns = sys.argv[2:]
         print(json.dumps(_clean_child(name, int(reps), tuple(map(int, ns)))))
+    elif len(sys.argv) > 3 and sys.argv[1] == "--clean-update":  # (see run)
+        print(json.dumps(update_benchmarks(int(sys.argv[2]), int(sys.argv[3]))))
     else:
         out: dict[str, Any] = run(rounds=3)
         print(json.dumps(out, indent=2))

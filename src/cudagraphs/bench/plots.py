@@ -104,6 +104,7 @@ def plot_all(results: dict[str, Any], out: Path) -> list[Path]:
         if k.startswith(
             ("whole-graph update", "capture (no instantiate) + update", "re-capture + instantiate")
         )
+        and "in the bench process" not in k  # (the rows measured in a fresh process are drawn)
     ]
     if rows:
         fig, ax = plt.subplots(figsize=(9, 4.5))
