@@ -88,7 +88,84 @@ def fake(restore):
     cb = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(I64), Z, P, P)(alloc)
     keep.append(cb)
     fast.bind("cuMemAllocFromPoolAsync", ctypes.cast(cb, P).value)
+
+    def ctx(out):
+        out[0] = 0xC7C7
+        return 0
+
+    def copy_node(exec_, node, params, context):
+        p = _Memcpy3D.from_address(params)
+        seen["cuGraphExecMemcpyNodeSetParams"] = (
+            exec_,
+            node,
+            context,
+            {n: getattr(p, n) for n, _ in p._fields_},
+        )
+        return 0
+
+    for name, cb in (
+        ("cuCtxGetCurrent", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(P))(ctx)),
+        ("cuGraphExecMemcpyNodeSetParams", ctypes.CFUNCTYPE(ctypes.c_int, P, P, P, P)(copy_node)),
+    ):
+        keep.append(cb)
+        fast.bind(name, ctypes.cast(cb, P).value)
     return seen
+
+
+class _Memcpy3D(ctypes.Structure):
+    """The driver's CUDA_MEMCPY3D, as cuda.h declares it."""
+
+    _fields_ = [
+        *[(f"src{n}", Z) for n in ("XInBytes", "Y", "Z", "LOD")],
+        ("srcMemoryType", ctypes.c_int),
+        ("srcHost", P),
+        ("srcDevice", I64),
+        ("srcArray", P),
+        ("reserved0", P),
+        ("srcPitch", Z),
+        ("srcHeight", Z),
+        *[(f"dst{n}", Z) for n in ("XInBytes", "Y", "Z", "LOD")],
+        ("dstMemoryType", ctypes.c_int),
+        ("dstHost", P),
+        ("dstDevice", I64),
+        ("dstArray", P),
+        ("reserved1", P),
+        ("dstPitch", Z),
+        ("dstHeight", Z),
+        ("WidthInBytes", Z),
+        ("Height", Z),
+        ("Depth", Z),
+    ]
+
+
+def test_a_copy_node_update_passes_a_one_dimensional_device_copy(fake):
+    big = 2**40 + 8
+    assert fast.cuGraphExecMemcpyNodeSetParams(Handle(0x70), 0x71, big, big + 256, 4096) == (0,)
+    exec_, node, context, p = fake["cuGraphExecMemcpyNodeSetParams"]
+    assert (exec_, node, context) == (0x70, 0x71, 0xC7C7)
+    assert ctypes.sizeof(_Memcpy3D) == 200  # (cuda.h's CUDA_MEMCPY3D on 64-bit hosts)
+    assert (p["srcMemoryType"], p["dstMemoryType"]) == (2, 2)  # CU_MEMORYTYPE_DEVICE
+    assert (p["srcDevice"], p["dstDevice"], p["WidthInBytes"], p["Height"], p["Depth"]) == (
+        big + 256,
+        big,
+        4096,
+        1,
+        1,
+    )
+    rest = set(p) - {
+        "srcMemoryType",
+        "dstMemoryType",
+        "srcDevice",
+        "dstDevice",
+        "WidthInBytes",
+        "Height",
+        "Depth",
+    }
+    assert all(not p[k] for k in rest)  # offsets, pitches, host pointers, arrays: none
+    with pytest.raises(TypeError, match="takes 5 arguments"):
+        fast.cuGraphExecMemcpyNodeSetParams(1, 2, 3, 4)
+    with pytest.raises(OverflowError):
+        fast.cuGraphExecMemcpyNodeSetParams(1, 2, 3, 4, -1)
 
 
 def test_every_call_passes_its_arguments_and_returns_the_result(fake):
@@ -163,7 +240,15 @@ def test_an_unbound_call_raises_instead_of_jumping_to_null(restore):
     assert fast.bound("cuGraphLaunch") == 0
     with pytest.raises(RuntimeError, match="cuGraphLaunch is not bound"):
         fast.cuGraphLaunch(1, 2)
-    assert set(fast.names()) == set(SIGNATURES) | {"cuMemAllocFromPoolAsync"}
+    assert set(fast.names()) == set(SIGNATURES) | {
+        "cuMemAllocFromPoolAsync",
+        "cuCtxGetCurrent",
+        "cuGraphExecMemcpyNodeSetParams",
+    }
+    fast.bind("cuCtxGetCurrent", 0)
+    fast.bind("cuGraphExecMemcpyNodeSetParams", 1)  # (never jumped to: the context comes first)
+    with pytest.raises(RuntimeError, match="cuCtxGetCurrent is not bound"):
+        fast.cuGraphExecMemcpyNodeSetParams(1, 2, 3, 4, 5)
 
 
 def test_settings_switch_fast_calls_off():

@@ -507,3 +507,98 @@ def test_capture_all_waits_for_the_previous_calls_stream(dev: cg.Device) -> None
             f.capture_all(y)
         dev.synchronize()
         np.testing.assert_array_equal(out.get(), 2 * np.arange(16.0), err_msg=f"seed {seed}")
+
+
+# inputs copied by the graph itself ---------------------------------------------------------
+def test_the_graph_copies_its_inputs_and_follows_their_address(
+    dev: cg.Device, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No copy is queued per call: the graph's copy nodes read the input, re-pointed when it moves."""
+    f = cg.graphed(affine, device=dev)
+    xh, yh = random_array(rng, (64, 3), "float32"), random_array(rng, (64, 3), "float32")
+    x, y = cg.asarray(xh), cg.asarray(yh)
+    f(x, y)  # the capture
+    (graph,) = f.graphs.values()
+    assert [n.type for n in graph.nodes][:2] == ["memcpy", "memcpy"]
+    backend = dev.backend
+    queued, pointed = [], []
+    memcpy, update = backend.memcpy, backend.graph_update
+    monkeypatch.setattr(backend, "memcpy", lambda *a: queued.append(a) or memcpy(*a))
+    monkeypatch.setattr(backend, "graph_update", lambda *a: pointed.append(a) or update(*a))
+    for _ in range(3):  # the same arrays, new values in place: nothing to change
+        xh, yh = random_array(rng, (64, 3), "float32"), random_array(rng, (64, 3), "float32")
+        x.set(xh)
+        y.set(yh)
+        out = f(x, y)
+        np.testing.assert_allclose(out["out"].get(), 2 * xh + yh, rtol=1e-6)
+        np.testing.assert_allclose(out["sum"].get(), xh + yh, rtol=1e-6)
+    assert not pointed
+    for _ in range(3):  # new arrays each call: each node is pointed at its input
+        xh, yh = random_array(rng, (64, 3), "float32"), random_array(rng, (64, 3), "float32")
+        out = f(cg.asarray(xh), cg.asarray(yh))
+        np.testing.assert_allclose(out["out"].get(), 2 * xh + yh, rtol=1e-6)
+        np.testing.assert_allclose(out["sum"].get(), xh + yh, rtol=1e-6)
+    assert len(pointed) == 6
+    assert all(type(p[2]).__name__ == "Copy" for p in pointed)
+    statics = {a.ptr for a in f._entries[next(iter(f._entries))].static}
+    assert not [a for a in queued if a[1].dst in statics]  # no input copy was queued by a call
+
+
+def test_a_direct_replay_reads_the_last_input_which_is_kept_alive(
+    dev: cg.Device, rng: np.random.Generator
+) -> None:
+    import weakref
+
+    f = cg.graphed(lambda a: cg.ops.scale(3.0, a), device=dev)
+    f(cg.asarray(random_array(rng, 32, "float32")))
+    xh = random_array(rng, 32, "float32")
+    x = cg.asarray(xh)
+    out = f(x)
+    np.testing.assert_allclose(out.get(), 3 * xh, rtol=1e-6)
+    alive = weakref.ref(x)
+    static_out = f._entries[next(iter(f._entries))].outs[0]
+    del x, out
+    gc.collect()
+    assert alive() is not None  # the graph's copy node reads it
+    static_out.set(np.full(32, np.nan, np.float32))  # poisoned
+    (graph,) = f.graphs.values()
+    graph.replay(dev.current_stream())  # (in order after the poisoning)
+    np.testing.assert_allclose(static_out.get(), 3 * xh, rtol=1e-6)
+    f(cg.asarray(random_array(rng, 32, "float32")))  # the next input takes its place
+    gc.collect()
+    assert alive() is None
+
+
+def test_strided_inputs_are_copied_dense_first(dev: cg.Device, rng: np.random.Generator) -> None:
+    f = cg.graphed(lambda a: cg.ops.scale(2.0, a), device=dev)
+    xh = random_array(rng, (8, 6), "float32")
+    f(cg.asarray(xh))
+    wide = random_array(rng, (8, 12), "float32")
+    out = f(cg.asarray(wide)[:, ::2])  # same shape and dtype, not dense
+    np.testing.assert_allclose(out.get(), 2 * wide[:, ::2], rtol=1e-6)
+    xh2 = random_array(rng, (8, 6), "float32")
+    out = f(cg.asarray(xh2))
+    np.testing.assert_allclose(out.get(), 2 * xh2, rtol=1e-6)
+
+
+def test_inside_another_capture_the_call_uses_a_graph_without_input_nodes(
+    dev: cg.Device, rng: np.random.Generator
+) -> None:
+    """An embedded graph replays its captured graph, which node changes do not reach."""
+    f = cg.graphed(lambda a: cg.ops.scale(2.0, a), device=dev)
+    xh = random_array(rng, 16, "float32")
+    x = cg.asarray(xh)
+    f(cg.asarray(random_array(rng, 16, "float32")))
+    f(x)  # the eager graph's node now reads x
+    s = dev.create_stream()
+    out = cg.zeros(16, "float32", stream=s)
+    dev.synchronize()  # (x was made on another stream)
+    with cg.capture(stream=s) as outer:
+        with s:  # (the callable replays on the current stream)
+            r = f(x)
+        cg.ops.copy(out, r, stream=s)
+    assert len(f._entries) == 2
+    out.set(np.full(16, np.nan, np.float32), stream=s)  # poisoned, in order before the replay
+    outer.replay()
+    np.testing.assert_allclose(out.get(stream=s), 2 * xh, rtol=1e-6)
+    s.close()

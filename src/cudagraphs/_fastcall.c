@@ -40,15 +40,17 @@ typedef CUresult (*free_t)(devptr, handle);
 typedef CUresult (*event_record_t)(handle, handle);
 typedef CUresult (*wait_event_t)(handle, handle, unsigned);
 typedef CUresult (*node_set_t)(handle, handle, const void *);
+typedef CUresult (*ctx_get_t)(handle *);
+typedef CUresult (*copy_node_set_t)(handle, handle, const void *, handle);
 
 enum {
     LAUNCH, GRAPH_LAUNCH, COPY_DD, COPY_HD, COPY_DH, MEMSET, ALLOC, FREE, EVENT_RECORD, WAIT_EVENT,
-    NODE_SET, COUNT
+    NODE_SET, CTX_GET, COPY_NODE_SET, COUNT
 };
 static const char *NAMES[COUNT] = {
     "cuLaunchKernel", "cuGraphLaunch", "cuMemcpyDtoDAsync", "cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync",
     "cuMemsetD8Async", "cuMemAllocFromPoolAsync", "cuMemFreeAsync", "cuEventRecord", "cuStreamWaitEvent",
-    "cuGraphExecKernelNodeSetParams",
+    "cuGraphExecKernelNodeSetParams", "cuCtxGetCurrent", "cuGraphExecMemcpyNodeSetParams",
 };
 static void *fns[COUNT];
 
@@ -260,6 +262,51 @@ static PyObject *node_set(PyObject *self, PyObject *const *args, Py_ssize_t narg
     CUresult err;
     Py_BEGIN_ALLOW_THREADS
     err = ((node_set_t)fn)((handle)exec, (handle)node, (const void *)params);
+    Py_END_ALLOW_THREADS
+    return result(err);
+}
+
+typedef struct { /* CUDA_MEMCPY3D */
+    size_t srcXInBytes, srcY, srcZ, srcLOD;
+    int srcMemoryType;
+    const void *srcHost;
+    devptr srcDevice;
+    handle srcArray;
+    void *reserved0;
+    size_t srcPitch, srcHeight;
+    size_t dstXInBytes, dstY, dstZ, dstLOD;
+    int dstMemoryType;
+    void *dstHost;
+    devptr dstDevice;
+    handle dstArray;
+    void *reserved1;
+    size_t dstPitch, dstHeight;
+    size_t WidthInBytes, Height, Depth;
+} memcpy3d_t;
+
+#define CU_MEMORYTYPE_DEVICE 2
+
+/* cuGraphExecMemcpyNodeSetParams(exec, node, dst, src, nbytes): a copy node of an executable
+   graph set to copy nbytes from device address src to dst, in the calling thread's current
+   context (cuCtxGetCurrent), as the node was made. */
+static PyObject *copy_node_set(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    uintptr_t exec, node, dst, src;
+    size_t n;
+    void *fn = entry(nargs, 5, COPY_NODE_SET);
+    if (fn == NULL || as_address(args[0], &exec) || as_address(args[1], &node) || as_address(args[2], &dst) ||
+        as_address(args[3], &src) || as_size(args[4], &n))
+        return NULL;
+    void *get = fns[CTX_GET];
+    if (get == NULL) return PyErr_Format(PyExc_RuntimeError, "cuCtxGetCurrent is not bound (call bind() first)");
+    memcpy3d_t p = {0};
+    p.srcMemoryType = p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    p.srcDevice = (devptr)src, p.dstDevice = (devptr)dst;
+    p.WidthInBytes = n, p.Height = 1, p.Depth = 1;
+    CUresult err;
+    handle ctx = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    err = ((ctx_get_t)get)(&ctx);
+    if (!err) err = ((copy_node_set_t)fn)((handle)exec, (handle)node, &p, ctx);
     Py_END_ALLOW_THREADS
     return result(err);
 }
@@ -1461,6 +1508,8 @@ static PyMethodDef methods[] = {
     {"cuEventRecord", (PyCFunction)(void (*)(void))event_record, METH_FASTCALL, NULL},
     {"cuStreamWaitEvent", (PyCFunction)(void (*)(void))wait_event, METH_FASTCALL, NULL},
     {"cuGraphExecKernelNodeSetParams", (PyCFunction)(void (*)(void))node_set, METH_FASTCALL, NULL},
+    {"cuGraphExecMemcpyNodeSetParams", (PyCFunction)(void (*)(void))copy_node_set, METH_FASTCALL,
+     "cuGraphExecMemcpyNodeSetParams(exec, node, dst, src, nbytes): a 1-D device-to-device copy node"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -490,6 +490,10 @@ class Graph:
         _patch.set_arg(self, self._ready(), node, arg, value)
         return self
 
+    def _point_copy(self, index: int, src: int, handle: Any = None) -> Any:
+        """Point the device copy of record ``index`` at ``src`` (graphed inputs); its handle."""
+        return _patch.point_copy(self, self._ready(), index, src, handle)
+
     # replay ---------------------------------------------------------------------------------
     def _ready(self) -> Any:
         if self._later and self.state == GraphState.CAPTURED:

@@ -11,7 +11,10 @@
 3. copies the inputs into the graph's static input buffers (and fills the
    padding), replays the graph, and returns the outputs as views of its
    static outputs cut back to the true size, valid until the next call
-   (``copy_outputs=True`` returns copies).
+   (``copy_outputs=True`` returns copies). Without buckets the copies are
+   the graph's own first nodes, pointed at each call's inputs when their
+   addresses change (:meth:`GraphedCallable._point`): a call with inputs
+   where the last ones were queues nothing but the replay.
 
 On a key's first call the function runs ``warmup`` times eagerly on the
 static inputs (kernels compile, libraries set up), then is captured. All of
@@ -288,10 +291,32 @@ def _cut(shape: tuple[int, ...], dim: int, size: int) -> tuple[slice | int, ...]
 class _Entry:
     """One captured graph of a graphed callable: its key's static inputs and outputs."""
 
-    __slots__ = ("bucket", "graph", "hits", "memory", "out_libs", "out_spec", "outs", "static")
+    __slots__ = (
+        "bucket",
+        "copies",
+        "graph",
+        "handles",
+        "held",
+        "hits",
+        "memory",
+        "out_libs",
+        "out_spec",
+        "outs",
+        "scratch",
+        "sources",
+        "static",
+    )
 
     def __init__(self, bucket: int | None) -> None:
         self.bucket = bucket
+        # inputs the graph copies itself (its first nodes): input index -> the copy's record
+        # index, the address it copies from now, the input there (kept alive: a direct replay
+        # reads it), the node's handle once found, a dense buffer for strided inputs
+        self.copies: dict[int, int] = {}
+        self.sources: dict[int, int] = {}
+        self.held: dict[int, Any] = {}
+        self.handles: dict[int, Any] = {}
+        self.scratch: dict[int, DeviceArray] = {}
         self.graph: Graph | None = None
         self.static: list[DeviceArray] = []  # the graph's input buffers (bucket-sized)
         self.out_spec: Any = None
@@ -381,6 +406,8 @@ class GraphedCallable:
             key = (spec, tuple([(i.dtype, self._shape(i.shape, bucket)) for i in ins]))
         with self._lock:
             stream = self._begin_on(self._call_stream(ins))
+            if stream._recording is not None:  # inside a capture: graphs without input nodes
+                key = (key, "captured")
             entry = self._entries.get(key)
             self._lease.calls += 1  # every earlier output is stale from here on
             self._calls += 1
@@ -449,9 +476,17 @@ class GraphedCallable:
     def _stage(
         self, entry: _Entry, ins: list[_In], n: int | None, bucket: int | None, stream: Stream
     ) -> None:
-        """Copy the inputs into the entry's static buffers and fill the padding."""
+        """Copy the inputs into the entry's static buffers and fill the padding.
+
+        The inputs the graph copies itself are not copied here: their copy
+        nodes are pointed at them when their address changed.
+        """
         eager = stream._recording is None
-        for dst, i in zip(entry.static, ins):
+        copies = entry.copies
+        for j, (dst, i) in enumerate(zip(entry.static, ins)):
+            if j in copies:
+                self._point(entry, j, i, stream)
+                continue
             part = dst[_cut(dst.shape, self.dim, n)] if n is not None and n != bucket else dst
             if i.contiguous and part.is_contiguous:
                 nbytes = part.nbytes
@@ -470,6 +505,42 @@ class GraphedCallable:
                 d = self.dim
                 pad = dst[(slice(None),) * d + (slice(n, bucket),)]
                 fill_view(pad, fill_value("graphed padding", dst.dtype, self.pad_value), stream)
+
+    def _point(self, entry: _Entry, j: int, i: _In, stream: Stream) -> None:
+        """Make input ``j``'s copy node read ``i`` (a dense copy of it, if it is strided)."""
+        src, held = i.ptr, i.obj
+        if not i.contiguous:  # the node copies dense bytes: from a dense copy made now
+            dense = entry.scratch.get(j)
+            if dense is None:
+                dense = entry.scratch[j] = empty(i.shape, i.dtype, device=self.device, stream=stream)
+            copy_view(dense, _array_of(i, self.device), stream)
+            src, held = dense.ptr, dense
+        if src != entry.sources[j]:
+            graph = entry.graph
+            assert graph is not None
+            entry.handles[j] = graph._point_copy(entry.copies[j], src, entry.handles.get(j))
+            entry.sources[j] = src
+        entry.held[j] = held  # (the next call, or a direct replay of the graph, reads it)
+
+    def _record_copies(self, entry: _Entry, ins: list[_In], stream: Stream) -> None:
+        """Record the input copies as the first nodes of the graph captured on ``stream``.
+
+        Each call then replays them, from the address of that call's input
+        (see :meth:`_point`): no copy is queued per call, and none is changed
+        while the input stays at the same address. Only graphs without
+        buckets (the whole input is copied) and outside other captures do so.
+        """
+        rec = stream._recording
+        assert rec is not None
+        backend = self.device.backend
+        for j, (dst, i) in enumerate(zip(entry.static, ins)):
+            if not (i.contiguous and dst.is_contiguous and dst.nbytes):
+                continue
+            copy = _tuple_new(Copy, (dst.ptr, i.ptr, dst.nbytes, "dtod"))
+            index = len(rec.nodes)  # (the first nodes: every record before is top-level)
+            src = _array_of(i, self.device)  # (what the record says the node reads)
+            submit(stream, Work("memcpy", backend.memcpy, copy, (src,), (dst,), (i.obj,), "", copy))
+            entry.copies[j], entry.sources[j], entry.held[j] = index, i.ptr, i.obj
 
     def _static_inputs(self, spec: Any, ins: list[_In], bucket: int | None) -> list[DeviceArray]:
         """Static input buffers for a key: views of buffers shared by all its buckets."""
@@ -503,6 +574,8 @@ class GraphedCallable:
         session = CaptureSession(self.device, side, self.mode, self.pool, "pool")
         graph = session.begin()
         try:
+            if self.buckets is None and stream._recording is None:
+                self._record_copies(entry, ins, side)
             with side:
                 out = self.fn(*args, **kwargs)
         except BaseException:

@@ -18,7 +18,7 @@ from ._kernel import fastcall
 from ._recording import resolve_handles
 from .backends.base import ArrayArg, Copy, KernelLaunch
 
-__all__ = ["rebind", "repoint", "set_arg"]
+__all__ = ["point_copy", "rebind", "repoint", "set_arg"]
 
 
 def _index(graph: Any, handle: Any) -> int | None:
@@ -237,6 +237,30 @@ def repoint(graph: Any, exec_: Any, old: Any, new: Any) -> int:
     graph._res.keep.append(new)
     graph._patched = True
     return len(changes) + len(others)
+
+
+def point_copy(graph: Any, exec_: Any, index: int, src: int, handle: Any = None) -> Any:
+    """Make the device-copy node of record ``index`` copy from ``src``; return its handle.
+
+    For a graphed call's input copy (see :mod:`cudagraphs._graphed`): the node
+    copies the same bytes to the same place, from the new input. ``handle``
+    is the node's handle when the caller already has it (found here once).
+    The record's patch follows (its source view is no longer known: None).
+
+    Raises
+    ------
+    ValueError
+        If record ``index`` is not a device copy recorded by cudagraphs.
+    """
+    records = graph._records if handle is not None else _records(graph)
+    r = records[index]
+    if r.kind != "memcpy" or not isinstance(r.patch, Copy) or r.patch.kind != "dtod":
+        raise ValueError(f"record {index} is not a device-to-device copy recorded by cudagraphs")
+    copy = r.patch._replace(src=src)
+    graph.device.backend.graph_update(exec_, r.handle, copy)
+    records[index] = r._replace(patch=copy, views=(None, r.views[1]))
+    graph._patched = True
+    return r.handle
 
 
 def set_arg(graph: Any, exec_: Any, node: Any, arg: int | str, value: Any) -> None:

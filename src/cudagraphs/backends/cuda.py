@@ -158,6 +158,10 @@ def _bind_calls(drv: Any) -> dict[str, Any]:
     name = "cuGraphExecKernelNodeSetParams"
     if bound(name):
         calls[name] = getattr(_fastcall, name)
+    # a 1-D device copy node's update, its struct made in C (in the current context)
+    name = "cuGraphExecMemcpyNodeSetParams"
+    if bound("cuCtxGetCurrent") and bound(name):
+        calls[name] = getattr(_fastcall, name)
     return calls
 
 
@@ -687,6 +691,12 @@ class CudaBackend:
                 _raise(err, "cuGraphExecKernelNodeSetParams")
             return
         if isinstance(params, Copy):
+            fast = _call.get("cuGraphExecMemcpyNodeSetParams")
+            if fast is not None and params.kind == "dtod":  # (in C: a graphed call's input, per call)
+                (err,) = fast(exec_, target, params.dst, params.src, params.nbytes)
+                if err:
+                    _raise(err, "cuGraphExecMemcpyNodeSetParams")
+                return
             p = drv.CUDA_MEMCPY3D()
             device_memory = drv.CUmemorytype.CU_MEMORYTYPE_DEVICE
             p.srcMemoryType, p.srcDevice = device_memory, params.src
