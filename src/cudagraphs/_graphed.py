@@ -398,6 +398,7 @@ class GraphedCallable:
             spec = _flatten((args, kwargs), leaves)
         device = self.device
         ins = [_describe(x, device) for x in leaves]
+        key: tuple[Any, ...]
         if self.buckets is None:  # (the common case: keyed by the exact shapes)
             n = bucket = None
             key = (spec, tuple([(i.dtype, i.shape) for i in ins]))
@@ -407,7 +408,7 @@ class GraphedCallable:
         with self._lock:
             stream = self._begin_on(self._call_stream(ins))
             if stream._recording is not None:  # inside a capture: graphs without input nodes
-                key = (key, "captured")
+                key = (*key, "captured")
             entry = self._entries.get(key)
             self._lease.calls += 1  # every earlier output is stale from here on
             self._calls += 1
