@@ -88,6 +88,9 @@ class Case:
                 s, Copy(self.pageable.ctypes.data, self.ptr, 64, "dtoh")
             ),
             ("cuGraphLaunch", "the capturing stream"): lambda: b.graph_launch(self.graph._exec, s),
+            ("cuStreamWaitEvent", "an event recorded outside the capture"): lambda: b.stream_wait_event(
+                s, self.event
+            ),
             ("cuGraphInstantiate", "another graph"): lambda: self.made.append(
                 ("exec", b.graph_instantiate(self.graph._res.graph, False))
             ),

@@ -429,6 +429,11 @@ class GraphedCallable:
         The static buffers were last used on that stream: this call's copies
         into them must not overtake its replay.
         """
+        if stream._recording is not None:
+            # inside a capture: its graph (keyed apart, with buffers of its own) is ordered
+            # by that capture, and a wait for work outside it is refused by the driver
+            # (CUDA_ERROR_STREAM_CAPTURE_ISOLATION)
+            return stream
         last = self._last
         if last is not None and last is not stream and not last.closed:
             stream.wait(last)

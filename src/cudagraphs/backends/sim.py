@@ -64,6 +64,7 @@ from .base import (
     CUDA_ERROR_MISALIGNED_ADDRESS,
     CUDA_ERROR_OUT_OF_MEMORY,
     CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+    CUDA_ERROR_STREAM_CAPTURE_ISOLATION,
     CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
     Capabilities,
     Copy,
@@ -138,6 +139,17 @@ RULES: tuple[Rule, ...] = (
     Rule("cuGraphLaunch", "the capturing stream", _ALL, _NO, True, _ALL, _ALL),
     Rule("cuGraphInstantiate", "another graph", _UNSAFE, _NO, True, _GLOBAL, _GLOBAL),
     Rule("cuModuleLoadData", "a new module (compiling and loading a kernel)", (), _NO, False),
+    # a wait may join two captured streams, never reach outside the capture (measured on an
+    # H100: a capturing stream waiting for an event recorded on an uncaptured stream)
+    Rule(
+        "cuStreamWaitEvent",
+        "an event recorded outside the capture",
+        _ALL,
+        CUDA_ERROR_STREAM_CAPTURE_ISOLATION,
+        True,
+        _ALL,
+        _ALL,
+    ),
 )
 """What the simulated driver refuses while a capture is active, one row per call.
 
@@ -346,7 +358,7 @@ class _SimStream:
 
 
 class _SimEvent:
-    __slots__ = ("alive", "ordinal", "recorded", "seq", "stream", "time", "timing")
+    __slots__ = ("alive", "captured", "ordinal", "recorded", "seq", "stream", "time", "timing")
 
     def __init__(self, ordinal: int, timing: bool) -> None:
         self.ordinal = ordinal
@@ -354,6 +366,7 @@ class _SimEvent:
         self.time = 0.0
         self.recorded = False
         self.alive = True
+        self.captured = False  # last recorded on a capturing stream (a wait then joins that capture)
         self.stream: _SimStream | None = None  # where it was last recorded (uncaptured)
         self.seq = 0  # and after how many of that stream's items it completes
 
@@ -769,7 +782,10 @@ class SimBackend:
             self._live(stream, "cuEventRecord")
             self._check_context()
             event.recorded = False
+            event.captured = False
             event.stream, event.seq = stream, self._queue(stream, work)
+        else:
+            event.captured = True
 
     def stream_wait_event(self, stream: _SimStream, event: _SimEvent, external: bool = False) -> None:
         self._live(event, "cuStreamWaitEvent")
@@ -781,6 +797,13 @@ class SimBackend:
             self._submit(stream, "cuStreamWaitEvent", "event_wait", "", check)
             return
         self._live(stream, "cuStreamWaitEvent")
+        if stream.capture is not None and event.stream is not None and not event.captured:
+            stream.invalidated = True  # (RULES: a dependency on work outside the capture)
+            raise _error(
+                CUDA_ERROR_STREAM_CAPTURE_ISOLATION,
+                "cuStreamWaitEvent",
+                "the event was recorded outside the capture: a dependency would cross its boundary",
+            )
         if stream.capture is not None or event.stream is None:
             return  # (a capture joins through its dependencies; a never-recorded event is done)
         other, seq, run = event.stream, event.seq, self._run
