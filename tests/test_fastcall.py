@@ -209,6 +209,10 @@ def test_bad_arguments_raise_before_any_call(fake):
         fast.cuGraphLaunch(1)
     with pytest.raises(TypeError):
         fast.cuGraphLaunch("exec", 0)
+    np = pytest.importorskip("numpy")
+    for not_an_address in (np.float32(1.5), bytearray(b"123"), 2.0):
+        with pytest.raises(TypeError, match="must be an int"):
+            fast.cuGraphLaunch(not_an_address, 0)
     with pytest.raises(OverflowError):
         fast.cuLaunchKernel(1, 2**33, 1, 1, 1, 1, 1, 0, 0, 0, 0)
     with pytest.raises(OverflowError):

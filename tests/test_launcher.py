@@ -785,3 +785,140 @@ def test_on_the_gpu_ops_add_repeats_through_the_c_path(backend):
     with pytest.raises((TypeError, ValueError)):
         cg.ops.add(a, cg.asarray(b0.astype(np.float32)), out=out)
     np.testing.assert_allclose(out.get(), a0 + 4 * b0)
+
+
+# found in review: what another thread (or Python code run meanwhile) may change -----------------
+def test_the_replay_count_is_read_after_the_launch(graph_launch, backend):
+    """Another thread counting meanwhile (here: the fake driver) is not lost, nor read freed."""
+    from cudagraphs._graph import Graph
+
+    seen, _ = graph_launch
+    x = cg.zeros(4)
+    with cg.capture() as g:
+        cg.ops.fill(x, 1.0)
+    exec_, launch = g._exec, g._launch
+    g.replays = int("1000007")  # (a heap int, freed when replaced)
+
+    def other_thread_counts(e, s):
+        g.replays = 5
+        seen.append((e, s))
+        return 0
+
+    cb = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(other_thread_counts)
+    _KEEP.append(cb)
+    fast.bind("cuGraphLaunch", ctypes.cast(cb, ctypes.c_void_p).value)
+    try:
+        g._exec = 0xE0E0
+        fast.fast_graph_launch(launch)
+        Graph.replay(g)
+        assert g.replays == 6
+    finally:
+        g._exec = exec_
+        fast.fast_graph_launch(launch if cg.backend() == "cuda" and g.device.backend.fastcall else None)
+
+
+def test_patch_kernels_keeps_the_record_another_thread_put_meanwhile(node_set, backend):
+    from cudagraphs._recording import NodeRecord
+    from cudagraphs.backends.base import ArrayArg, KernelLaunch
+
+    kernel = SimpleNamespace(fast=fast.Launcher(print, [("p", 8, 0, None)]))
+    key = ArrayArg(int("4096"), (4,), (4,), np.dtype(np.float32))
+    new = ArrayArg(int("8192"), (4,), (4,), np.dtype(np.float32))
+    function = SimpleNamespace(handle=FUNCTION)
+    launch = KernelLaunch(function, (1, 1, 1), (1, 1, 1), 0, (int("4096"),), (key,))
+    records = [NodeRecord(int("77"), "kernel", "k", (), (kernel, launch), True)]
+    theirs = records[0]._replace(name="theirs")
+
+    def replaced_meanwhile(exec_, node, p):
+        records[0] = theirs
+        return 0
+
+    cb = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(replaced_meanwhile)
+    _KEEP.append(cb)
+    fast.bind("cuGraphExecKernelNodeSetParams", ctypes.cast(cb, ctypes.c_void_p).value)
+    assert fast.patch_kernels(1, records, [0], key, new, new.ptr) == []
+    assert records == [theirs]
+
+    def cleared_meanwhile(exec_, node, p):
+        records.clear()
+        return 0
+
+    cb = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(cleared_meanwhile)
+    _KEEP.append(cb)
+    fast.bind("cuGraphExecKernelNodeSetParams", ctypes.cast(cb, ctypes.c_void_p).value)
+    records[:] = [NodeRecord(int("77"), "kernel", "k", (), (kernel, launch), True)]
+    assert fast.patch_kernels(1, records, [0], key, new, new.ptr) == []
+    assert records == []
+    # what it cannot patch for sure goes back to the caller, with every later hit
+    records[:] = [
+        NodeRecord(int("77"), "kernel", "k", (), (kernel, launch._replace(values=(1, 2))), True),
+        NodeRecord(int("78"), "kernel", "k", (), (kernel, launch), True),
+    ]
+    assert fast.patch_kernels(1, records, [0, 1], key, new, new.ptr) == [0, 1]
+    fast.bind("cuGraphExecKernelNodeSetParams", 0)
+    assert fast.patch_kernels(1, records, [1], key, new, new.ptr) == [1]
+
+
+def test_a_class_changed_after_its_first_launch_is_read_again(plan):
+    t = plan
+
+    class Sub(DeviceArray):
+        __slots__ = ()
+
+    args = _args(t.dev, np.random.default_rng(13))
+    a = cg.asarray(np.zeros(16, np.float32))
+    a.__class__ = Sub
+    t.launcher(1, 1, a, *args[1:])
+    assert not t.handed
+    Sub._view_spec = lambda self: pytest.fail("not to be called by C")  # a check of its own, added later
+    assert t.launcher(1, 1, a, *args[1:]) == "python path"
+    assert len(t.handed) == 1
+    for name in ("__getattribute__", "__getattr__", "_block"):
+        own = lambda self, n: object.__getattribute__(self, n)  # noqa: E731  (a method of its own)
+        other = type("Other", (DeviceArray,), {"__slots__": (), name: own})
+        b = cg.asarray(np.zeros(16, np.float32))
+        b.__class__ = other
+        assert t.launcher(1, 1, b, *args[1:]) == "python path", name
+
+
+def test_a_malformed_armed_plan_goes_to_the_python_op(plan):
+    t = plan
+    a, b, out = (cg.asarray(np.zeros(4, np.float32)) for _ in range(3))
+
+    def op(*args, **kwargs):
+        return "python op"
+
+    for bad in ((t.launcher,), "plan", (t.launcher, "cap")):
+        e = fast.Elementwise(op, "k", {("k", a.dtype, t.dev): bad}, (64, 1, 1), 2)
+        assert e(a, b, out) == "python op"
+    with pytest.raises(TypeError, match="positional"):
+        fast.Elementwise(op, "k", {}, (64, 1, 1), inputs=2)
+    with pytest.raises(TypeError, match="positional"):
+        fast.Launcher(print, [], record=print)
+
+
+def test_an_interrupt_in_python_code_the_c_path_runs_is_not_swallowed(plan):
+    """A KeyboardInterrupt raised by code the C path calls propagates; an error hands over."""
+    t = plan
+    args = _args(t.dev, np.random.default_rng(14))
+    s = t.dev.create_stream()
+
+    class Alive:
+        def __init__(self, exc):
+            self.exc = exc
+
+        @property
+        def alive(self):
+            raise self.exc
+
+    real = s._finalizer
+    try:
+        s._finalizer = Alive(KeyboardInterrupt())
+        with pytest.raises(KeyboardInterrupt):
+            t.launcher(1, 1, *args, stream=s)
+        s._finalizer = Alive(RuntimeError("odd"))
+        assert t.launcher(1, 1, *args, stream=s) == "python path"
+    finally:
+        s._finalizer = real
+    assert not t.seen
+    s.close()

@@ -66,16 +66,28 @@ static int as_address(PyObject *o, uintptr_t *out) {
         *out = 0;
         return 0;
     }
-    if (PyUnicode_Check(o) || PyBytes_Check(o) || PyFloat_Check(o)) {
+    /* ints and what has __index__ (numpy integers), else handles that convert with int() and are
+       no number of another kind (a float, a Decimal, a buffer of digits) */
+    PyNumberMethods *num = Py_TYPE(o)->tp_as_number;
+    int index = PyIndex_Check(o);
+    if (!index && (PyUnicode_Check(o) || PyObject_CheckBuffer(o) || (num != NULL && num->nb_float != NULL))) {
         PyErr_Format(PyExc_TypeError, "a handle or address must be an int, got %.80s", Py_TYPE(o)->tp_name);
         return -1;
     }
-    PyObject *n = PyNumber_Long(o);
+    PyObject *n = index ? PyNumber_Index(o) : PyNumber_Long(o);
     if (n == NULL) return -1;
     unsigned long long v = PyLong_AsUnsignedLongLong(n);
     Py_DECREF(n);
     if (v == (unsigned long long)-1 && PyErr_Occurred()) return -1;
     *out = (uintptr_t)v;
+    return 0;
+}
+
+/* Drop the exception of a call the Python path will redo (0), unless it is not an Exception
+   (KeyboardInterrupt, SystemExit): that one stays set, and the caller returns it (-1). */
+static int cleared(void) {
+    if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+    PyErr_Clear();
     return 0;
 }
 
@@ -308,6 +320,7 @@ static PyObject *copy_node_set(PyObject *self, PyObject *const *args, Py_ssize_t
     err = ((ctx_get_t)get)(&ctx);
     if (!err) err = ((copy_node_set_t)fn)((handle)exec, (handle)node, &p, ctx);
     Py_END_ALLOW_THREADS
+    if (err && ctx == NULL) return PyErr_Format(PyExc_RuntimeError, "cuCtxGetCurrent returned CUresult %d", err);
     return result(err);
 }
 
@@ -366,14 +379,16 @@ static PyObject *configure(PyObject *self, PyObject *const *args, Py_ssize_t nar
         return NULL;
     }
     PyTypeObject *at = (PyTypeObject *)args[0], *st = (PyTypeObject *)args[1];
-    Py_ssize_t o[8];
+    Py_ssize_t o[10];
     const char *an[4] = {"ptr", "device", "dtype", "is_contiguous"};
     const char *sn[4] = {"device", "handle", "_recording", "_finalizer"};
     for (int i = 0; i < 4; ++i)
         if ((o[i] = slot_offset(at, an[i])) < 0 || (o[4 + i] = slot_offset(st, sn[i])) < 0) return NULL;
+    if ((o[8] = slot_offset(at, "shape")) < 0 || (o[9] = slot_offset(at, "size")) < 0) return NULL;
     PyObject *known = PyDict_New();
     if (known == NULL) return NULL;
-    if ((a_shape = slot_offset(at, "shape")) < 0 || (a_size = slot_offset(at, "size")) < 0) return NULL;
+    a_shape = o[8], a_size = o[9];
+    a_block = a_arg = -1; /* (configure_capture again: read from this class) */
     a_ptr = o[0], a_device = o[1], a_dtype = o[2], a_contig = o[3];
     s_device = o[4], s_handle = o[5], s_recording = o[6], s_finalizer = o[7];
     Py_INCREF(at), Py_INCREF(st), Py_INCREF(args[2]);
@@ -414,18 +429,34 @@ static PyObject *configure_capture(PyObject *self, PyObject *const *args, Py_ssi
 static int is_plain(PyTypeObject *t) {
     if (t == array_base) return 1;
     if (!PyType_IsSubtype(t, array_base)) return 0;
-    PyObject *known = PyDict_GetItemWithError(plain_types, (PyObject *)t);
-    if (known != NULL) return known == Py_True;
+    /* an answer holds while the class is unchanged: its version tag moves when an attribute of
+       it or of a base is set (a _view_spec assigned later is seen) */
+    int tagged = PyType_HasFeature(t, Py_TPFLAGS_VALID_VERSION_TAG);
+    unsigned long tag = t->tp_version_tag;
+    PyObject *known = tagged ? PyDict_GetItemWithError(plain_types, (PyObject *)t) : NULL;
+    if (known != NULL && PyLong_CheckExact(known)) {
+        unsigned long long v = PyLong_AsUnsignedLongLong(known);
+        if ((v >> 1) == tag) return (int)(v & 1);
+    }
     if (PyErr_Occurred()) return -1;
-    static const char *names[] = {"ptr", "device", "dtype", "is_contiguous", "_view_spec"};
+    static const char *names[] = {"ptr",  "device", "dtype",          "is_contiguous", "_view_spec",
+                                  "_arg", "_block", "__getattribute__", "__getattr__"};
     int plain = 1;
-    for (int i = 0; i < 5 && plain; ++i) {
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && plain; ++i) {
         PyObject *key = PyUnicode_InternFromString(names[i]);
         if (key == NULL) return -1;
         plain = _PyType_Lookup(t, key) == _PyType_Lookup(array_base, key);
         Py_DECREF(key);
     }
-    if (PyDict_SetItem(plain_types, (PyObject *)t, plain ? Py_True : Py_False)) return -1;
+    if (tagged && t->tp_version_tag == tag) {
+        if (PyDict_GET_SIZE(plain_types) >= 256) PyDict_Clear(plain_types); /* (classes made on the fly) */
+        PyObject *v = PyLong_FromUnsignedLongLong(((unsigned long long)tag << 1) | (unsigned)plain);
+        if (v == NULL || PyDict_SetItem(plain_types, (PyObject *)t, v)) {
+            Py_XDECREF(v);
+            return -1;
+        }
+        Py_DECREF(v);
+    }
     return plain;
 }
 
@@ -567,7 +598,7 @@ static int record_here(Launcher *L, PyObject *const *argv, PyObject *device, PyO
                        PyObject *fnobj, uintptr_t function, uintptr_t raw_stream, const unsigned grid[3],
                        const unsigned block[3], unsigned long long shared) {
     if (recording_type == NULL || Py_TYPE(rec) != recording_type || fnobj == NULL || a_block < 0 ||
-        !PyMethod_Check(L->slow) || fns[LAUNCH] == NULL)
+        !PyMethod_Check(L->slow))
         return 0;
     PyObject *d = PyObject_GenericGetDict(rec, NULL);
     if (d == NULL) {
@@ -578,9 +609,10 @@ static int record_here(Launcher *L, PyObject *const *argv, PyObject *device, PyO
     PyObject *keep = NULL, *nodes = NULL, *owners = NULL, *name = NULL, *values = NULL, *views = NULL;
     PyObject *kept = NULL, *g = NULL, *b = NULL, *sh = NULL, *items = NULL, *launch = NULL, *patch = NULL;
     PyObject *node = NULL, *empty = NULL;
+    /* (read before any Python code runs; only `memory` is used after, and held) */
     PyObject *thread = PyDict_GetItemWithError(d, str_thread), *invalid = PyDict_GetItemWithError(d, str_invalid);
     PyObject *frees = PyDict_GetItemWithError(d, str_frees), *top = PyDict_GetItemWithError(d, str_stream);
-    PyObject *memory = PyDict_GetItemWithError(d, str_memory);
+    PyObject *memory = Py_XNewRef(PyDict_GetItemWithError(d, str_memory));
     keep = Py_XNewRef(PyDict_GetItemWithError(d, str_keep));
     nodes = Py_XNewRef(PyDict_GetItemWithError(d, str_nodes));
     if (thread == NULL || invalid != Py_None || frees == NULL || top != stream || memory == NULL || keep == NULL ||
@@ -630,9 +662,11 @@ static int record_here(Launcher *L, PyObject *const *argv, PyObject *device, PyO
         goto out;
     Py_SETREF(items, PyTuple_Pack(6, Py_None, str_kernel, name, empty, patch, Py_True));
     if (items == NULL || (node = tuple_of(node_type, items)) == NULL) goto out;
+    void *fn = fns[LAUNCH]; /* (read with the GIL held: bind() may change it) */
+    if (fn == NULL) goto out;
     CUresult err;
     Py_BEGIN_ALLOW_THREADS
-    err = ((launch_t)fns[LAUNCH])((handle)function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+    err = ((launch_t)fn)((handle)function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
                                   (unsigned)shared, (handle)raw_stream, L->n ? kp : NULL, NULL);
     Py_END_ALLOW_THREADS
     if (err) goto out; /* nothing was queued: the Python path launches again and reports it */
@@ -651,8 +685,9 @@ static int record_here(Launcher *L, PyObject *const *argv, PyObject *device, PyO
         }
     }
 out:
-    if (done == 0) PyErr_Clear();
+    if (done == 0 && cleared()) done = -1;
     Py_DECREF(d);
+    Py_XDECREF(memory);
     Py_XDECREF(keep), Py_XDECREF(nodes), Py_XDECREF(owners), Py_XDECREF(name), Py_XDECREF(values);
     Py_XDECREF(views), Py_XDECREF(kept), Py_XDECREF(g), Py_XDECREF(b), Py_XDECREF(sh), Py_XDECREF(items);
     Py_XDECREF(launch), Py_XDECREF(patch), Py_XDECREF(node), Py_XDECREF(empty);
@@ -692,8 +727,10 @@ static PyObject *record(Launcher *L, PyObject *const *argv, PyObject *device, Py
     return out;
 }
 
-static PyObject *launcher_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-    Launcher *L = (Launcher *)self;
+/* The call, holding `*held` (the device's plan, borrowed from L->devices, which Python code run
+   meanwhile may replace) until the caller drops it. */
+static PyObject *launcher_call_holding(Launcher *L, PyObject *const *args, size_t nargsf, PyObject *kwnames,
+                                       PyObject **held) {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     PyObject *stream = NULL, *current = NULL;
     unsigned long long shared = 0;
@@ -737,6 +774,7 @@ static PyObject *launcher_call(PyObject *self, PyObject *const *args, size_t nar
         if (PyErr_Occurred()) return NULL;
         goto hand; /* not loaded on this device yet */
     }
+    *held = Py_NewRef(plan);
     if (stream == NULL) { /* this thread's current stream of the device */
         if (PyContextVar_Get(current_var, NULL, &current) < 0) return NULL;
         stream = PyTuple_GET_ITEM(plan, 1);
@@ -799,11 +837,23 @@ static PyObject *launcher_call(PyObject *self, PyObject *const *args, size_t nar
     L->fast++;
     Py_RETURN_NONE;
 hand:
-    PyErr_Clear();
     Py_XDECREF(current);
+    if (cleared()) return NULL;
 hand_over:
     L->handed++;
     return PyObject_Vectorcall(L->slow, args, nargsf, kwnames);
+}
+
+static PyObject *launcher_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Launcher *L = (Launcher *)self;
+    if (L->slow == NULL || L->devices == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "this Launcher was cleared");
+        return NULL;
+    }
+    PyObject *held = NULL;
+    PyObject *out = launcher_call_holding(L, args, nargsf, kwnames, &held);
+    Py_XDECREF(held);
+    return out;
 }
 
 static void launcher_clear_params(Launcher *L) {
@@ -815,6 +865,10 @@ static void launcher_clear_params(Launcher *L) {
    what Launcher.issue falls back on. */
 static PyObject *launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     PyObject *slow, *layout, *rec = Py_None, *issue = Py_None;
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs)) {
+        PyErr_SetString(PyExc_TypeError, "Launcher takes positional arguments only");
+        return NULL;
+    }
     if (!PyArg_ParseTuple(args, "OO|OO:Launcher", &slow, &layout, &rec, &issue)) return NULL;
     if (!PyCallable_Check(slow) || (rec != Py_None && !PyCallable_Check(rec)) ||
         (issue != Py_None && !PyCallable_Check(issue))) {
@@ -953,8 +1007,8 @@ static PyObject *launcher_issue(PyObject *self, PyObject *const *args, Py_ssize_
     Py_DECREF(h);
     Py_RETURN_NONE;
 fallback:
-    PyErr_Clear();
     Py_XDECREF(h);
+    if (cleared()) return NULL;
     return PyObject_Vectorcall(L->issue, args, 2, NULL);
 }
 
@@ -1080,8 +1134,13 @@ static PyObject *patch_one(uintptr_t exec, Launcher *L, PyObject *r, PyObject *k
     p.func = (handle)function;
     p.shared = (unsigned)shared;
     p.params = L->n ? kp : NULL;
+    void *set = fns[NODE_SET]; /* (read with the GIL held: bind() may change it) */
+    if (set == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "cuGraphExecKernelNodeSetParams is not bound");
+        goto done;
+    }
     Py_BEGIN_ALLOW_THREADS
-    *err = ((node_set_t)fns[NODE_SET])((handle)exec, (handle)node, &p);
+    *err = ((node_set_t)set)((handle)exec, (handle)node, &p);
     Py_END_ALLOW_THREADS
     if (*err) {
         PyErr_Format(PyExc_RuntimeError, "cuGraphExecKernelNodeSetParams returned %d", *err);
@@ -1114,23 +1173,22 @@ static PyObject *patch_kernels(PyObject *self, PyObject *const *args, Py_ssize_t
         PyErr_SetString(PyExc_TypeError, "patch_kernels takes exec, records, hits, key, spec and an address");
         return NULL;
     }
-    if (fns[NODE_SET] == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "cuGraphExecKernelNodeSetParams is not bound (call bind() first)");
-        return NULL;
-    }
     if (as_address(args[0], &exec)) return NULL;
     PyObject *records = args[1], *hits = args[2], *rest = PyList_New(0);
     if (rest == NULL) return NULL;
-    int refused = 0;
+    /* from the first hit this cannot patch for sure (unbound entry point, a record it cannot
+       read, a driver refusal), it and every later one go back to the caller's Python loop */
+    int refused = fns[NODE_SET] == NULL;
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(hits); ++k) {
-        PyObject *hit = PyList_GET_ITEM(hits, k);
+        PyObject *hit = Py_NewRef(PyList_GET_ITEM(hits, k)), *r = NULL;
         Py_ssize_t i = PyLong_AsSsize_t(hit);
         if (i == -1 && PyErr_Occurred()) goto fail;
         if (i < 0 || i >= PyList_GET_SIZE(records)) {
             PyErr_SetString(PyExc_IndexError, "a hit is not an index of records");
             goto fail;
         }
-        PyObject *r = PyList_GET_ITEM(records, i), *views = record_views(r);
+        r = Py_NewRef(PyList_GET_ITEM(records, i)); /* (held: the list may change meanwhile) */
+        PyObject *views = record_views(r);
         if (views == NULL) {
             PyErr_Format(PyExc_TypeError, "record %zd is not a node record", i);
             goto fail;
@@ -1146,18 +1204,31 @@ static PyObject *patch_kernels(PyObject *self, PyObject *const *args, Py_ssize_t
             PyObject *moved = patch_one(exec, (Launcher *)fast, r, args[3], args[4], args[5], &err);
             Py_DECREF(fast);
             if (moved != NULL) {
-                PyList_SET_ITEM(records, i, moved); /* (steals moved; the old record dropped) */
+                if (i < PyList_GET_SIZE(records) && PyList_GET_ITEM(records, i) == r) {
+                    PyList_SET_ITEM(records, i, moved); /* (steals moved) */
+                    Py_DECREF(r);                       /* (the list's reference to the old record) */
+                } else {
+                    Py_DECREF(moved); /* the list changed meanwhile: its new record stands */
+                }
                 Py_DECREF(r);
+                Py_DECREF(hit);
                 continue;
             }
-            if (!err) goto fail;
-            PyErr_Clear(); /* the driver refused: the caller redoes this one and the rest */
+            if (cleared()) goto fail; /* the caller redoes this one and the rest, and raises */
             refused = 1;
         }
-        if (PyList_Append(rest, hit)) goto fail;
+        Py_DECREF(r);
+        int bad = PyList_Append(rest, hit);
+        Py_DECREF(hit);
+        if (bad) goto fail_rest;
+        continue;
+    fail:
+        Py_XDECREF(r);
+        Py_DECREF(hit);
+        goto fail_rest;
     }
     return rest;
-fail:
+fail_rest:
     Py_DECREF(rest);
     return NULL;
 }
@@ -1214,7 +1285,7 @@ static PyObject *elementwise_call(PyObject *self, PyObject *const *args, size_t 
     Elementwise *E = (Elementwise *)self;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), m = E->inputs;
     PyObject *arrays[MAX_PARAMS], *key = NULL, *size = NULL, *grid = NULL, *out = NULL;
-    if (array_base == NULL || a_shape < 0 || m + 1 > MAX_PARAMS - 2 || nargs < m || nargs > m + 1) goto python;
+    if (array_base == NULL || a_shape < 0 || m + 4 > MAX_PARAMS || nargs < m || nargs > m + 1) goto python;
     for (Py_ssize_t i = 0; i < m; ++i) arrays[i + 1] = args[i];
     PyObject *dst = nargs == m + 1 ? args[m] : NULL;
     if (kwnames != NULL) {
@@ -1251,9 +1322,10 @@ static PyObject *elementwise_call(PyObject *self, PyObject *const *args, size_t 
         if (PyErr_Occurred()) return NULL;
         goto python; /* not launched on this device yet */
     }
+    if (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) != 2) goto python;
     PyObject *launcher = PyTuple_GET_ITEM(plan, 0);
     Py_ssize_t cap = PyLong_AsSsize_t(PyTuple_GET_ITEM(plan, 1));
-    if (cap == -1 && PyErr_Occurred()) return NULL;
+    if (cap == -1 && PyErr_Occurred()) goto python;
     PyObject *block = PyTuple_GET_ITEM(E->block, 0);
     Py_ssize_t threads = PyLong_AsSsize_t(block), blocks = threads > 0 ? (n + threads - 1) / threads : 0;
     if (threads <= 0 || Py_TYPE(launcher) != &LauncherType) goto python;
@@ -1262,18 +1334,25 @@ static PyObject *elementwise_call(PyObject *self, PyObject *const *args, size_t 
     call[0] = grid, call[1] = E->block;
     for (Py_ssize_t i = 0; i <= m; ++i) call[2 + i] = arrays[i];
     call[3 + m] = size;
+    Py_INCREF(launcher); /* (held: Python code run by the call may replace the armed plan) */
     out = launcher_call(launcher, call, (size_t)(m + 4), NULL);
+    Py_DECREF(launcher);
     Py_DECREF(grid);
     if (out == NULL) return NULL;
     Py_DECREF(out);
     return Py_NewRef(dst);
 python:
+    if (cleared()) return NULL;
     return PyObject_Vectorcall(E->python, args, nargsf, kwnames);
 }
 
 static PyObject *elementwise_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     PyObject *python, *name, *armed, *block;
     Py_ssize_t inputs;
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs)) {
+        PyErr_SetString(PyExc_TypeError, "Elementwise takes positional arguments only");
+        return NULL;
+    }
     if (!PyArg_ParseTuple(args, "OUO!O!n:Elementwise", &python, &name, &PyDict_Type, &armed, &PyTuple_Type, &block,
                           &inputs))
         return NULL;
@@ -1355,11 +1434,10 @@ static PyObject *graph_replay(PyObject *self, PyObject *const *args, size_t narg
         given = args[0];
     else if (nargs != 0 || kwnames != NULL) goto slow;
     void *fn = fns[GRAPH_LAUNCH];
-    PyObject *exec = SLOT(self, g_exec), *stream = SLOT(self, g_stream), *count = SLOT(self, g_replays);
+    PyObject *exec = SLOT(self, g_exec), *stream = SLOT(self, g_stream);
     if (fn == NULL || stream_type == NULL || replay_launch == NULL || SLOT(self, g_launch) != replay_launch ||
         exec == NULL || exec == Py_None || stream == NULL || (given != NULL && given != Py_None && given != stream) ||
-        Py_TYPE(stream) != stream_type || SLOT(stream, s_recording) != Py_None || count == NULL ||
-        !PyLong_CheckExact(count))
+        Py_TYPE(stream) != stream_type || SLOT(stream, s_recording) != Py_None)
         goto slow;
     uintptr_t raw_stream;
     PyObject *h = SLOT(stream, s_handle);
@@ -1377,12 +1455,15 @@ static PyObject *graph_replay(PyObject *self, PyObject *const *args, size_t narg
     err = ((graph_launch_t)fn)((handle)e, (handle)raw_stream);
     Py_END_ALLOW_THREADS
     if (err) goto slow; /* nothing was queued: the Python path launches again and reports it */
+    /* counted as `self.replays += 1` counts, read now (another thread may have counted meanwhile) */
+    PyObject *count = SLOT(self, g_replays);
+    if (count == NULL) return PyErr_Format(PyExc_AttributeError, "replays");
     PyObject *next = PyNumber_Add(count, one);
     if (next == NULL) return NULL;
     Py_SETREF(SLOT(self, g_replays), next);
     Py_RETURN_NONE;
 slow:
-    PyErr_Clear();
+    if (cleared()) return NULL;
     if (replay_slow == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "replay_method was not set up");
         return NULL;
