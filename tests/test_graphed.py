@@ -599,6 +599,7 @@ def test_inside_another_capture_the_call_uses_a_graph_without_input_nodes(
         cg.ops.copy(out, r, stream=s)
     assert len(f._entries) == 2
     assert len(f.graphs) == 2
+    assert sorted(n.type for n in outer.nodes) == ["child", "memcpy", "memcpy"]  # no warmup recorded
     out.set(np.full(16, np.nan, np.float32), stream=s)  # poisoned, in order before the replay
     outer.replay()
     np.testing.assert_allclose(out.get(stream=s), 2 * xh, rtol=1e-6)

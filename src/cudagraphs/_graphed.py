@@ -569,18 +569,22 @@ class GraphedCallable:
         entry.static = self._static_inputs(spec, ins, bucket)
         self._stage(entry, ins, n, bucket, stream)
         args, kwargs = _unflatten(spec, iter([self._as_lib(s, i.lib) for s, i in zip(entry.static, ins)]))
-        for _ in range(self.warmup):  # eagerly, on the call stream, every library routed to it
+        eager = stream._recording is None
+        # eagerly, on the call stream, every library routed to it (inside another capture
+        # nothing runs eagerly: no warmup, whose work that capture would record)
+        for _ in range(self.warmup if eager else 0):
             with stream, _streams_only(self.device, stream):
                 self.fn(*args, **kwargs)
         side = self._capture_stream
         if side is None:
             side = self._capture_stream = self.device.create_stream()
-        side.wait(stream)  # (capturing runs nothing; the wait orders the side stream's own uses)
+        if eager:  # (capturing runs nothing; the wait orders the side stream's own uses)
+            side.wait(stream)  # (inside a capture it would join the side stream to it)
         before = self.pool.reserved
         session = CaptureSession(self.device, side, self.mode, self.pool, "pool")
         graph = session.begin()
         try:
-            if self.buckets is None and stream._recording is None:
+            if self.buckets is None and eager:
                 self._record_copies(entry, ins, side)
             with side:
                 out = self.fn(*args, **kwargs)
