@@ -565,6 +565,7 @@ def test_a_direct_replay_reads_the_last_input_which_is_kept_alive(
     graph.replay(dev.current_stream())  # (in order after the poisoning)
     np.testing.assert_allclose(static_out.get(), 3 * xh, rtol=1e-6)
     f(cg.asarray(random_array(rng, 32, "float32")))  # the next input takes its place
+    dev.synchronize()  # (what queued work holds is let go once it has run)
     gc.collect()
     assert alive() is None
 
