@@ -922,3 +922,28 @@ def test_an_interrupt_in_python_code_the_c_path_runs_is_not_swallowed(plan):
         s._finalizer = real
     assert not t.seen
     s.close()
+
+
+def test_patched_records_keep_their_type_named_tuple_or_not(node_set, backend):
+    """Records are rebuilt as their own type: NamedTuples directly, other tuple types through __new__."""
+    from cudagraphs._recording import NodeRecord
+    from cudagraphs.backends.base import ArrayArg, KernelLaunch
+
+    class Loose(tuple):  # a tuple type with a __dict__ of its own
+        pass
+
+    kernel = SimpleNamespace(fast=fast.Launcher(print, [("p", 8, 0, None)]))
+    key = ArrayArg(4096, (4,), (4,), np.dtype(np.float32))
+    new = ArrayArg(8192, (4,), (4,), np.dtype(np.float32))
+    function = SimpleNamespace(handle=FUNCTION)
+    for record_type in (NodeRecord, Loose):
+        launch = KernelLaunch(function, (1, 1, 1), (1, 1, 1), 0, (4096,), (key,))
+        items = (77, "kernel", "k", (), (kernel, launch), True)
+        records = [record_type(items) if record_type is Loose else NodeRecord(*items)]
+        assert fast.patch_kernels(1, records, [0], key, new, new.ptr) == []
+        (r,) = records
+        assert type(r) is record_type
+        assert r[:4] == items[:4]
+        assert r[5] is True
+        assert type(r[4][1]) is KernelLaunch
+        assert r[4][1] == launch._replace(values=(8192,), views=(new,))

@@ -474,6 +474,7 @@ typedef struct {
     PyObject *record;  /* what records a checked launch on a captured stream: Kernel.enqueue */
     PyObject *issue;   /* the backend's launch(stream, KernelLaunch): what issue() falls back on */
     PyObject *devices; /* {Device: (CUfunction address, default stream)} */
+    PyObject *grid, *block; /* the (x, y, z) tuples of the last recorded launch */
     Py_ssize_t n;
     unsigned long long fast, handed; /* launches made here, calls handed to `slow` */
     param_t params[MAX_PARAMS];
@@ -587,6 +588,40 @@ static PyObject *tuple_of(PyTypeObject *type, PyObject *items) {
     return out;
 }
 
+/* The same from 6 items, without the temporary tuples (per recorded launch and patched node):
+   a subclass of tuple with no fields of its own (a NamedTuple) is allocated and filled as
+   tuple.__new__ fills it; any other type goes through tuple_of. */
+static PyObject *tuple6(PyTypeObject *type, PyObject *a, PyObject *b, PyObject *c, PyObject *d, PyObject *e,
+                        PyObject *f) {
+    PyObject *items[6] = {a, b, c, d, e, f};
+    if (type->tp_basicsize != PyTuple_Type.tp_basicsize || type->tp_itemsize != PyTuple_Type.tp_itemsize ||
+        type->tp_dictoffset != 0 || !PyType_IsSubtype(type, &PyTuple_Type)) {
+        PyObject *packed = PyTuple_Pack(6, a, b, c, d, e, f);
+        if (packed == NULL) return NULL;
+        PyObject *out = tuple_of(type, packed);
+        Py_DECREF(packed);
+        return out;
+    }
+    PyObject *out = type->tp_alloc(type, 6);
+    if (out == NULL) return NULL;
+    for (int i = 0; i < 6; ++i) PyTuple_SET_ITEM(out, i, Py_NewRef(items[i]));
+    return out;
+}
+
+/* A grid or block as a 3-tuple of ints, the one made last time when it is the same. */
+static PyObject *dims_tuple(PyObject **cache, const unsigned v[3]) {
+    PyObject *t = *cache;
+    if (t != NULL) {
+        int same = 1;
+        for (int i = 0; i < 3 && same; ++i) same = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(t, i)) == v[i];
+        if (same) return Py_NewRef(t);
+        PyErr_Clear();
+    }
+    t = Py_BuildValue("(III)", v[0], v[1], v[2]);
+    if (t != NULL) Py_XSETREF(*cache, Py_NewRef(t));
+    return t;
+}
+
 /* The common captured launch, recorded here as Kernel.enqueue and Recording.record would: on the
    stream the Recording `rec` captures (not a conditional body), from its thread, with no
    capture error and no graph memory waiting to be freed, arguments the launch path packs. The
@@ -607,7 +642,7 @@ static int record_here(Launcher *L, PyObject *const *argv, PyObject *device, PyO
     }
     int done = 0;
     PyObject *keep = NULL, *nodes = NULL, *owners = NULL, *name = NULL, *values = NULL, *views = NULL;
-    PyObject *kept = NULL, *g = NULL, *b = NULL, *sh = NULL, *items = NULL, *launch = NULL, *patch = NULL;
+    PyObject *kept = NULL, *g = NULL, *b = NULL, *sh = NULL, *launch = NULL, *patch = NULL;
     PyObject *node = NULL, *empty = NULL;
     /* (read before any Python code runs; only `memory` is used after, and held) */
     PyObject *thread = PyDict_GetItemWithError(d, str_thread), *invalid = PyDict_GetItemWithError(d, str_invalid);
@@ -653,15 +688,12 @@ static int record_here(Launcher *L, PyObject *const *argv, PyObject *device, PyO
         }
         PyTuple_SET_ITEM(views, i, Py_NewRef(view));
     }
-    if ((g = Py_BuildValue("(III)", grid[0], grid[1], grid[2])) == NULL ||
-        (b = Py_BuildValue("(III)", block[0], block[1], block[2])) == NULL ||
+    if ((g = dims_tuple(&L->grid, grid)) == NULL || (b = dims_tuple(&L->block, block)) == NULL ||
         (sh = PyLong_FromUnsignedLongLong(shared)) == NULL ||
-        (items = PyTuple_Pack(6, fnobj, g, b, sh, values, views)) == NULL ||
-        (launch = tuple_of(launch_type, items)) == NULL || (patch = PyTuple_Pack(2, kernel, launch)) == NULL ||
-        (empty = PyTuple_New(0)) == NULL)
+        (launch = tuple6(launch_type, fnobj, g, b, sh, values, views)) == NULL ||
+        (patch = PyTuple_Pack(2, kernel, launch)) == NULL || (empty = PyTuple_New(0)) == NULL ||
+        (node = tuple6(node_type, Py_None, str_kernel, name, empty, patch, Py_True)) == NULL)
         goto out;
-    Py_SETREF(items, PyTuple_Pack(6, Py_None, str_kernel, name, empty, patch, Py_True));
-    if (items == NULL || (node = tuple_of(node_type, items)) == NULL) goto out;
     void *fn = fns[LAUNCH]; /* (read with the GIL held: bind() may change it) */
     if (fn == NULL) goto out;
     CUresult err;
@@ -689,7 +721,7 @@ out:
     Py_DECREF(d);
     Py_XDECREF(memory);
     Py_XDECREF(keep), Py_XDECREF(nodes), Py_XDECREF(owners), Py_XDECREF(name), Py_XDECREF(values);
-    Py_XDECREF(views), Py_XDECREF(kept), Py_XDECREF(g), Py_XDECREF(b), Py_XDECREF(sh), Py_XDECREF(items);
+    Py_XDECREF(views), Py_XDECREF(kept), Py_XDECREF(g), Py_XDECREF(b), Py_XDECREF(sh);
     Py_XDECREF(launch), Py_XDECREF(patch), Py_XDECREF(node), Py_XDECREF(empty);
     return done;
 }
@@ -929,6 +961,8 @@ static int launcher_traverse(Launcher *L, visitproc visit, void *arg) {
     Py_VISIT(L->record);
     Py_VISIT(L->issue);
     Py_VISIT(L->devices);
+    Py_VISIT(L->grid);
+    Py_VISIT(L->block);
     for (Py_ssize_t i = 0; i < L->n; ++i) Py_VISIT(L->params[i].pointee);
     return 0;
 }
@@ -938,6 +972,8 @@ static int launcher_clear(Launcher *L) {
     Py_CLEAR(L->record);
     Py_CLEAR(L->issue);
     Py_CLEAR(L->devices);
+    Py_CLEAR(L->grid);
+    Py_CLEAR(L->block);
     launcher_clear_params(L);
     return 0;
 }
@@ -1098,7 +1134,7 @@ static PyObject *patch_one(uintptr_t exec, Launcher *L, PyObject *r, PyObject *k
     PyObject *patch = PyTuple_GET_ITEM(r, 4), *kernel = PyTuple_GET_ITEM(patch, 0);
     PyObject *launch = PyTuple_GET_ITEM(patch, 1), *h = NULL;
     PyObject *values = PyTuple_GET_ITEM(launch, 4), *views = PyTuple_GET_ITEM(launch, 5);
-    PyObject *nvalues = NULL, *nviews = NULL, *items = NULL, *nlaunch = NULL, *npatch = NULL, *out = NULL;
+    PyObject *nvalues = NULL, *nviews = NULL, *nlaunch = NULL, *npatch = NULL, *out = NULL;
     node_params_t p = {0};
     uintptr_t function, node;
     if (!PyTuple_CheckExact(values) || !PyTuple_Check(views) || PyTuple_GET_SIZE(values) != L->n ||
@@ -1146,18 +1182,16 @@ static PyObject *patch_one(uintptr_t exec, Launcher *L, PyObject *r, PyObject *k
         PyErr_Format(PyExc_RuntimeError, "cuGraphExecKernelNodeSetParams returned %d", *err);
         goto done;
     }
-    if ((items = PyTuple_Pack(6, PyTuple_GET_ITEM(launch, 0), PyTuple_GET_ITEM(launch, 1),
-                              PyTuple_GET_ITEM(launch, 2), PyTuple_GET_ITEM(launch, 3), nvalues, nviews)) == NULL ||
-        (nlaunch = tuple_of(Py_TYPE(launch), items)) == NULL || (npatch = PyTuple_Pack(2, kernel, nlaunch)) == NULL)
+    if ((nlaunch = tuple6(Py_TYPE(launch), PyTuple_GET_ITEM(launch, 0), PyTuple_GET_ITEM(launch, 1),
+                          PyTuple_GET_ITEM(launch, 2), PyTuple_GET_ITEM(launch, 3), nvalues, nviews)) == NULL ||
+        (npatch = PyTuple_Pack(2, kernel, nlaunch)) == NULL)
         goto done;
-    Py_SETREF(items, PyTuple_Pack(6, PyTuple_GET_ITEM(r, 0), PyTuple_GET_ITEM(r, 1), PyTuple_GET_ITEM(r, 2),
-                                  PyTuple_GET_ITEM(r, 3), npatch, PyTuple_GET_ITEM(r, 5)));
-    if (items != NULL) out = tuple_of(Py_TYPE(r), items);
+    out = tuple6(Py_TYPE(r), PyTuple_GET_ITEM(r, 0), PyTuple_GET_ITEM(r, 1), PyTuple_GET_ITEM(r, 2),
+                 PyTuple_GET_ITEM(r, 3), npatch, PyTuple_GET_ITEM(r, 5));
 done:
     Py_XDECREF(h);
     Py_XDECREF(nvalues);
     Py_XDECREF(nviews);
-    Py_XDECREF(items);
     Py_XDECREF(nlaunch);
     Py_XDECREF(npatch);
     return out;
