@@ -246,7 +246,8 @@ def _clean_child(name: str, rounds: int, sizes: tuple[int, ...]) -> dict[str, di
         raise RuntimeError(f"{name} cannot run here")
     out: dict[str, dict[int, float]] = {"capture": {}, "node": {}}
     for n in sizes:
-        build(n)  # (a first capture of this size: what a process pays once is not counted)
+        # (no capture before the timed ones: a graph made and dropped unreplayed slowed every
+        # later graph's replays by 1.2x on an H100, cuda.core's too; the median skips the first)
         captures, nodes = [], []
         for _ in range(rounds):
             t0 = time.perf_counter()
