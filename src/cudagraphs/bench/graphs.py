@@ -155,6 +155,17 @@ def raw_c() -> dict[int, dict[str, float]]:
     return {r["nodes"]: r for r in rows}
 
 
+def _settle() -> None:
+    """Let what earlier rounds dropped go before the next timing (a device synchronize).
+
+    cudagraphs destroys a dropped graph at its next safe point (never inside
+    a capture); the peers destroy theirs when they are dropped. Without this,
+    the next timed capture of cudagraphs would pay for destroying the
+    previous graph, and the peers' captures would not.
+    """
+    cg.Device(0).synchronize()
+
+
 def _per_node(replay: Callable[[], None], sync: Callable[[], None], n: int) -> float:
     reps = max(20, 20000 // n)
     sync()
@@ -250,6 +261,7 @@ def _clean_child(name: str, rounds: int, sizes: tuple[int, ...]) -> dict[str, di
         # later graph's replays by 1.2x on an H100, cuda.core's too; the median skips the first)
         captures, nodes = [], []
         for _ in range(rounds):
+            _settle()
             t0 = time.perf_counter()
             replay, sync = build(n)
             captures.append((time.perf_counter() - t0) * 1e3)
@@ -273,6 +285,7 @@ def run(rounds: int = 5, sizes: tuple[int, ...] = SIZES) -> dict[str, dict[str, 
         }
         for _ in range(rounds):
             for fname, build in frameworks_.items():
+                _settle()
                 t0 = time.perf_counter()
                 replay, sync = build(n)
                 samples["capture"][fname].append((time.perf_counter() - t0) * 1e3)
@@ -280,6 +293,7 @@ def run(rounds: int = 5, sizes: tuple[int, ...] = SIZES) -> dict[str, dict[str, 
                     replay()
                 samples["node"][fname].append(_per_node(replay, sync, n))
                 samples["call"][fname].append(call_us(replay, sync, clock_us))
+                del replay, sync  # (dropped here, not inside the next contender's timing)
         results[f"capture+instantiate {n} launches (ms)"] = {
             f: statistics.median(v) for f, v in samples["capture"].items()
         }
@@ -336,6 +350,7 @@ def update_benchmarks(n: int, rounds: int) -> dict[str, dict[str, float]]:
     g = cg.capture(launches)
     update, recapture, capture_only = [], [], []
     for _ in range(rounds):
+        _settle()  # (the resources the previous update let go, released before the timing)
         t0 = time.perf_counter()
         source = cg.capture(launches, instantiate=False)
         t1 = time.perf_counter()
