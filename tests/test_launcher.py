@@ -947,3 +947,27 @@ def test_patched_records_keep_their_type_named_tuple_or_not(node_set, backend):
         assert r[5] is True
         assert type(r[4][1]) is KernelLaunch
         assert r[4][1] == launch._replace(values=(8192,), views=(new,))
+
+
+def test_unpatchable_finds_the_first_record_rebind_must_refuse():
+    from cudagraphs import _patch
+    from cudagraphs._recording import NodeRecord
+    from cudagraphs.backends.base import Copy
+
+    def rec(kind, patch):
+        return NodeRecord(None, kind, "", (), patch, True)
+
+    copy = Copy(1, 2, 3, "dtod")
+    records = [
+        rec("kernel", ("k", "launch")),
+        rec("memcpy", copy),
+        rec("memcpy", ("not", "a copy")),
+        rec("memset", None),
+    ]
+    for hits, want in (([0, 1], -1), ([0, 1, 2], 2), ([3, 0], 3), ([], -1), ([1, 3, 2], 3)):
+        assert fast.unpatchable(records, hits, Copy) == want
+        assert _patch._unpatchable(records, hits) == want  # (the Python twin, where C is not built)
+    with pytest.raises(IndexError):
+        fast.unpatchable(records, [7], Copy)
+    with pytest.raises(TypeError, match="not a node record"):
+        fast.unpatchable([("x",)], [0], Copy)

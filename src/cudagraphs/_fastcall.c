@@ -1267,6 +1267,32 @@ fail_rest:
     return NULL;
 }
 
+/* unpatchable(records, hits, copy_type): the first hit whose record cannot be changed node by
+   node (no patch, or a "memcpy" record whose patch is not a copy_type), or -1; what Graph.rebind
+   checks before it changes anything. */
+static PyObject *unpatchable(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyList_Check(args[0]) || !PyList_Check(args[1]) || !PyType_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "unpatchable takes a list of records, a list of hits and the Copy class");
+        return NULL;
+    }
+    PyObject *records = args[0], *hits = args[1];
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(hits); ++k) {
+        Py_ssize_t i = PyLong_AsSsize_t(PyList_GET_ITEM(hits, k));
+        if (i == -1 && PyErr_Occurred()) return NULL;
+        if (i < 0 || i >= PyList_GET_SIZE(records)) {
+            PyErr_SetString(PyExc_IndexError, "a hit is not an index of records");
+            return NULL;
+        }
+        PyObject *r = PyList_GET_ITEM(records, i);
+        if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 6) return PyErr_Format(PyExc_TypeError, "record %zd is not a node record", i);
+        PyObject *kind = PyTuple_GET_ITEM(r, 1), *patch = PyTuple_GET_ITEM(r, 4);
+        int memcpy_ = PyUnicode_Check(kind) && PyUnicode_CompareWithASCIIString(kind, "memcpy") == 0;
+        if (patch == Py_None || (memcpy_ && !PyObject_TypeCheck(patch, (PyTypeObject *)args[2])))
+            return PyLong_FromSsize_t(i);
+    }
+    return PyLong_FromLong(-1);
+}
+
 /* same_nodes(a, b): whether two lists of node records describe the same nodes, (kind, name) by
    (kind, name), as Graph.update needs; returns (the index of the first record that differs, or
    -1 when none does, a list being shorter counting as a difference at its end; the number of
@@ -1598,6 +1624,8 @@ static PyMethodDef methods[] = {
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "bind(name, address)"},
     {"bound", bound, METH_O, "bound(name): the address bound to name (0: none)."},
     {"names", names, METH_NOARGS, "The driver functions this module calls, in bind() names."},
+    {"unpatchable", (PyCFunction)(void (*)(void))unpatchable, METH_FASTCALL,
+     "unpatchable(records, hits, Copy): the first hit that cannot be changed node by node, or -1"},
     {"same_nodes", (PyCFunction)(void (*)(void))same_nodes, METH_FASTCALL,
      "same_nodes(a, b): (first index where two record lists differ in (kind, name) or -1, b's handles)"},
     {"users", (PyCFunction)(void (*)(void))users, METH_FASTCALL,

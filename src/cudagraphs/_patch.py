@@ -46,6 +46,15 @@ def _users(records: list[Any], key: ArrayArg) -> list[int]:
     return [i for i, r in enumerate(records) if key in _used(r)]
 
 
+def _unpatchable(records: list[Any], hits: list[int]) -> int:
+    """The first hit that cannot be changed node by node, or -1 (``_fastcall.unpatchable``)."""
+    for i in hits:
+        r = records[i]
+        if r.patch is None or (r.kind == "memcpy" and not isinstance(r.patch, Copy)):
+            return i
+    return -1
+
+
 def _used(r: Any) -> tuple[Any, ...]:
     """The views a record's node uses (with None for arguments that are not arrays)."""
     if r.kind == "kernel" and r.patch is not None:
@@ -81,15 +90,15 @@ def rebind(graph: Any, exec_: Any, old: Any, new: Any) -> None:
             "array: use repoint(), which moves it there too",
             unseen[0],
         )
-    for i in hits:
-        r = records[i]
-        if r.patch is None or (r.kind == "memcpy" and not isinstance(r.patch, Copy)):
-            where = _index(graph, r.handle)
-            raise UpdateError(
-                f"node {where} ({r.kind}) uses the array, and only kernel and device-copy "
-                "arguments can be changed node by node: capture again and use update()",
-                where,
-            )
+    bad = fastcall.unpatchable(records, hits, Copy) if fastcall is not None else _unpatchable(records, hits)
+    if bad >= 0:
+        r = records[bad]
+        where = _index(graph, r.handle)
+        raise UpdateError(
+            f"node {where} ({r.kind}) uses the array, and only kernel and device-copy "
+            "arguments can be changed node by node: capture again and use update()",
+            where,
+        )
     backend = graph.device.backend
     if fastcall is not None and getattr(backend, "fastcall", False):
         # kernel nodes with a C launch path, in C; what it leaves (copies, other kernels, from
