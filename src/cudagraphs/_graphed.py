@@ -627,9 +627,10 @@ class GraphedCallable:
                 else:
                     result.append(GraphOutput._expiring(o, self._lease))
                 continue
-            shape = tuple(getattr(o, "shape", ()))
-            if cut and len(shape) > d and shape[d] == bucket:
-                o = o[_cut(shape, d, n)]  # type: ignore[arg-type]
+            if cut:  # (another library's output: its shape is read only when it may be cut)
+                shape = tuple(getattr(o, "shape", ()))
+                if len(shape) > d and shape[d] == bucket:
+                    o = o[_cut(shape, d, n)]  # type: ignore[arg-type]
             if self.copy_outputs:  # on the replay's stream: the library's current one may be another
                 with _streams_only(self.device, stream):
                     o = o.clone() if hasattr(o, "clone") else o.copy()
