@@ -490,9 +490,9 @@ class Graph:
         _patch.set_arg(self, self._ready(), node, arg, value)
         return self
 
-    def _point_copy(self, index: int, src: int, handle: Any = None) -> Any:
-        """Point the device copy of record ``index`` at ``src`` (graphed inputs); its handle."""
-        return _patch.point_copy(self, self._ready(), index, src, handle)
+    def _point_copy(self, index: int, src: int) -> None:
+        """Point the device copy of record ``index`` at ``src`` (graphed inputs)."""
+        _patch.point_copy(self, self._ready(), index, src)
 
     # replay ---------------------------------------------------------------------------------
     def _ready(self) -> Any:

@@ -295,7 +295,6 @@ class _Entry:
         "bucket",
         "copies",
         "graph",
-        "handles",
         "held",
         "hits",
         "memory",
@@ -311,11 +310,10 @@ class _Entry:
         self.bucket = bucket
         # inputs the graph copies itself (its first nodes): input index -> the copy's record
         # index, the address it copies from now, the input there (kept alive: a direct replay
-        # reads it), the node's handle once found, a dense buffer for strided inputs
+        # reads it), a dense buffer for strided inputs
         self.copies: dict[int, int] = {}
         self.sources: dict[int, int] = {}
         self.held: dict[int, Any] = {}
-        self.handles: dict[int, Any] = {}
         self.scratch: dict[int, DeviceArray] = {}
         self.graph: Graph | None = None
         self.static: list[DeviceArray] = []  # the graph's input buffers (bucket-sized)
@@ -524,7 +522,7 @@ class GraphedCallable:
         if src != entry.sources[j]:
             graph = entry.graph
             assert graph is not None
-            entry.handles[j] = graph._point_copy(entry.copies[j], src, entry.handles.get(j))
+            graph._point_copy(entry.copies[j], src)
             entry.sources[j] = src
         entry.held[j] = held  # (the next call, or a direct replay of the graph, reads it)
 

@@ -248,20 +248,22 @@ def repoint(graph: Any, exec_: Any, old: Any, new: Any) -> int:
     return len(changes) + len(others)
 
 
-def point_copy(graph: Any, exec_: Any, index: int, src: int, handle: Any = None) -> Any:
-    """Make the device-copy node of record ``index`` copy from ``src``; return its handle.
+def point_copy(graph: Any, exec_: Any, index: int, src: int) -> None:
+    """Make the device-copy node of record ``index`` copy from ``src``.
 
     For a graphed call's input copy (see :mod:`cudagraphs._graphed`): the node
-    copies the same bytes to the same place, from the new input. ``handle``
-    is the node's handle when the caller already has it (found here once).
-    The record's patch follows (its source view is no longer known: None).
+    copies the same bytes to the same place, from the new input. The node's
+    handle is found once, on first use; the record's patch follows (its
+    source view is no longer known: None).
 
     Raises
     ------
     ValueError
         If record ``index`` is not a device copy recorded by cudagraphs.
     """
-    records = graph._records if handle is not None else _records(graph)
+    records = graph._records
+    if records[index].handle is None:
+        records = _records(graph)
     r = records[index]
     if r.kind != "memcpy" or not isinstance(r.patch, Copy) or r.patch.kind != "dtod":
         raise ValueError(f"record {index} is not a device-to-device copy recorded by cudagraphs")
@@ -269,7 +271,6 @@ def point_copy(graph: Any, exec_: Any, index: int, src: int, handle: Any = None)
     graph.device.backend.graph_update(exec_, r.handle, copy)
     records[index] = r._replace(patch=copy, views=(None, r.views[1]))
     graph._patched = True
-    return r.handle
 
 
 def set_arg(graph: Any, exec_: Any, node: Any, arg: int | str, value: Any) -> None:
