@@ -155,6 +155,18 @@ def raw_c() -> dict[int, dict[str, float]]:
     return {r["nodes"]: r for r in rows}
 
 
+IN_PROCESS = ", in the bench process"  # in the name of a row measured in the bench process itself
+
+
+def in_process(bench: str) -> str:
+    """The name of ``bench``'s row measured in the bench process itself.
+
+    ``"x (unit)"`` becomes ``"x, in the bench process (unit)"``.
+    """
+    head, unit = bench.rsplit(" (", 1)
+    return f"{head}{IN_PROCESS} ({unit}"
+
+
 def _settle() -> None:
     """Let what earlier rounds dropped go before the next timing (a device synchronize).
 
@@ -305,9 +317,8 @@ def run(rounds: int = 5, sizes: tuple[int, ...] = SIZES) -> dict[str, dict[str, 
         }
     if cg.backend() == "cuda":  # capture and per node: each framework alone in a fresh process, as raw C
         for n in sizes:
-            results[f"capture+instantiate {n} launches, in the bench process (ms)"] = dict(
-                results[f"capture+instantiate {n} launches (ms)"]
-            )
+            bench = f"capture+instantiate {n} launches (ms)"
+            results[in_process(bench)] = dict(results[bench])
         for fname in frameworks_:
             alone = clean(fname, sizes, rounds) or {}
             for n, ms in alone.get("capture", {}).items():
@@ -319,9 +330,7 @@ def run(rounds: int = 5, sizes: tuple[int, ...] = SIZES) -> dict[str, dict[str, 
     if cg.backend() == "cuda":  # and the same alone in a fresh process, as raw C's
         alone = _child(["--clean-update", str(n_up), str(rounds)], "the update benchmarks")
         for bench, by_contender in (alone or {}).items():
-            updates[f"{bench.rsplit(' (', 1)[0]}, in the bench process ({bench.rsplit(' (', 1)[1]}"] = (
-                updates[bench]
-            )
+            updates[in_process(bench)] = updates[bench]
             updates[bench] = by_contender
     results.update(updates)
     for n, row in raw_c().items():

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .graphs import IN_PROCESS
+
 __all__ = ["plot_all"]
 
 # graph benchmark contender -> the same framework's eager-launch contender
@@ -104,7 +106,7 @@ def plot_all(results: dict[str, Any], out: Path) -> list[Path]:
         if k.startswith(
             ("whole-graph update", "capture (no instantiate) + update", "re-capture + instantiate")
         )
-        and "in the bench process" not in k  # (the rows measured in a fresh process are drawn)
+        and IN_PROCESS not in k  # (the rows measured in a fresh process are drawn)
     ]
     if rows:
         fig, ax = plt.subplots(figsize=(9, 4.5))

@@ -201,7 +201,7 @@ def run(quick: bool = False) -> tuple[dict[str, Any], str]:
     if decoder_notes:
         table += "\n\n" + "\n".join(decoder_notes)
     for name, row in graph_results.items():
-        if name.startswith("whole-graph update") and "in the bench process" not in name:
+        if name.startswith("whole-graph update") and graphs.IN_PROCESS not in name:
             recapture = graph_results[name.replace("whole-graph update", "re-capture + instantiate")]
             table += (
                 f"\n\nWhole-graph update is {recapture['cudagraphs'] / row['cudagraphs']:.1f}x "
