@@ -742,8 +742,7 @@ static PyObject *record(Launcher *L, PyObject *const *argv, PyObject *device, Py
         }
         PyTuple_SET_ITEM(values, i, v);
     }
-    PyObject *g = Py_BuildValue("(III)", grid[0], grid[1], grid[2]);
-    PyObject *b = Py_BuildValue("(III)", block[0], block[1], block[2]);
+    PyObject *g = dims_tuple(&L->grid, grid), *b = g == NULL ? NULL : dims_tuple(&L->block, block);
     PyObject *sh = PyLong_FromUnsignedLongLong(shared);
     given = PyTuple_New(L->n);
     if (g != NULL && b != NULL && sh != NULL && given != NULL) {
@@ -1197,6 +1196,21 @@ done:
     return out;
 }
 
+/* The record that `hit` (an index) names in `records`, borrowed, with the index in *i; NULL with
+   an exception for an index out of range or an item that is not a node record. */
+static PyObject *hit_record(PyObject *records, PyObject *hit, Py_ssize_t *i) {
+    *i = PyLong_AsSsize_t(hit);
+    if (*i == -1 && PyErr_Occurred()) return NULL;
+    if (*i < 0 || *i >= PyList_GET_SIZE(records)) {
+        PyErr_SetString(PyExc_IndexError, "a hit is not an index of records");
+        return NULL;
+    }
+    PyObject *r = PyList_GET_ITEM(records, *i);
+    if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 6)
+        return PyErr_Format(PyExc_TypeError, "record %zd is not a node record", *i);
+    return r;
+}
+
 /* patch_kernels(exec, records, hits, key, spec, ptr): for each index in hits that is a kernel
    record whose kernel has a Launcher, the node's arguments that use the view `key` set to `ptr`
    and the record replaced. Returns the hits it left to the caller, in order: the other records,
@@ -1215,13 +1229,8 @@ static PyObject *patch_kernels(PyObject *self, PyObject *const *args, Py_ssize_t
     int refused = fns[NODE_SET] == NULL;
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(hits); ++k) {
         PyObject *hit = Py_NewRef(PyList_GET_ITEM(hits, k)), *r = NULL;
-        Py_ssize_t i = PyLong_AsSsize_t(hit);
-        if (i == -1 && PyErr_Occurred()) goto fail;
-        if (i < 0 || i >= PyList_GET_SIZE(records)) {
-            PyErr_SetString(PyExc_IndexError, "a hit is not an index of records");
-            goto fail;
-        }
-        r = Py_NewRef(PyList_GET_ITEM(records, i)); /* (held: the list may change meanwhile) */
+        Py_ssize_t i;
+        if ((r = Py_XNewRef(hit_record(records, hit, &i))) == NULL) goto fail; /* (held: the list may change) */
         PyObject *views = record_views(r);
         if (views == NULL) {
             PyErr_Format(PyExc_TypeError, "record %zd is not a node record", i);
@@ -1277,14 +1286,9 @@ static PyObject *unpatchable(PyObject *self, PyObject *const *args, Py_ssize_t n
     }
     PyObject *records = args[0], *hits = args[1];
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(hits); ++k) {
-        Py_ssize_t i = PyLong_AsSsize_t(PyList_GET_ITEM(hits, k));
-        if (i == -1 && PyErr_Occurred()) return NULL;
-        if (i < 0 || i >= PyList_GET_SIZE(records)) {
-            PyErr_SetString(PyExc_IndexError, "a hit is not an index of records");
-            return NULL;
-        }
-        PyObject *r = PyList_GET_ITEM(records, i);
-        if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 6) return PyErr_Format(PyExc_TypeError, "record %zd is not a node record", i);
+        Py_ssize_t i;
+        PyObject *r = hit_record(records, PyList_GET_ITEM(hits, k), &i);
+        if (r == NULL) return NULL;
         PyObject *kind = PyTuple_GET_ITEM(r, 1), *patch = PyTuple_GET_ITEM(r, 4);
         int memcpy_ = PyUnicode_Check(kind) && PyUnicode_CompareWithASCIIString(kind, "memcpy") == 0;
         if (patch == Py_None || (memcpy_ && !PyObject_TypeCheck(patch, (PyTypeObject *)args[2])))
