@@ -758,6 +758,36 @@ static PyObject *record(Launcher *L, PyObject *const *argv, PyObject *device, Py
     return out;
 }
 
+/* This thread's current stream of `device`, as Device.current_stream finds it: *found is
+   borrowed from *current (a new reference the caller drops), or NULL where no stream of the
+   device was made current (its default stream then). 0 done, 1 not readable here, -1 error. */
+static int current_of(PyObject *device, PyObject **current, PyObject **found) {
+    *found = NULL;
+    if (PyContextVar_Get(current_var, NULL, current) < 0) return -1;
+    if (*current == NULL) return 0;
+    if (!PyTuple_CheckExact(*current)) return 1;
+    for (Py_ssize_t i = PyTuple_GET_SIZE(*current) - 1; i >= 0; --i) {
+        PyObject *s = PyTuple_GET_ITEM(*current, i);
+        if (Py_TYPE(s) == stream_type && SLOT(s, s_device) == device) {
+            *found = s;
+            break;
+        }
+    }
+    return 0;
+}
+
+/* 1 if `stream` is open: another library's (no finalizer), or an owned one whose finalizer is
+   alive; 0 if closed or not known; -1 if reading it raised. */
+static int stream_open(PyObject *stream) {
+    PyObject *fin = SLOT(stream, s_finalizer);
+    if (fin == NULL) return 0;
+    if (fin == Py_None) return 1;
+    PyObject *alive = PyObject_GetAttr(fin, str_alive);
+    int open = alive == NULL ? -1 : PyObject_IsTrue(alive);
+    Py_XDECREF(alive);
+    return open;
+}
+
 /* The call, holding `*held` (the device's plan, borrowed from L->devices, which Python code run
    meanwhile may replace) until the caller drops it. */
 static PyObject *launcher_call_holding(Launcher *L, PyObject *const *args, size_t nargsf, PyObject *kwnames,
@@ -807,30 +837,15 @@ static PyObject *launcher_call_holding(Launcher *L, PyObject *const *args, size_
     }
     *held = Py_NewRef(plan);
     if (stream == NULL) { /* this thread's current stream of the device */
-        if (PyContextVar_Get(current_var, NULL, &current) < 0) return NULL;
-        stream = PyTuple_GET_ITEM(plan, 1);
-        if (current != NULL) {
-            if (!PyTuple_CheckExact(current)) goto hand;
-            for (Py_ssize_t i = PyTuple_GET_SIZE(current) - 1; i >= 0; --i) {
-                PyObject *s = PyTuple_GET_ITEM(current, i);
-                if (Py_TYPE(s) == stream_type && SLOT(s, s_device) == device) {
-                    stream = s;
-                    break;
-                }
-            }
-        }
+        int got = current_of(device, &current, &stream);
+        if (got < 0) return NULL;
+        if (got > 0) goto hand;
+        if (stream == NULL) stream = PyTuple_GET_ITEM(plan, 1);
     }
     PyObject *recording = SLOT(stream, s_recording);
     if (SLOT(stream, s_device) != device || recording == NULL || (recording != Py_None && L->record == NULL))
         goto hand;
-    PyObject *fin = SLOT(stream, s_finalizer);
-    if (fin == NULL) goto hand;
-    if (fin != Py_None) { /* an owned stream: open while its finalizer is alive */
-        PyObject *alive = PyObject_GetAttr(fin, str_alive);
-        int open = alive == NULL ? -1 : PyObject_IsTrue(alive);
-        Py_XDECREF(alive);
-        if (open != 1) goto hand;
-    }
+    if (stream_open(stream) != 1) goto hand;
     uintptr_t raw_stream, function;
     PyObject *h = SLOT(stream, s_handle);
     if (h == NULL || !PyLong_CheckExact(h) || as_address(h, &raw_stream) ||
@@ -1490,25 +1505,20 @@ static Py_ssize_t g_exec, g_launch, g_stream, g_replays;
 static PyObject *exec_cached; /* the last exec handle object and its address */
 static uintptr_t exec_address;
 
-static PyObject *graph_replay(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    PyObject *given = NULL;
-    if (nargs == 1 && kwnames == NULL) given = args[0];
-    else if (nargs == 0 && kwnames != NULL && PyTuple_GET_SIZE(kwnames) == 1 && PyTuple_GET_ITEM(kwnames, 0) == str_stream)
-        given = args[0];
-    else if (nargs != 0 || kwnames != NULL) goto slow;
+/* Launch graph `g` on `stream`, a Stream no capture records, through the bound cuGraphLaunch,
+   and count the replay: 1 done, 0 not possible here (nothing queued; the Python path does it,
+   and reports a driver error), -1 an error that is not an Exception (see cleared). */
+static int graph_launch_on(PyObject *g, PyObject *stream) {
     void *fn = fns[GRAPH_LAUNCH];
-    PyObject *exec = SLOT(self, g_exec), *stream = SLOT(self, g_stream);
-    if (fn == NULL || stream_type == NULL || replay_launch == NULL || SLOT(self, g_launch) != replay_launch ||
-        exec == NULL || exec == Py_None || stream == NULL || (given != NULL && given != Py_None && given != stream) ||
-        Py_TYPE(stream) != stream_type || SLOT(stream, s_recording) != Py_None)
-        goto slow;
+    PyObject *exec = SLOT(g, g_exec);
+    if (fn == NULL || replay_launch == NULL || SLOT(g, g_launch) != replay_launch || exec == NULL || exec == Py_None)
+        return 0;
     uintptr_t raw_stream;
     PyObject *h = SLOT(stream, s_handle);
-    if (h == NULL || !PyLong_CheckExact(h) || as_address(h, &raw_stream)) goto slow;
+    if (h == NULL || !PyLong_CheckExact(h) || as_address(h, &raw_stream)) return cleared();
     if (exec != exec_cached) {
         uintptr_t address;
-        if (as_address(exec, &address)) goto slow;
+        if (as_address(exec, &address)) return cleared();
         Py_INCREF(exec); /* (held: its address cannot be another object's while cached) */
         Py_XSETREF(exec_cached, exec);
         exec_address = address;
@@ -1518,14 +1528,33 @@ static PyObject *graph_replay(PyObject *self, PyObject *const *args, size_t narg
     Py_BEGIN_ALLOW_THREADS
     err = ((graph_launch_t)fn)((handle)e, (handle)raw_stream);
     Py_END_ALLOW_THREADS
-    if (err) goto slow; /* nothing was queued: the Python path launches again and reports it */
+    if (err) return 0; /* nothing was queued: the Python path launches again and reports it */
     /* counted as `self.replays += 1` counts, read now (another thread may have counted meanwhile) */
-    PyObject *count = SLOT(self, g_replays);
-    if (count == NULL) return PyErr_Format(PyExc_AttributeError, "replays");
+    PyObject *count = SLOT(g, g_replays);
+    if (count == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "replays");
+        return -1;
+    }
     PyObject *next = PyNumber_Add(count, one);
-    if (next == NULL) return NULL;
-    Py_SETREF(SLOT(self, g_replays), next);
-    Py_RETURN_NONE;
+    if (next == NULL) return -1;
+    Py_SETREF(SLOT(g, g_replays), next);
+    return 1;
+}
+
+static PyObject *graph_replay(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *given = NULL;
+    if (nargs == 1 && kwnames == NULL) given = args[0];
+    else if (nargs == 0 && kwnames != NULL && PyTuple_GET_SIZE(kwnames) == 1 && PyTuple_GET_ITEM(kwnames, 0) == str_stream)
+        given = args[0];
+    else if (nargs != 0 || kwnames != NULL) goto slow;
+    PyObject *stream = SLOT(self, g_stream);
+    if (stream_type == NULL || stream == NULL || (given != NULL && given != Py_None && given != stream) ||
+        Py_TYPE(stream) != stream_type || SLOT(stream, s_recording) != Py_None)
+        goto slow;
+    int done = graph_launch_on(self, stream);
+    if (done < 0) return NULL;
+    if (done) Py_RETURN_NONE;
 slow:
     if (cleared()) return NULL;
     if (replay_slow == NULL) {
@@ -1569,6 +1598,297 @@ static PyObject *replay_method(PyObject *self, PyObject *const *args, Py_ssize_t
     Py_XSETREF(replay_slow, args[1]);
     return PyDescr_NewMethod(t, &replay_def);
 }
+
+/* ---- Graphed callables' repeat call -----------------------------------------------------------
+ *
+ * graphed_method(GraphedCallable, python_call, Lease, Entry, GraphOutput) makes a method of
+ * GraphedCallable, written in C, to put in place of its __call__. After a call C can repeat, the
+ * Python call arms the callable (`_hot`, the tuple GraphedCallable._arm makes): positional
+ * inputs, each a plain cudagraphs array or a CUDA torch.Tensor, contiguous, every one copied by
+ * the graph's own first nodes; no buckets; outputs not copied. A later call whose inputs have
+ * the armed types, shapes, dtypes and devices, on the armed stream (the previous call's), with the
+ * callable's lock free, is made here as the Python call makes it: the lock held, the calls
+ * counted (earlier outputs go stale), each copy node pointed at its input when the input moved
+ * (graph._point_copy), the input held, the graph launched (cuGraphLaunch, or graph.replay where
+ * the fast launch cannot), the outputs wrapped. Every other call goes to python_call unchanged.
+ */
+enum { H_MODE, H_TYPES, H_SHAPES, H_DTYPES, H_DEVICES, H_STREAM, H_SOURCE, H_SOURCE_ARG, H_HANDLE,
+       H_GRAPH, H_ENTRY, H_SOURCES, H_HELD, H_COPIES, H_OUTS, H_TUPLE, H_LEASE, H_LOCK, H_SIZE };
+enum { MODE_FIXED, MODE_TORCH, MODE_CURRENT }; /* where the call's stream comes from */
+#define MAX_INPUTS 16
+
+static PyObject *graphed_slow;            /* the Python GraphedCallable.__call__ */
+static PyTypeObject *output_type;         /* GraphOutput */
+static Py_ssize_t l_calls, e_hits, o_lease, o_call;
+static Py_ssize_t array_slots[32];        /* the array class's slots, copied into a GraphOutput */
+static int n_array_slots;
+static unsigned long long graphed_fast;   /* calls made here */
+static PyObject *str_hot, *str_calls_, *str_data_ptr, *str_get_device, *str_is_contiguous, *str_shape,
+    *str_dtype, *str_acquire, *str_release, *str_point_copy, *str_replay;
+
+/* Input i's address (a new reference) if it reads as armed, else NULL (an error maybe set). */
+static PyObject *hot_input(PyObject *hot, Py_ssize_t i, PyObject *obj) {
+    PyObject *want_shape = PyTuple_GET_ITEM(PyTuple_GET_ITEM(hot, H_SHAPES), i);
+    PyObject *want_dtype = PyTuple_GET_ITEM(PyTuple_GET_ITEM(hot, H_DTYPES), i);
+    PyObject *want_device = PyTuple_GET_ITEM(PyTuple_GET_ITEM(hot, H_DEVICES), i);
+    if (Py_TYPE(obj) == array_base) {
+        PyObject *ptr = SLOT(obj, a_ptr), *shape = SLOT(obj, a_shape), *dtype = SLOT(obj, a_dtype);
+        if (ptr == NULL || shape == NULL || dtype == NULL || !PyLong_CheckExact(ptr) ||
+            SLOT(obj, a_contig) != Py_True || SLOT(obj, a_device) != want_device)
+            return NULL;
+        if (dtype != want_dtype && PyObject_RichCompareBool(dtype, want_dtype, Py_EQ) != 1) return NULL;
+        if (shape != want_shape && PyObject_RichCompareBool(shape, want_shape, Py_EQ) != 1) return NULL;
+        return Py_NewRef(ptr);
+    }
+    /* a torch.Tensor (the armed type is exactly torch.Tensor: no Python code runs here) */
+    PyObject *o = PyObject_CallMethodNoArgs(obj, str_get_device);
+    int ok = o != NULL && PyObject_RichCompareBool(o, want_device, Py_EQ) == 1;
+    Py_XDECREF(o);
+    if (!ok) return NULL;
+    o = PyObject_GetAttr(obj, str_dtype);
+    ok = o != NULL && o == want_dtype;
+    Py_XDECREF(o);
+    if (!ok) return NULL;
+    o = PyObject_GetAttr(obj, str_shape);
+    ok = o != NULL && PyObject_RichCompareBool(o, want_shape, Py_EQ) == 1;
+    Py_XDECREF(o);
+    if (!ok) return NULL;
+    o = PyObject_CallMethodNoArgs(obj, str_is_contiguous);
+    ok = o == Py_True;
+    Py_XDECREF(o);
+    if (!ok) return NULL;
+    o = PyObject_CallMethodNoArgs(obj, str_data_ptr);
+    if (o != NULL && !PyLong_CheckExact(o)) Py_CLEAR(o);
+    return o;
+}
+
+/* 1 if the call's stream is the armed one (open, not captured), 0 if not, -1 on error. */
+static int hot_stream(PyObject *hot) {
+    PyObject *stream = PyTuple_GET_ITEM(hot, H_STREAM), *arg = PyTuple_GET_ITEM(hot, H_SOURCE_ARG);
+    long mode = PyLong_AsLong(PyTuple_GET_ITEM(hot, H_MODE));
+    if (Py_TYPE(stream) != stream_type || SLOT(stream, s_recording) != Py_None) return 0;
+    if (mode == MODE_TORCH) { /* PyTorch's current stream of the device, by handle */
+        PyObject *h = PyObject_CallOneArg(PyTuple_GET_ITEM(hot, H_SOURCE), arg);
+        int same = h == NULL ? -1 : PyObject_RichCompareBool(h, PyTuple_GET_ITEM(hot, H_HANDLE), Py_EQ);
+        Py_XDECREF(h);
+        if (same != 1) return same < 0 ? -1 : 0;
+    } else if (mode == MODE_CURRENT) { /* arg: (device, its default stream) */
+        PyObject *current = NULL, *found = NULL;
+        if (!PyTuple_CheckExact(arg) || PyTuple_GET_SIZE(arg) != 2) return 0;
+        int got = current_of(PyTuple_GET_ITEM(arg, 0), &current, &found);
+        int same = got == 0 && (found != NULL ? found : PyTuple_GET_ITEM(arg, 1)) == stream;
+        Py_XDECREF(current);
+        if (got < 0) return -1;
+        if (!same) return 0;
+    } else if (mode != MODE_FIXED) {
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    return stream_open(stream);
+}
+
+/* `slot` += 1 on object o (a __slots__ int) */
+static int count_up(PyObject *o, Py_ssize_t slot) {
+    PyObject *v = SLOT(o, slot);
+    if (v == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "a graphed callable's counter is not set");
+        return -1;
+    }
+    PyObject *next = PyNumber_Add(v, one);
+    if (next == NULL) return -1;
+    Py_SETREF(SLOT(o, slot), next);
+    return 0;
+}
+
+/* The call's result from the armed outputs: each cudagraphs array as a GraphOutput of this call
+   (GraphOutput._expiring, in C), anything else as it is; a tuple if the function returned one. */
+static PyObject *hot_outputs(PyObject *hot) {
+    PyObject *outs = PyTuple_GET_ITEM(hot, H_OUTS), *lease = PyTuple_GET_ITEM(hot, H_LEASE);
+    Py_ssize_t n = PyTuple_GET_SIZE(outs);
+    PyObject *result = PyTuple_New(n);
+    if (result == NULL) return NULL;
+    for (Py_ssize_t k = 0; k < n; ++k) {
+        PyObject *o = PyTuple_GET_ITEM(outs, k), *w;
+        if (Py_TYPE(o) == array_base) {
+            w = output_type->tp_alloc(output_type, 0);
+            if (w == NULL) {
+                Py_DECREF(result);
+                return NULL;
+            }
+            for (int j = 0; j < n_array_slots; ++j) SLOT(w, array_slots[j]) = Py_XNewRef(SLOT(o, array_slots[j]));
+            SLOT(w, o_lease) = Py_NewRef(lease);
+            SLOT(w, o_call) = Py_XNewRef(SLOT(lease, l_calls));
+        } else {
+            w = Py_NewRef(o);
+        }
+        PyTuple_SET_ITEM(result, k, w);
+    }
+    if (PyTuple_GET_ITEM(hot, H_TUPLE) == Py_True) return result;
+    PyObject *single = Py_NewRef(PyTuple_GET_ITEM(result, 0));
+    Py_DECREF(result);
+    return single;
+}
+
+/* The call with the lock held: counted, inputs pointed at and held, replayed, outputs made. */
+static PyObject *hot_locked(PyObject *self, PyObject *hot, PyObject *const *args, PyObject **ptrs, Py_ssize_t n) {
+    PyObject *entry = PyTuple_GET_ITEM(hot, H_ENTRY), *graph = PyTuple_GET_ITEM(hot, H_GRAPH);
+    PyObject *sources = PyTuple_GET_ITEM(hot, H_SOURCES), *held = PyTuple_GET_ITEM(hot, H_HELD);
+    PyObject *copies = PyTuple_GET_ITEM(hot, H_COPIES), *stream = PyTuple_GET_ITEM(hot, H_STREAM);
+    /* self._lease.calls += 1; self._calls += 1; entry.hits += 1 (as the Python call counts) */
+    if (count_up(PyTuple_GET_ITEM(hot, H_LEASE), l_calls) || count_up(entry, e_hits)) return NULL;
+    PyObject *calls = PyObject_GetAttr(self, str_calls_);
+    if (calls == NULL) return NULL;
+    PyObject *next = PyNumber_Add(calls, one);
+    Py_DECREF(calls);
+    if (next == NULL) return NULL;
+    int bad = PyObject_SetAttr(self, str_calls_, next);
+    Py_DECREF(next);
+    if (bad) return NULL;
+    for (Py_ssize_t j = 0; j < n; ++j) { /* GraphedCallable._point, for a dense input */
+        PyObject *key = PyLong_FromSsize_t(j);
+        if (key == NULL) return NULL;
+        PyObject *src = PyDict_GetItemWithError(sources, key);
+        int same = src == NULL ? -1 : PyObject_RichCompareBool(src, ptrs[j], Py_EQ);
+        if (src == NULL && !PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "a graphed input has no source");
+        if (same == 0) { /* the input moved: graph._point_copy(copies[j], address) */
+            PyObject *index = PyDict_GetItemWithError(copies, key), *r = NULL;
+            if (index != NULL) {
+                Py_INCREF(index);
+                PyObject *argv[3] = {graph, index, ptrs[j]};
+                r = PyObject_VectorcallMethod(str_point_copy, argv, 3, NULL);
+                Py_DECREF(index);
+            } else if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_KeyError, "a graphed input has no copy node");
+            }
+            same = r == NULL || PyDict_SetItem(sources, key, ptrs[j]) ? -1 : 1;
+            Py_XDECREF(r);
+        }
+        if (same < 0 || PyDict_SetItem(held, key, args[j])) {
+            Py_DECREF(key);
+            return NULL;
+        }
+        Py_DECREF(key);
+    }
+    int done = graph_launch_on(graph, stream);
+    if (done < 0) return NULL;
+    if (!done) { /* graph.replay(stream): it launches, or reports why not */
+        PyObject *argv[2] = {graph, stream};
+        PyObject *r = PyObject_VectorcallMethod(str_replay, argv, 2, NULL);
+        if (r == NULL) return NULL;
+        Py_DECREF(r);
+    }
+    return hot_outputs(hot);
+}
+
+static PyObject *graphed_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), n = 0;
+    PyObject *hot = NULL, *ptrs[MAX_INPUTS];
+    if (kwnames != NULL || graphed_slow == NULL || output_type == NULL || array_base == NULL) goto slow;
+    hot = PyObject_GetAttr(self, str_hot);
+    if (hot == NULL || !PyTuple_CheckExact(hot) || PyTuple_GET_SIZE(hot) != H_SIZE) goto slow;
+    PyObject *types = PyTuple_GET_ITEM(hot, H_TYPES);
+    if (!PyTuple_CheckExact(types) || PyTuple_GET_SIZE(types) != nargs || nargs > MAX_INPUTS) goto slow;
+    for (; n < nargs; ++n) {
+        if ((PyObject *)Py_TYPE(args[n]) != PyTuple_GET_ITEM(types, n)) goto slow;
+        if ((ptrs[n] = hot_input(hot, n, args[n])) == NULL) goto slow;
+    }
+    int on = hot_stream(hot);
+    if (on != 1) goto slow;
+    PyObject *lock = PyTuple_GET_ITEM(hot, H_LOCK);
+    PyObject *got = PyObject_CallMethodOneArg(lock, str_acquire, Py_False);
+    int locked = got == Py_True;
+    Py_XDECREF(got);
+    if (!locked) goto slow; /* another thread's call: the Python path waits for it */
+    PyObject *now = PyObject_GetAttr(self, str_hot), *out = NULL; /* (code run meanwhile may disarm) */
+    if (now == hot) out = hot_locked(self, hot, args, ptrs, n);
+    Py_XDECREF(now);
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyObject *r = PyObject_CallMethodNoArgs(lock, str_release);
+    if (r == NULL) { /* (the release's error replaces the call's) */
+        Py_XDECREF(et), Py_XDECREF(ev), Py_XDECREF(tb);
+        Py_CLEAR(out);
+    } else {
+        Py_DECREF(r);
+        PyErr_Restore(et, ev, tb);
+    }
+    if (out != NULL || PyErr_Occurred()) { /* made here, or an error the Python call would raise too */
+        if (out != NULL) graphed_fast++;
+        for (Py_ssize_t j = 0; j < n; ++j) Py_DECREF(ptrs[j]);
+        Py_DECREF(hot);
+        return out;
+    }
+slow:
+    for (Py_ssize_t j = 0; j < n; ++j) Py_DECREF(ptrs[j]);
+    Py_XDECREF(hot);
+    if (cleared()) return NULL;
+    if (graphed_slow == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "graphed_method was not set up");
+        return NULL;
+    }
+    /* python_call(self, *args, **kw) */
+    Py_ssize_t total = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
+    PyObject **v = PyMem_Malloc((size_t)(total + 1) * sizeof(PyObject *));
+    if (v == NULL) return PyErr_NoMemory();
+    v[0] = self;
+    for (Py_ssize_t i = 0; i < total; ++i) v[1 + i] = args[i];
+    PyObject *result = PyObject_Vectorcall(graphed_slow, v, (size_t)(nargs + 1), kwnames);
+    PyMem_Free(v);
+    return result;
+}
+
+static PyMethodDef graphed_def = {
+    "__call__", (PyCFunction)(void (*)(void))graphed_call, METH_FASTCALL | METH_KEYWORDS,
+    "__call__($self, /, *args, **kwargs)\n--\n\n"
+    "Run the function's graph for these arguments (capturing it on first use).\n",
+};
+
+/* graphed_method(GraphedCallable, python_call, Lease, Entry, GraphOutput): the C method to put
+   in place of GraphedCallable.__call__ (configure() first: the array class). */
+static PyObject *graphed_method(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyType_Check(args[0]) || !PyCallable_Check(args[1]) || !PyType_Check(args[2]) ||
+        !PyType_Check(args[3]) || !PyType_Check(args[4]) || array_base == NULL) {
+        PyErr_SetString(PyExc_TypeError,
+                        "graphed_method takes GraphedCallable, its Python __call__, and the lease, entry and "
+                        "output classes (configure first)");
+        return NULL;
+    }
+    PyTypeObject *out = (PyTypeObject *)args[4];
+    if (!PyType_IsSubtype(out, array_base)) {
+        PyErr_SetString(PyExc_TypeError, "the output class must derive from the array class");
+        return NULL;
+    }
+    Py_ssize_t calls = slot_offset((PyTypeObject *)args[2], "calls"), hits = slot_offset((PyTypeObject *)args[3], "hits");
+    Py_ssize_t lease = slot_offset(out, "_lease"), call = slot_offset(out, "_call");
+    if (calls < 0 || hits < 0 || lease < 0 || call < 0) return NULL;
+    /* the array class's slots (its own and its bases'), as the output class lays them out */
+    int k = 0;
+    PyObject *mro = array_base->tp_mro;
+    for (Py_ssize_t i = 0; mro != NULL && i < PyTuple_GET_SIZE(mro); ++i) {
+        PyTypeObject *t = (PyTypeObject *)PyTuple_GET_ITEM(mro, i);
+        for (PyMemberDef *m = t->tp_members; m != NULL && m->name != NULL; ++m) {
+            if (m->type != T_OBJECT_EX) continue;
+            if (k == (int)(sizeof array_slots / sizeof array_slots[0])) {
+                PyErr_SetString(PyExc_TypeError, "the array class has too many slots");
+                return NULL;
+            }
+            array_slots[k++] = m->offset;
+        }
+    }
+    if (out->tp_basicsize < array_base->tp_basicsize) {
+        PyErr_SetString(PyExc_TypeError, "the output class does not extend the array's layout");
+        return NULL;
+    }
+    n_array_slots = k;
+    l_calls = calls, e_hits = hits, o_lease = lease, o_call = call;
+    Py_INCREF(out);
+    Py_XSETREF(output_type, out);
+    Py_INCREF(args[1]);
+    Py_XSETREF(graphed_slow, args[1]);
+    return PyDescr_NewMethod((PyTypeObject *)args[0], &graphed_def);
+}
+
+/* graphed_calls(): how many graphed calls were made in C (for tests and the bench). */
+static PyObject *graphed_calls(PyObject *self, PyObject *unused) { return PyLong_FromUnsignedLongLong(graphed_fast); }
 
 /* fast_graph_launch(fn): graphs whose _launch is fn may be launched through cuGraphLaunch's
    bound entry point (None: none may). */
@@ -1638,6 +1958,9 @@ static PyMethodDef methods[] = {
      "patch_kernels(exec, records, hits, key, spec, ptr): move kernel nodes' arguments; returns the rest"},
     {"replay_method", (PyCFunction)(void (*)(void))replay_method, METH_FASTCALL,
      "replay_method(Graph, python_replay): Graph.replay's repeat path, in C"},
+    {"graphed_method", (PyCFunction)(void (*)(void))graphed_method, METH_FASTCALL,
+     "graphed_method(GraphedCallable, python_call, Lease, Entry, GraphOutput): a graphed call's repeat path, in C"},
+    {"graphed_calls", graphed_calls, METH_NOARGS, "graphed_calls(): graphed calls made in C so far"},
     {"fast_graph_launch", fast_graph_launch, METH_O,
      "fast_graph_launch(fn): graphs whose _launch is fn may be replayed from C (None: none)"},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL,
@@ -1674,6 +1997,13 @@ PyMODINIT_FUNC PyInit__fastcall(void) {
     str_fast = PyUnicode_InternFromString("fast");
     str_out = PyUnicode_InternFromString("out");
     if (str_fast == NULL || str_out == NULL) return NULL;
+    PyObject **hot_names[] = {&str_hot,         &str_calls_,  &str_data_ptr,   &str_get_device, &str_is_contiguous,
+                              &str_shape,       &str_dtype,   &str_acquire,    &str_release,    &str_point_copy,
+                              &str_replay};
+    const char *hot_texts[] = {"_hot",  "_calls", "data_ptr", "get_device", "is_contiguous", "shape",
+                               "dtype", "acquire", "release", "_point_copy", "replay"};
+    for (size_t i = 0; i < sizeof hot_texts / sizeof hot_texts[0]; ++i)
+        if ((*hot_names[i] = PyUnicode_InternFromString(hot_texts[i])) == NULL) return NULL;
     PyObject **names_[] = {&str_thread, &str_invalid, &str_frees, &str_memory, &str_owners, &str_keep,
                            &str_nodes, &str_ref, &str_owner, &str_name, &str_view_spec, &str_kernel};
     const char *texts[] = {"thread", "invalid", "frees", "memory", "owners", "keep",

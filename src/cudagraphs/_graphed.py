@@ -45,6 +45,7 @@ from ._capture import CaptureSession, capture_options
 from ._device import Device, Stream
 from ._errors import StaleOutputError
 from ._graph import Graph
+from ._kernel import fastcall
 from ._pool import GraphPool
 from ._recording import Work, submit
 from .backends.base import Copy
@@ -147,6 +148,7 @@ class GraphOutput(DeviceArray):
 
 
 _tuple_new = tuple.__new__  # (named tuples built in C: the repeat path)
+_FIXED, _TORCH, _CURRENT = 0, 1, 2  # where an armed call's stream comes from (see _fastcall.c)
 
 # arguments ------------------------------------------------------------------------------
 _LEAF = ("array",)  # the place of an array in a flattened argument tree
@@ -382,6 +384,7 @@ class GraphedCallable:
         self._lock = threading.RLock()
         self._lease = _Lease(getattr(fn, "__qualname__", "the graphed callable"))
         self._last: Stream | None = None
+        self._hot: tuple[Any, ...] | None = None  # what the C call may repeat (see _arm)
         self._misses = 0
         self._calls = 0
 
@@ -404,6 +407,7 @@ class GraphedCallable:
             n, bucket = self._bucket(ins)
             key = (spec, tuple([(i.dtype, self._shape(i.shape, bucket)) for i in ins]))
         with self._lock:
+            self._hot = None  # (armed again below, for this call's kind)
             stream = self._begin_on(self._call_stream(ins))
             if stream._recording is not None:  # inside a capture: graphs without input nodes
                 key = (*key, "captured")
@@ -419,7 +423,78 @@ class GraphedCallable:
             graph = entry.graph
             assert graph is not None
             graph.replay(stream)
-            return self._outputs(entry, n, bucket, stream)
+            result = self._outputs(entry, n, bucket, stream)
+            if fastcall is not None and spec == _positional_spec(len(leaves)):
+                self._arm(entry, leaves, ins, stream)
+            return result
+
+    def _arm(self, entry: _Entry, leaves: list[Any], ins: list[_In], stream: Stream) -> None:
+        """Let the C call (``_fastcall.graphed_method``) repeat this call while it can.
+
+        Armed after a call of positional inputs, each a plain cudagraphs array
+        or a CUDA ``torch.Tensor``, that the graph copies itself (dense, no
+        buckets), whose outputs are not copied, on a stream no capture
+        records. A later call with inputs of the same types, shapes, dtypes
+        and devices, on the same stream, with the lock free, is then made in C
+        as this method's caller makes it; any other call disarms it (the lock
+        held) and comes here. The lock is held.
+        """
+        n = len(ins)
+        if self.buckets is not None or self.copy_outputs or stream._recording is not None or n > 16:
+            return
+        if not all(i.contiguous and j in entry.copies for j, i in enumerate(ins)):
+            return
+        spec = entry.out_spec
+        many = spec is not _LEAF
+        if many and (spec[0] is not tuple or not spec[1] or any(s is not _LEAF for s in spec[1])):
+            return
+        if any(type(o) is not DeviceArray and isinstance(o, DeviceArray) for o in entry.outs):
+            return  # (a subclass: the Python call wraps it, C would not)
+        torch_stream = None
+        for x, i in zip(leaves, ins):
+            if i.lib is None:
+                if type(x) is not DeviceArray:
+                    return
+                continue
+            hot = getattr(i.lib, "hot", None)
+            found = hot() if hot is not None else None
+            if found is None or type(x) is not found[0]:
+                return
+            torch_stream = found[1]
+        device = self.device
+        if self._stream is not None:
+            how: tuple[Any, ...] = (_FIXED, stream, None, None, None)
+        elif torch_stream is not None:
+            how = (_TORCH, stream, torch_stream, device.index, stream.handle)
+        else:
+            how = (_CURRENT, stream, None, (device, device.stream), None)
+        graph = entry.graph
+        self._hot = (
+            how[0],
+            tuple([type(x) for x in leaves]),
+            tuple([i.shape for i in ins]),
+            tuple([i.dtype if i.lib is None else x.dtype for x, i in zip(leaves, ins)]),
+            tuple([device if i.lib is None else device.index for i in ins]),
+            *how[1:],
+            graph,
+            entry,
+            entry.sources,
+            entry.held,
+            entry.copies,
+            tuple(entry.outs),
+            many,
+            self._lease,
+            self._lock,
+        )
+
+    def _drop(self, keys: set[Any]) -> None:
+        """Close the graphs of ``keys``: their next calls capture again."""
+        with self._lock:
+            self._hot = None
+            for key in keys:
+                entry = self._entries.pop(key)
+                if entry.graph is not None:
+                    entry.graph.close()
 
     def _begin_on(self, stream: Stream) -> Stream:
         """Order work on ``stream`` after the previous call's (the lock is held); return it.
@@ -653,6 +728,7 @@ class GraphedCallable:
         assert n is not None
         d = self.dim
         with self._lock:
+            self._hot = None
             stream = self._begin_on(self._call_stream(ins))
             self._lease.calls += 1  # the static buffers change: earlier outputs are stale
             for b in reversed(self.buckets):
@@ -705,6 +781,7 @@ class GraphedCallable:
     def close(self) -> None:
         """Free every graph and buffer (after their replays); later calls capture again."""
         with self._lock:
+            self._hot = None
             entries, self._entries = self._entries, {}
             self._buffers.clear()
             self._lease.calls += 1
@@ -818,3 +895,15 @@ def graphed(
     if fn is None:
         return lambda f: GraphedCallable(f, **options)
     return GraphedCallable(fn, **options)
+
+
+PYTHON_CALL = GraphedCallable.__call__  # the reference call (tests compare the C call with it)
+
+if (
+    fastcall is not None
+):  # the repeat call in C (see GraphedCallable._arm); the method above stays the reference
+    setattr(  # noqa: B010
+        GraphedCallable,
+        "__call__",
+        fastcall.graphed_method(GraphedCallable, PYTHON_CALL, _Lease, _Entry, GraphOutput),
+    )

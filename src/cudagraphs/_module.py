@@ -246,10 +246,7 @@ class GraphModule:
                     continue
                 except UpdateError:  # other libraries' nodes: their arguments are unseen
                     drop.add(key)
-        for key in drop:
-            entry = graphs.pop(key)
-            if entry.graph is not None:
-                entry.graph.close()
+        self.graphed._drop(drop)
         report["recaptured"] = len(drop)
         self._snapshot()
         return report

@@ -75,6 +75,17 @@ class TorchLibrary:
             raise TypeError(f"tensors of {obj.dtype} are not supported by cudagraphs")
         return obj.data_ptr(), tuple(obj.shape), dtype, obj.is_contiguous(), obj.device.index
 
+    def hot(self) -> tuple[type, Callable[[int], int]] | None:
+        """``(torch.Tensor, f)`` where ``f(index)`` is the current stream's handle, for C callers.
+
+        A graphed call repeated in C (``cudagraphs._fastcall``) reads tensors
+        of exactly this type through their C methods, and the stream through
+        ``f``; None where this PyTorch has no such function.
+        """
+        torch = sys.modules["torch"]
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        return None if raw is None else (torch.Tensor, raw)
+
     def view(self, array: Any) -> Any:
         """``array`` as a ``torch.Tensor`` sharing its memory (DLPack)."""
         torch = sys.modules["torch"]

@@ -1,0 +1,278 @@
+"""A graphed callable's repeat call, made in C (``_fastcall.graphed_method``).
+
+After a call C can repeat (positional dense inputs the graph copies itself,
+no buckets, outputs not copied), the callable is armed; a call with the same
+input types, shapes, dtypes and devices on the same stream is then made in
+C. These tests count the calls made there, check every result against numpy
+(outputs poisoned first), and run each sequence through the Python call too
+(``_graphed.PYTHON_CALL``), which must give the same results, counts and
+held inputs. Every test runs on each backend in CUDAGRAPHS_TEST_BACKENDS.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import random_array
+
+import cudagraphs as cg
+from cudagraphs import _graphed
+
+fast = pytest.importorskip(
+    "cudagraphs._fastcall", reason="the C part is not built (`pip install -e .` builds it)"
+)
+
+
+@pytest.fixture
+def dev(device: cg.Device) -> cg.Device:
+    cg.ops.preload(["float32"], device)
+    return device
+
+
+def double(u: cg.DeviceArray) -> cg.DeviceArray:
+    return cg.ops.scale(2.0, u)
+
+
+def pair(u: cg.DeviceArray, v: cg.DeviceArray) -> tuple[cg.DeviceArray, cg.DeviceArray]:
+    return cg.ops.add(u, v), cg.ops.scale(3.0, v)
+
+
+def upload(dev: cg.Device, host: np.ndarray) -> cg.DeviceArray:
+    a = cg.empty(host.shape, host.dtype, device=dev)
+    a.set(host)
+    return a
+
+
+class Counted:
+    """Calls of ``f`` and how many of them C made."""
+
+    def __init__(self, f: Callable[..., Any]) -> None:
+        self.f = f
+        self.made_in_c = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        before = fast.graphed_calls()
+        out = self.f(*args, **kwargs)
+        self.made_in_c += fast.graphed_calls() - before
+        return out
+
+
+def test_repeat_calls_are_made_in_c_and_match_numpy(dev: cg.Device, rng: np.random.Generator) -> None:
+    f = Counted(cg.graphed(double, device=dev))
+    a = cg.empty((64, 3), "float32", device=dev)
+    out = None
+    for k in range(5):
+        h = random_array(rng, (64, 3), "float32")
+        if out is not None:
+            out.set(np.full((64, 3), np.nan, np.float32))  # poisoned: the graph must write it
+        a.set(h)
+        out = f(a)
+        assert type(out) is cg.GraphOutput
+        np.testing.assert_allclose(out.get(), 2 * h, rtol=1e-6)
+        assert f.made_in_c == k  # the first call captures, every later one is made in C
+    stats = f.f.stats()
+    assert (stats["calls"], stats["hits"], stats["misses"]) == (5, 4, 1)
+    assert next(iter(f.f.graphs.values())).replays == 5
+
+
+def test_a_moved_input_is_pointed_at_in_c(dev: cg.Device, rng: np.random.Generator) -> None:
+    f = Counted(cg.graphed(double, device=dev))
+    hosts = [random_array(rng, (32,), "float32") for _ in range(3)]
+    arrays = [upload(dev, h) for h in hosts]
+    for k in range(7):
+        j = k % 3
+        out = f(arrays[j])
+        np.testing.assert_allclose(out.get(), 2 * hosts[j], rtol=1e-6)
+    assert f.made_in_c == 6
+    entry = next(iter(f.f._entries.values()))
+    assert entry.sources[0] == arrays[0].ptr
+    assert entry.held[0] is arrays[0]
+
+
+def test_earlier_outputs_go_stale_after_a_call_made_in_c(dev: cg.Device, rng: np.random.Generator) -> None:
+    f = Counted(cg.graphed(double, device=dev))
+    h = random_array(rng, (16,), "float32")
+    a = upload(dev, h)
+    first = f(a)
+    second = f(a)
+    assert f.made_in_c == 1
+    with pytest.raises(cg.StaleOutputError, match="call 1"):
+        first.get()
+    np.testing.assert_allclose(second.get(), 2 * h, rtol=1e-6)
+    assert "valid until the next call" in repr(second)
+
+
+def test_tuple_outputs_and_two_inputs(dev: cg.Device, rng: np.random.Generator) -> None:
+    f = Counted(cg.graphed(pair, device=dev))
+    for _ in range(3):
+        hu, hv = random_array(rng, (8, 5), "float32"), random_array(rng, (8, 5), "float32")
+        s, t = f(upload(dev, hu), upload(dev, hv))
+        np.testing.assert_allclose(s.get(), hu + hv, rtol=1e-6)
+        np.testing.assert_allclose(t.get(), 3 * hv, rtol=1e-6)
+    assert f.made_in_c == 2
+
+
+def test_the_current_and_a_fixed_stream(dev: cg.Device, rng: np.random.Generator) -> None:
+    h = random_array(rng, (16,), "float32")
+    a = upload(dev, h)
+    s = dev.create_stream()
+    s.wait(dev.stream)
+    f = Counted(cg.graphed(double, device=dev))
+    with s:
+        f(a)
+        out = f(a)  # s is the current stream both times: made in C
+    assert f.made_in_c == 1
+    s.synchronize()
+    np.testing.assert_allclose(out.get(stream=s), 2 * h, rtol=1e-6)
+    out = f(a)  # another stream than the last call's: the Python call waits for s first
+    assert f.made_in_c == 1
+    np.testing.assert_allclose(out.get(), 2 * h, rtol=1e-6)
+    fixed = Counted(cg.graphed(double, device=dev, stream=s))
+    fixed(a)
+    out = fixed(a)
+    assert fixed.made_in_c == 1
+    np.testing.assert_allclose(out.get(stream=s), 2 * h, rtol=1e-6)
+
+
+def test_calls_c_does_not_make(dev: cg.Device, rng: np.random.Generator) -> None:
+    h = random_array(rng, (8, 4), "float32")
+    a = upload(dev, h)
+    cases: dict[str, tuple[Any, Callable[[Any], Any], np.ndarray]] = {
+        "keyword": (cg.graphed(lambda u: double(u), device=dev), lambda f: f(u=a), 2 * h),
+        "strided": (cg.graphed(double, device=dev), lambda f: f(a[:, 1]), 2 * h[:, 1]),
+        "buckets": (cg.graphed(double, device=dev, buckets=[8]), lambda f: f(a), 2 * h),
+        "copied outputs": (cg.graphed(double, device=dev, copy_outputs=True), lambda f: f(a), 2 * h),
+        "dict output": (cg.graphed(lambda u: {"y": double(u)}, device=dev), lambda f: f(a)["y"], 2 * h),
+        "static argument": (
+            cg.graphed(lambda u, k: cg.ops.scale(k, u), device=dev),
+            lambda f: f(a, 2.0),
+            2 * h,
+        ),
+    }
+    for name, (f, call, want) in cases.items():
+        counted = Counted(f)
+        for _ in range(3):
+            got = call(counted)
+            np.testing.assert_allclose(got.get(), want, rtol=1e-6, err_msg=name)
+        assert counted.made_in_c == 0, name
+    f = Counted(cg.graphed(double, device=dev))
+    out = f(a)
+    again = f(out)  # a GraphOutput input (not a plain array): the Python call checks it
+    assert f.made_in_c == 0
+    np.testing.assert_allclose(again.get(), 4 * h, rtol=1e-6)
+    other = upload(dev, random_array(rng, (4, 4), "float32"))
+    f(a)
+    f(other)  # a new shape: captured by the Python call, which arms for it
+    f(a)  # the old shape again: not what is armed
+    assert f.made_in_c == 0
+    f(a)
+    assert f.made_in_c == 1
+
+
+def test_a_call_while_another_thread_holds_the_lock_waits(dev: cg.Device, rng: np.random.Generator) -> None:
+    h = random_array(rng, (16,), "float32")
+    a = upload(dev, h)
+    f = Counted(cg.graphed(double, device=dev))
+    f(a)
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with f.f._lock:
+            held.set()
+            release.wait(10)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    held.wait(10)
+    done: list[Any] = []
+    caller = threading.Thread(target=lambda: done.append(f(a).get()))
+    caller.start()
+    time.sleep(0.2)
+    assert not done  # it waits for the lock (the Python call), it does not run beside the holder
+    release.set()
+    t.join(10)
+    caller.join(10)
+    np.testing.assert_allclose(done[0], 2 * h, rtol=1e-6)
+    assert f.made_in_c == 0
+
+
+def test_close_and_drop_disarm(dev: cg.Device, rng: np.random.Generator) -> None:
+    h = random_array(rng, (16,), "float32")
+    a = upload(dev, h)
+    f = Counted(cg.graphed(double, device=dev))
+    f(a)
+    f(a)
+    f.f.close()
+    np.testing.assert_allclose(f(a).get(), 2 * h, rtol=1e-6)  # captured again, not a closed graph
+    f.f._drop(set(f.f._entries))  # (what GraphModule.refresh does to graphs it cannot repoint)
+    np.testing.assert_allclose(f(a).get(), 2 * h, rtol=1e-6)
+    assert f.f.stats()["misses"] == 3
+    assert f.made_in_c == 1
+
+
+def test_the_last_input_stays_alive_for_a_direct_replay(dev: cg.Device, rng: np.random.Generator) -> None:
+    f = Counted(cg.graphed(double, device=dev))
+    f(upload(dev, random_array(rng, (4096,), "float32")))
+    h = random_array(rng, (4096,), "float32")
+    out = f(upload(dev, h))  # made in C; the temporary input is referenced only by the callable
+    assert f.made_in_c == 1
+    gc.collect()
+    for _ in range(3):  # blocks freed meanwhile would be reused by these
+        cg.empty((4096,), "float32", device=dev).set(np.zeros(4096, np.float32))
+    graph = next(iter(f.f.graphs.values()))
+    graph.replay(dev.stream)
+    np.testing.assert_allclose(out.get(), 2 * h, rtol=1e-6)
+
+
+def test_an_error_in_a_call_made_in_c_is_the_python_calls(dev: cg.Device, rng: np.random.Generator) -> None:
+    a = upload(dev, random_array(rng, (16,), "float32"))
+    errors = []
+    for call in (None, _graphed.PYTHON_CALL):
+        f = cg.graphed(double, device=dev)
+        f(a)
+        next(iter(f.graphs.values())).close()  # the user closed the graph under the callable
+        with pytest.raises(RuntimeError) as info:
+            f(a) if call is None else call(f, a)
+        errors.append(str(info.value))
+        assert f._lock.acquire(False)  # the lock is free again
+        f._lock.release()
+    assert errors[0] == errors[1]
+    assert "closed" in errors[0]
+
+
+def test_c_and_python_calls_agree(dev: cg.Device, rng: np.random.Generator) -> None:
+    hosts = [random_array(rng, (8, 6), "float32") for _ in range(3)] + [random_array(rng, (2, 6), "float32")]
+    s = dev.create_stream()
+    s.wait(dev.stream)
+    runs = []
+    for call in (None, _graphed.PYTHON_CALL):
+        f = cg.graphed(pair, device=dev)
+        arrays = [upload(dev, h) for h in hosts]
+        got = []
+        plan = [(0, 1, None), (0, 1, None), (1, 2, None), (2, 0, s), (2, 0, s), (3, 3, None), (0, 1, None)]
+        for i, j, stream in plan:
+            if stream is not None:
+                with stream:
+                    out = f(arrays[i], arrays[j]) if call is None else call(f, arrays[i], arrays[j])
+                    got.append([o.get(stream=stream) for o in out])
+            else:
+                out = f(arrays[i], arrays[j]) if call is None else call(f, arrays[i], arrays[j])
+                got.append([o.get() for o in out])
+            want = [hosts[i] + hosts[j], 3 * hosts[j]]
+            for g, w in zip(got[-1], want):
+                np.testing.assert_allclose(g, w, rtol=1e-6)
+        entries = list(f._entries.values())
+        held = [[arrays.index(x) for x in e.held.values()] for e in entries]
+        replays = [e.graph.replays for e in entries if e.graph is not None]
+        runs.append((got, f.stats(), held, replays, f._lease.calls))
+    (got_c, *rest_c), (got_py, *rest_py) = runs
+    for a, b in zip(got_c, got_py):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)
+    assert rest_c == rest_py
