@@ -276,3 +276,110 @@ def test_c_and_python_calls_agree(dev: cg.Device, rng: np.random.Generator) -> N
         for x, y in zip(a, b):
             np.testing.assert_array_equal(x, y)
     assert rest_c == rest_py
+
+
+# two kinds of device memory ---------------------------------------------------------------
+class Plain:
+    """Another library's array in memory outside the stream-ordered pool (as PyTorch's)."""
+
+    def __init__(self, dev: cg.Device, host: np.ndarray) -> None:
+        self.dev, self.shape, self.dtype = dev, host.shape, host.dtype
+        self.ptr = dev.backend.mem_alloc(dev.index, host.nbytes, None)
+        view = cg._array.foreign_view(self, dev)
+        assert view is not None
+        view.set(host)
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False), "version": 3}
+
+    def free(self) -> None:
+        self.dev.synchronize()
+        self.dev.backend.mem_free(self.ptr, None)
+
+
+def captured_copy(dev: cg.Device, dst: int, src: int, nbytes: int) -> tuple[cg.Graph, Any]:
+    """A graph of one device copy (recorded by cudagraphs), and the copy node's handle."""
+    from cudagraphs._patch import _records
+    from cudagraphs._recording import Work, submit
+    from cudagraphs.backends.base import Copy
+
+    copy = Copy(dst, src, nbytes, "dtod")
+    with cg.capture(device=dev) as g:
+        submit(dev.current_stream(), Work("memcpy", dev.backend.memcpy, copy, patch=copy))
+    return g, _records(g)[0].handle
+
+
+def test_the_driver_moves_a_copy_node_only_within_one_kind_of_memory(
+    dev: cg.Device, rng: np.random.Generator
+) -> None:
+    """Measured on an H100 (CUDA 13): pool memory and cuMemAlloc memory cannot replace each other."""
+    from cudagraphs.backends.base import Copy
+
+    h = random_array(rng, (256,), "float32")
+    dst = cg.empty(256, "float32", device=dev)
+    pool = [upload(dev, h), upload(dev, 2 * h)]
+    plain = [Plain(dev, 3 * h), Plain(dev, 4 * h)]
+    backend, n = dev.backend, h.nbytes
+    try:
+        for first, other, wrong in (
+            (pool[0], pool[1].ptr, plain[0].ptr),
+            (plain[0], plain[1].ptr, pool[0].ptr),
+        ):
+            src = first.ptr
+            g, node = captured_copy(dev, dst.ptr, src, n)
+            backend.graph_update(g._exec, node, Copy(dst.ptr, other, n, "dtod"))  # same kind: moves
+            with pytest.raises(cg.CudaError, match="CUDA_ERROR_INVALID_VALUE"):
+                backend.graph_update(g._exec, node, Copy(dst.ptr, wrong, n, "dtod"))
+            dst.set(np.full(256, np.nan, np.float32))
+            g.replay()
+            want = 2 * h if other == pool[1].ptr else 4 * h
+            np.testing.assert_array_equal(dst.get(), want)  # the failed move changed nothing
+            backend.graph_update(g._exec, node, False)  # switched off: the replay copies nothing
+            dst.set(np.zeros(256, np.float32))
+            g.replay()
+            np.testing.assert_array_equal(dst.get(), np.zeros(256, np.float32))
+            backend.graph_update(g._exec, node, True)
+            g.replay()
+            np.testing.assert_array_equal(dst.get(), want)
+            g.close()
+    finally:
+        for p in plain:
+            p.free()
+
+
+def test_an_input_of_the_other_kind_of_memory_is_copied_eagerly(
+    dev: cg.Device, rng: np.random.Generator
+) -> None:
+    hosts = [random_array(rng, (128,), "float32") for _ in range(4)]
+    for plain_first in (True, False):
+        f = Counted(cg.graphed(double, device=dev))
+        plain = [Plain(dev, hosts[0]), Plain(dev, hosts[1])]
+        pool = [upload(dev, hosts[2]), upload(dev, hosts[3])]
+        # (pool first: the plain input as a cudagraphs array, which the C call takes)
+        as_array = cg._array.foreign_view(plain[0], dev)
+        order = (
+            [plain[0], pool[0], plain[1], pool[1]] if plain_first else [pool[0], pool[1], as_array, pool[0]]
+        )
+        want = (
+            [hosts[0], hosts[2], hosts[1], hosts[3]]
+            if plain_first
+            else [hosts[2], hosts[3], hosts[0], hosts[2]]
+        )
+        try:
+            for k, (x, w) in enumerate(zip(order, want)):
+                out = f(x)
+                np.testing.assert_allclose(out.get(), 2 * w, rtol=1e-6, err_msg=f"call {k}")
+            entry = next(iter(f.f._entries.values()))
+            assert entry.copies == {}  # the copy node is off: the input is copied by each call
+            assert f.f._hot is None
+            graph = next(iter(f.f.graphs.values()))
+            out.set(np.zeros(128, np.float32))
+            graph.replay(dev.stream)  # a direct replay reads what the last call copied in
+            np.testing.assert_allclose(out.get(), 2 * want[-1], rtol=1e-6)
+            # pool first: the second call was made in C, the third (plain) too, switching the node off
+            assert f.made_in_c == (0 if plain_first else 2)
+        finally:
+            f.f.close()
+            for p in plain:
+                p.free()

@@ -1608,12 +1608,13 @@ static PyObject *replay_method(PyObject *self, PyObject *const *args, Py_ssize_t
  * the graph's own first nodes; no buckets; outputs not copied. A later call whose inputs have
  * the armed types, shapes, dtypes and devices, on the armed stream (the previous call's), with the
  * callable's lock free, is made here as the Python call makes it: the lock held, the calls
- * counted (earlier outputs go stale), each copy node pointed at its input when the input moved
- * (graph._point_copy), the input held, the graph launched (cuGraphLaunch, or graph.replay where
- * the fast launch cannot), the outputs wrapped. Every other call goes to python_call unchanged.
+ * counted (earlier outputs go stale), each input held or, where it moved, handed to
+ * GraphedCallable._moved (which points its copy node, or copies it where the node cannot move),
+ * the graph launched (cuGraphLaunch, or graph.replay where the fast launch cannot), the outputs
+ * wrapped. Every other call goes to python_call unchanged.
  */
 enum { H_MODE, H_TYPES, H_SHAPES, H_DTYPES, H_DEVICES, H_STREAM, H_SOURCE, H_SOURCE_ARG, H_HANDLE,
-       H_GRAPH, H_ENTRY, H_SOURCES, H_HELD, H_COPIES, H_OUTS, H_TUPLE, H_LEASE, H_LOCK, H_SIZE };
+       H_GRAPH, H_ENTRY, H_SOURCES, H_HELD, H_OUTS, H_TUPLE, H_LEASE, H_LOCK, H_SIZE };
 enum { MODE_FIXED, MODE_TORCH, MODE_CURRENT }; /* where the call's stream comes from */
 #define MAX_INPUTS 16
 
@@ -1624,7 +1625,7 @@ static Py_ssize_t array_slots[32];        /* the array class's slots, copied int
 static int n_array_slots;
 static unsigned long long graphed_fast;   /* calls made here */
 static PyObject *str_hot, *str_calls_, *str_data_ptr, *str_get_device, *str_is_contiguous, *str_shape,
-    *str_dtype, *str_acquire, *str_release, *str_point_copy, *str_replay;
+    *str_dtype, *str_acquire, *str_release, *str_moved, *str_replay;
 
 /* Input i's address (a new reference) if it reads as armed, else NULL (an error maybe set). */
 static PyObject *hot_input(PyObject *hot, Py_ssize_t i, PyObject *obj) {
@@ -1732,7 +1733,7 @@ static PyObject *hot_outputs(PyObject *hot) {
 static PyObject *hot_locked(PyObject *self, PyObject *hot, PyObject *const *args, PyObject **ptrs, Py_ssize_t n) {
     PyObject *entry = PyTuple_GET_ITEM(hot, H_ENTRY), *graph = PyTuple_GET_ITEM(hot, H_GRAPH);
     PyObject *sources = PyTuple_GET_ITEM(hot, H_SOURCES), *held = PyTuple_GET_ITEM(hot, H_HELD);
-    PyObject *copies = PyTuple_GET_ITEM(hot, H_COPIES), *stream = PyTuple_GET_ITEM(hot, H_STREAM);
+    PyObject *stream = PyTuple_GET_ITEM(hot, H_STREAM);
     /* self._lease.calls += 1; self._calls += 1; entry.hits += 1 (as the Python call counts) */
     if (count_up(PyTuple_GET_ITEM(hot, H_LEASE), l_calls) || count_up(entry, e_hits)) return NULL;
     PyObject *calls = PyObject_GetAttr(self, str_calls_);
@@ -1747,26 +1748,18 @@ static PyObject *hot_locked(PyObject *self, PyObject *hot, PyObject *const *args
         PyObject *key = PyLong_FromSsize_t(j);
         if (key == NULL) return NULL;
         PyObject *src = PyDict_GetItemWithError(sources, key);
-        int same = src == NULL ? -1 : PyObject_RichCompareBool(src, ptrs[j], Py_EQ);
+        int same = src == NULL ? -1 : PyObject_RichCompareBool(src, ptrs[j], Py_EQ), bad = same < 0;
         if (src == NULL && !PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "a graphed input has no source");
-        if (same == 0) { /* the input moved: graph._point_copy(copies[j], address) */
-            PyObject *index = PyDict_GetItemWithError(copies, key), *r = NULL;
-            if (index != NULL) {
-                Py_INCREF(index);
-                PyObject *argv[3] = {graph, index, ptrs[j]};
-                r = PyObject_VectorcallMethod(str_point_copy, argv, 3, NULL);
-                Py_DECREF(index);
-            } else if (!PyErr_Occurred()) {
-                PyErr_SetString(PyExc_KeyError, "a graphed input has no copy node");
-            }
-            same = r == NULL || PyDict_SetItem(sources, key, ptrs[j]) ? -1 : 1;
+        if (same == 1) {
+            bad = PyDict_SetItem(held, key, args[j]);
+        } else if (same == 0) { /* moved: self._moved(entry, j, input, stream) points its node */
+            PyObject *argv[5] = {self, entry, key, args[j], stream};
+            PyObject *r = PyObject_VectorcallMethod(str_moved, argv, 5, NULL);
+            bad = r == NULL;
             Py_XDECREF(r);
         }
-        if (same < 0 || PyDict_SetItem(held, key, args[j])) {
-            Py_DECREF(key);
-            return NULL;
-        }
         Py_DECREF(key);
+        if (bad) return NULL;
     }
     int done = graph_launch_on(graph, stream);
     if (done < 0) return NULL;
@@ -1998,10 +1991,10 @@ PyMODINIT_FUNC PyInit__fastcall(void) {
     str_out = PyUnicode_InternFromString("out");
     if (str_fast == NULL || str_out == NULL) return NULL;
     PyObject **hot_names[] = {&str_hot,         &str_calls_,  &str_data_ptr,   &str_get_device, &str_is_contiguous,
-                              &str_shape,       &str_dtype,   &str_acquire,    &str_release,    &str_point_copy,
+                              &str_shape,       &str_dtype,   &str_acquire,    &str_release,    &str_moved,
                               &str_replay};
     const char *hot_texts[] = {"_hot",  "_calls", "data_ptr", "get_device", "is_contiguous", "shape",
-                               "dtype", "acquire", "release", "_point_copy", "replay"};
+                               "dtype", "acquire", "release", "_moved", "replay"};
     for (size_t i = 0; i < sizeof hot_texts / sizeof hot_texts[0]; ++i)
         if ((*hot_names[i] = PyUnicode_InternFromString(hot_texts[i])) == NULL) return NULL;
     PyObject **names_[] = {&str_thread, &str_invalid, &str_frees, &str_memory, &str_owners, &str_keep,

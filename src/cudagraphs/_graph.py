@@ -494,6 +494,10 @@ class Graph:
         """Point the device copy of record ``index`` at ``src`` (graphed inputs)."""
         _patch.point_copy(self, self._ready(), index, src)
 
+    def _switch_off_copy(self, index: int) -> None:
+        """Switch off the device copy of record ``index`` (graphed inputs)."""
+        _patch.switch_off_copy(self, self._ready(), index)
+
     # replay ---------------------------------------------------------------------------------
     def _ready(self) -> Any:
         if self._later and self.state == GraphState.CAPTURED:

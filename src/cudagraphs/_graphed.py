@@ -43,12 +43,12 @@ from ._array import DeviceArray, empty, foreign_view
 from ._builtin import copy_view, fill_value, fill_view
 from ._capture import CaptureSession, capture_options
 from ._device import Device, Stream
-from ._errors import StaleOutputError
+from ._errors import CudaError, StaleOutputError
 from ._graph import Graph
 from ._kernel import fastcall
 from ._pool import GraphPool
 from ._recording import Work, submit
-from .backends.base import Copy
+from .backends.base import CUDA_ERROR_INVALID_VALUE, Copy
 
 __all__ = ["GraphOutput", "GraphedCallable", "graphed"]
 
@@ -480,7 +480,6 @@ class GraphedCallable:
             entry,
             entry.sources,
             entry.held,
-            entry.copies,
             tuple(entry.outs),
             many,
             self._lease,
@@ -560,33 +559,43 @@ class GraphedCallable:
         The inputs the graph copies itself are not copied here: their copy
         nodes are pointed at them when their address changed.
         """
-        eager = stream._recording is None
         copies = entry.copies
         for j, (dst, i) in enumerate(zip(entry.static, ins)):
-            if j in copies:
-                self._point(entry, j, i, stream)
+            if j in copies and self._point(entry, j, i, stream):
                 continue
-            part = dst[_cut(dst.shape, self.dim, n)] if n is not None and n != bucket else dst
-            if i.contiguous and part.is_contiguous:
-                nbytes = part.nbytes
-                if nbytes:
-                    copy = _tuple_new(Copy, (part.ptr, i.ptr, nbytes, "dtod"))
-                    if eager:  # what submit() does on a stream no capture records, one call sooner
-                        self.device.backend.memcpy(stream._raw, copy)
-                    else:
-                        work = (
-                            "memcpy", dst.device.backend.memcpy, copy, (i.obj,), (part,), (), "", None, None,
-                        )  # fmt: skip
-                        submit(stream, _tuple_new(Work, work))
-            else:
-                copy_view(part, _array_of(i, dst.device), stream)
-            if n is not None and n != bucket and self.pad_value is not None:
-                d = self.dim
-                pad = dst[(slice(None),) * d + (slice(n, bucket),)]
-                fill_view(pad, fill_value("graphed padding", dst.dtype, self.pad_value), stream)
+            self._copy_in(dst, i, n, bucket, stream)
 
-    def _point(self, entry: _Entry, j: int, i: _In, stream: Stream) -> None:
-        """Make input ``j``'s copy node read ``i`` (a dense copy of it, if it is strided)."""
+    def _copy_in(self, dst: DeviceArray, i: _In, n: int | None, bucket: int | None, stream: Stream) -> None:
+        """Copy input ``i`` into its static buffer ``dst`` on ``stream`` (and fill the padding)."""
+        eager = stream._recording is None
+        part = dst[_cut(dst.shape, self.dim, n)] if n is not None and n != bucket else dst
+        if i.contiguous and part.is_contiguous:
+            nbytes = part.nbytes
+            if nbytes:
+                copy = _tuple_new(Copy, (part.ptr, i.ptr, nbytes, "dtod"))
+                if eager:  # what submit() does on a stream no capture records, one call sooner
+                    self.device.backend.memcpy(stream._raw, copy)
+                else:
+                    work = (
+                        "memcpy", dst.device.backend.memcpy, copy, (i.obj,), (part,), (), "", None, None,
+                    )  # fmt: skip
+                    submit(stream, _tuple_new(Work, work))
+        else:
+            copy_view(part, _array_of(i, dst.device), stream)
+        if n is not None and n != bucket and self.pad_value is not None:
+            d = self.dim
+            pad = dst[(slice(None),) * d + (slice(n, bucket),)]
+            fill_view(pad, fill_value("graphed padding", dst.dtype, self.pad_value), stream)
+
+    def _point(self, entry: _Entry, j: int, i: _In, stream: Stream) -> bool:
+        """Make input ``j``'s copy node read ``i`` (a dense copy of it, if it is strided).
+
+        The driver moves a copy node only within one kind of memory: the
+        stream-ordered pool's (cudagraphs arrays) or other device memory
+        (PyTorch's and CuPy's allocators). Where ``i`` is of the other kind,
+        the node is switched off for good and False returned: the caller then
+        copies the input eagerly, as every later call will. The lock is held.
+        """
         src, held = i.ptr, i.obj
         if not i.contiguous:  # the node copies dense bytes: from a dense copy made now
             dense = entry.scratch.get(j)
@@ -597,9 +606,25 @@ class GraphedCallable:
         if src != entry.sources[j]:
             graph = entry.graph
             assert graph is not None
-            graph._point_copy(entry.copies[j], src)
+            try:
+                graph._point_copy(entry.copies[j], src)
+            except CudaError as exc:
+                if exc.code != CUDA_ERROR_INVALID_VALUE:
+                    raise
+                graph._switch_off_copy(entry.copies[j])
+                del entry.copies[j], entry.sources[j], entry.held[j]
+                entry.scratch.pop(j, None)
+                self._hot = None
+                return False
             entry.sources[j] = src
         entry.held[j] = held  # (the next call, or a direct replay of the graph, reads it)
+        return True
+
+    def _moved(self, entry: _Entry, j: int, obj: Any, stream: Stream) -> None:
+        """The C call's :meth:`_point`, for input ``j`` (``obj``) at a new address; the lock is held."""
+        i = _describe(obj, self.device)
+        if not self._point(entry, j, i, stream):
+            self._copy_in(entry.static[j], i, None, None, stream)
 
     def _record_copies(self, entry: _Entry, ins: list[_In], stream: Stream) -> None:
         """Record the input copies as the first nodes of the graph captured on ``stream``.

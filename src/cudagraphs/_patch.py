@@ -273,6 +273,25 @@ def point_copy(graph: Any, exec_: Any, index: int, src: int) -> None:
     graph._patched = True
 
 
+def switch_off_copy(graph: Any, exec_: Any, index: int) -> None:
+    """Switch off the device-copy node of record ``index`` (a graphed input copied eagerly now).
+
+    Raises
+    ------
+    ValueError
+        If record ``index`` is not a device copy recorded by cudagraphs.
+    """
+    records = graph._records
+    if records[index].handle is None:
+        records = _records(graph)
+    r = records[index]
+    if r.kind != "memcpy" or not isinstance(r.patch, Copy) or r.patch.kind != "dtod":
+        raise ValueError(f"record {index} is not a device-to-device copy recorded by cudagraphs")
+    graph.device.backend.graph_update(exec_, r.handle, False)
+    records[index] = r._replace(patch=None, views=(None, r.views[1]))
+    graph._patched = True
+
+
 def set_arg(graph: Any, exec_: Any, node: Any, arg: int | str, value: Any) -> None:
     """See :meth:`cudagraphs.Graph.set_arg`."""
     nodes = graph.nodes

@@ -294,11 +294,17 @@ class Backend(Protocol):
         """Milliseconds between two completed timing events."""
 
     # memory
-    def mem_alloc(self, ordinal: int, nbytes: int, stream: Handle) -> int:
-        """Device memory, in order on ``stream`` (a graph allocation while it is captured)."""
+    def mem_alloc(self, ordinal: int, nbytes: int, stream: Handle | None) -> int:
+        """Device memory, in order on ``stream`` (a graph allocation while it is captured).
 
-    def mem_free(self, ptr: int, stream: Handle) -> None:
-        """Free memory from :meth:`mem_alloc`, in order on ``stream``."""
+        ``stream`` None: memory outside the stream-ordered pool (``cuMemAlloc``,
+        synchronous), as PyTorch's and CuPy's allocators take it; a copy node
+        captured reading one kind cannot be moved to the other (see
+        :meth:`graph_update`).
+        """
+
+    def mem_free(self, ptr: int, stream: Handle | None) -> None:
+        """Free memory from :meth:`mem_alloc`, in order on ``stream`` (None: ``cuMemFree``)."""
 
     def mem_pool(
         self, ordinal: int, release_threshold: int | None = None, trim: bool = False
@@ -364,8 +370,19 @@ class Backend(Protocol):
     def graph_instantiate(self, graph: Handle, auto_free: bool) -> Handle:
         """An executable graph (``auto_free``: graph memory freed at each relaunch)."""
 
-    def graph_update(self, exec_: Handle, target: Handle, params: KernelLaunch | Copy | None = None) -> None:
-        """Update ``exec_``: from the graph ``target``, or node ``target`` to ``params``."""
+    def graph_update(
+        self, exec_: Handle, target: Handle, params: KernelLaunch | Copy | bool | None = None
+    ) -> None:
+        """Update ``exec_``: from the graph ``target``, or node ``target`` to ``params``.
+
+        ``params`` a bool switches node ``target`` on or off (kernel, memset
+        and copy nodes: ``cuGraphNodeSetEnabled``).
+
+        A copy node's new addresses must be memory of the kinds it copied at
+        instantiation: stream-ordered pool memory (:meth:`mem_alloc`) and
+        other device memory (:meth:`mem_alloc` without a stream) cannot replace each
+        other (CUDA_ERROR_INVALID_VALUE; measured on an H100, CUDA 13 driver).
+        """
 
     def graph_repoint(
         self,

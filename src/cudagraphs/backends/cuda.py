@@ -398,6 +398,12 @@ class CudaBackend:
     # memory -------------------------------------------------------------
     def mem_alloc(self, ordinal: int, nbytes: int, stream: Any) -> int:
         drv = _driver()
+        if stream is None:  # outside the pool: cuMemAlloc
+            self.activate(ordinal)
+            found = drv.cuMemAlloc(max(nbytes, 1))
+            if found[0]:
+                found = self._retry(found[0], "cuMemAlloc", lambda: drv.cuMemAlloc(max(nbytes, 1)), ordinal)
+            return int(found[1])
         pool = self._pools[ordinal]
         result = _call["cuMemAllocFromPoolAsync"](nbytes, pool, stream)
         if result[0]:
@@ -410,6 +416,9 @@ class CudaBackend:
         return int(result[1])
 
     def mem_free(self, ptr: int, stream: Any) -> None:
+        if stream is None:
+            _check(_driver().cuMemFree(ptr), "cuMemFree")
+            return
         _check(_call["cuMemFreeAsync"](ptr, stream), "cuMemFreeAsync")
 
     def mem_pool(
@@ -674,7 +683,11 @@ class CudaBackend:
         self._node_params[function, grid, block, shared_mem] = prepared
         return prepared
 
-    def graph_update(self, exec_: Any, target: Any, params: KernelLaunch | Copy | None = None) -> None:
+    def graph_update(self, exec_: Any, target: Any, params: KernelLaunch | Copy | bool | None = None) -> None:
+        if type(params) is bool:
+            flag = 1 if params else 0
+            _check(_driver().cuGraphNodeSetEnabled(exec_, target, flag), "cuGraphNodeSetEnabled")
+            return
         drv = _driver()
 
         if type(params) is KernelLaunch:

@@ -291,6 +291,7 @@ class _SimExec:
         "auto_free",
         "conditions",
         "nodes",
+        "off",
         "outstanding",
         "position",
         "unfreed",
@@ -306,6 +307,7 @@ class _SimExec:
         self.outstanding = False
         self.position = {id(n): i for i, n in enumerate(graph.nodes)}  # instantiated-from nodes
         self.works: dict[int, Callable[[], None]] = {}
+        self.off: dict[int, Callable[[], None] | None] = {}  # switched-off nodes: their work
         self.conditions = list(graph.conditions)
         _own(self.conditions)
         self.alive = True
@@ -409,6 +411,10 @@ class _SimFunction:
         self.name, self.params, self.host = name, list(params), host
 
 
+def _nothing() -> None:
+    """The work of a switched-off node."""
+
+
 class _Memory:
     """All simulated device allocations of the process (addresses are global)."""
 
@@ -418,7 +424,16 @@ class _Memory:
         self.buffers: dict[int, np.ndarray] = {}
         self.owner: dict[int, tuple[int, int]] = {}  # start -> (device ordinal, bytes)
         self.used: dict[int, int] = {}  # ordinal -> bytes
+        self.plain: set[int] = set()  # starts of memory outside the stream-ordered pool
         self.next = _BASE_ADDRESS
+
+    def kind(self, ptr: int) -> str | None:
+        """``"plain"`` or ``"pool"`` for the allocation holding ``ptr`` (None: no live one)."""
+        with self.lock:
+            i = bisect.bisect_right(self.starts, ptr) - 1
+            if i < 0 or ptr - self.starts[i] >= max(self.buffers[self.starts[i]].nbytes, 1):
+                return None
+            return "plain" if self.starts[i] in self.plain else "pool"
 
     def alloc(self, ordinal: int, nbytes: int, limit: int) -> int:
         with self.lock:
@@ -448,6 +463,7 @@ class _Memory:
                     f"0x{ptr:x} is not the start of a live allocation",
                 )
             self.starts.pop(bisect.bisect_left(self.starts, ptr))
+            self.plain.discard(ptr)
             ordinal, nbytes = self.owner.pop(ptr)
             self.used[ordinal] -= nbytes
 
@@ -850,8 +866,14 @@ class SimBackend:
             stream.record(kind, label, work).params = params
 
     # memory -------------------------------------------------------------
-    def mem_alloc(self, ordinal: int, nbytes: int, stream: _SimStream) -> int:
+    def mem_alloc(self, ordinal: int, nbytes: int, stream: _SimStream | None) -> int:
         self._fault("alloc")
+        if stream is None:  # outside the pool: cuMemAlloc
+            self._unsafe(ordinal, "cuMemAlloc")
+            ptr = self._memory.alloc(ordinal, nbytes, self.device_properties(ordinal).total_memory)
+            with self._memory.lock:
+                self._memory.plain.add(ptr)
+            return ptr
         self._live(stream, "cuMemAllocFromPoolAsync")
         if stream.capture is None:
             self._unsafe(ordinal, "cuMemAllocFromPoolAsync")
@@ -862,7 +884,13 @@ class SimBackend:
             stream.record("mem_alloc", "", None)
         return ptr
 
-    def mem_free(self, ptr: int, stream: _SimStream) -> None:
+    def mem_free(self, ptr: int, stream: _SimStream | None) -> None:
+        if stream is None:
+            self._unsafe(0, "cuMemFree")
+            if ptr not in self._memory.plain:
+                raise _error(CUDA_ERROR_INVALID_VALUE, "cuMemFree", f"0x{ptr:x} is not from cuMemAlloc")
+            self._memory.free(ptr)
+            return
         graph = stream.capture
         if graph is not None and ptr in graph.allocations:
             stream.record("mem_free", "", None)  # freed with the graph
@@ -1167,8 +1195,13 @@ class SimBackend:
                     used |= u
         return made, used
 
-    def graph_update(self, exec_: _SimExec, target: Any, params: KernelLaunch | Copy | None = None) -> None:
+    def graph_update(
+        self, exec_: _SimExec, target: Any, params: KernelLaunch | Copy | bool | None = None
+    ) -> None:
         self._fault("update")
+        if type(params) is bool:
+            self._switch(exec_, target, params)
+            return
         if params is None:  # whole-graph update: CUDA's checks, then the new nodes
             self._live(exec_, "cuGraphExecUpdate")
             self._live(target, "cuGraphExecUpdate")
@@ -1180,6 +1213,9 @@ class SimBackend:
                     raise UpdateError(base.UPDATE_REASONS[3], i)
             exec_.nodes = list(new)
             exec_.works.clear()
+            for i in exec_.off:  # (switched-off nodes stay off, with the new graph's work)
+                exec_.off[i] = None
+                exec_.works[i] = _nothing
             _own(target.conditions)
             _disown(exec_.conditions)
             exec_.conditions = list(target.conditions)
@@ -1202,7 +1238,42 @@ class SimBackend:
         else:
             if kind != "memcpy":
                 raise _error(CUDA_ERROR_INVALID_VALUE, call, f"node {i} is a {kind} node")
-            exec_.works[i] = self._dtod(params.dst, params.src, params.nbytes)
+            # the memory operands' mappings must not change: pool memory and cuMemAlloc memory
+            # cannot replace each other (measured on an H100)
+            old = exec_.nodes[i].params
+            if old is not None:
+                for now, then in ((params.dst, old[0]), (params.src, old[1])):
+                    if self._memory.kind(now) != self._memory.kind(then):
+                        raise _error(
+                            CUDA_ERROR_INVALID_VALUE,
+                            call,
+                            f"0x{now:x} is {self._memory.kind(now)} memory, the node copied "
+                            f"{self._memory.kind(then)} memory at instantiation (the memory "
+                            "operands' mappings changed)",
+                        )
+            if i in exec_.off:
+                exec_.off[i] = self._dtod(params.dst, params.src, params.nbytes)
+            else:
+                exec_.works[i] = self._dtod(params.dst, params.src, params.nbytes)
+
+    def _switch(self, exec_: _SimExec, node: Any, enabled: bool) -> None:
+        """Switch ``node`` of ``exec_`` on or off (cuGraphNodeSetEnabled)."""
+        call = "cuGraphNodeSetEnabled"
+        self._live(exec_, call)
+        i = exec_.position.get(id(node))
+        if i is None:
+            raise _error(CUDA_ERROR_INVALID_VALUE, call, "the node is not in the instantiated graph")
+        if exec_.nodes[i].kind not in ("kernel", "memcpy", "memset"):
+            raise _error(CUDA_ERROR_INVALID_VALUE, call, f"node {i} is a {exec_.nodes[i].kind} node")
+        if not enabled and i not in exec_.off:  # (its work kept, for switching it on again)
+            exec_.off[i] = exec_.works.get(i)
+            exec_.works[i] = _nothing
+        elif enabled and i in exec_.off:
+            work = exec_.off.pop(i)
+            if work is None:
+                exec_.works.pop(i, None)
+            else:
+                exec_.works[i] = work
 
     def graph_repoint(
         self,
