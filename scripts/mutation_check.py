@@ -41,7 +41,7 @@ MUTATIONS = [
     (
         "capture keeps nothing alive",
         "src/cudagraphs/_recording.py",
-        "                if block._ref.owner not in owners:\n                    keep.append(o)",
+        "                if block.owner not in owners:\n                    keep.append(o)",
         "                pass",
     ),
     (

@@ -109,11 +109,10 @@ def live_blocks(dev: cg.Device) -> str:
         return type(o).__name__
 
     lines = []
-    for ref in list(_allocator._refs):
-        block = ref()
-        if block is None or block.device is not dev:
+    for block in [o for o in gc.get_objects() if type(o) is _allocator.Block]:
+        if block.device is not dev:
             continue
-        holders = [h for h in gc.get_referrers(block) if h is not ref]
+        holders = [h for h in gc.get_referrers(block) if not isinstance(h, _allocator._BlockRef)]
         for h in holders[:3]:
             up = gc.get_referrers(h)
             lines.append(

@@ -383,3 +383,23 @@ def test_an_input_of_the_other_kind_of_memory_is_copied_eagerly(
             f.f.close()
             for p in plain:
                 p.free()
+
+
+def test_a_closed_stream_is_refused_as_the_python_call_refuses_it(
+    dev: cg.Device, rng: np.random.Generator
+) -> None:
+    a = upload(dev, random_array(rng, (16,), "float32"))
+    errors = []
+    for call in (None, _graphed.PYTHON_CALL):
+        s = dev.create_stream()
+        s.wait(dev.stream)
+        f = Counted(cg.graphed(double, device=dev, stream=s))
+        f(a)
+        f(a)
+        assert f.made_in_c == 1
+        s.synchronize()
+        s.close()
+        with pytest.raises(ValueError, match="closed") as info:
+            f(a) if call is None else call(f.f, a)
+        errors.append(str(info.value))
+    assert errors[0] == errors[1]

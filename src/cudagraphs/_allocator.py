@@ -21,11 +21,15 @@ Rules (the same on every backend):
 Notes
 -----
 A :class:`Block` owns its memory: the block returns to its owner when the
-last array referencing it is garbage collected (a weak-reference callback,
-so no ``__del__``). That callback may run in the middle of any allocation,
-even one holding this allocator's lock, so it only queues the block; the
-queue is emptied at the start of the next allocator call (a garbage
-collection never deadlocks the allocator).
+last array referencing it is garbage collected (in the deallocator of its C
+base class ``_fastcall.BlockBase``, or, where the C part is not built, in a
+weak-reference callback; never ``__del__``). That release may run in the
+middle of any allocation, even one holding this allocator's lock: it puts
+the block back on its free list only if the lock is free right now, and
+otherwise queues it; the queue is emptied at the start of the next
+allocator call (a garbage collection never deadlocks the allocator).
+``cudagraphs.empty``'s common call takes a cached block in C too
+(``_fastcall.fast_empty``), on the same free lists, under the same lock.
 
 While a stream is being captured, allocations on it go to the capture's
 memory policy (``stream._recording.memory``: the graph's pool, driver graph
@@ -40,7 +44,7 @@ import dataclasses
 import sys
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from . import _recording
 from ._errors import CaptureError, CudaError, OutOfMemoryError
@@ -48,6 +52,11 @@ from .backends.base import CUDA_ERROR_OUT_OF_MEMORY
 
 if TYPE_CHECKING:
     from ._device import Device, Stream
+
+try:  # the optional C part: a Block's release in its deallocator, cudagraphs.empty's repeat path
+    from . import _fastcall  # type: ignore[attr-defined]
+except ImportError:
+    _fastcall = None
 
 __all__ = [
     "AllocatorStats",
@@ -101,7 +110,47 @@ class AllocatorStats:
     oom_retries: int
 
 
-class Block:
+class _PyBlock:
+    """A Block's fields where the C part is not built: its release record holds the owner."""
+
+    __slots__ = ("_ref", "device", "nbytes", "ptr")
+
+    _ref: _BlockRef
+
+    @property
+    def owner(self) -> BlockOwner:
+        """Where the memory goes back when the block dies."""
+        return self._ref.owner
+
+    @owner.setter
+    def owner(self, value: BlockOwner) -> None:
+        self._ref.owner = value
+
+    @property
+    def extra(self) -> list[Stream] | None:
+        """Other streams that used the block (None: none)."""
+        return self._ref.extra
+
+    @extra.setter
+    def extra(self, value: list[Stream] | None) -> None:
+        self._ref.extra = value
+
+
+if TYPE_CHECKING:
+
+    class _BlockFields:  # what either base below gives a Block, as the type checker sees it
+        ptr: int
+        nbytes: int
+        device: Device
+        owner: BlockOwner
+        extra: list[Stream] | None
+
+else:  # a Block's fields: in C where the module is built (released by its deallocator), else
+    # _PyBlock's (released by a weak reference's callback, _on_block_dead)
+    _BlockFields = _fastcall.BlockBase if _fastcall is not None else _PyBlock
+
+
+class Block(_BlockFields):
     """A device allocation; arrays and views referencing it keep it alive.
 
     Attributes
@@ -111,14 +160,14 @@ class Block:
     nbytes : int
         Bytes requested (the size class may be larger).
     device : Device
+    owner : BlockOwner
+        Where the memory goes back when the block dies: the device's
+        allocator, or the graph pool it came from during a capture.
+    extra : list of Stream or None
+        Other streams that used the block (:meth:`use_on`).
     """
 
-    __slots__ = ("__weakref__", "_ref", "device", "nbytes", "ptr")
-
-    ptr: int
-    nbytes: int
-    device: Device
-    _ref: _BlockRef
+    __slots__ = ("__weakref__",)
 
     def use_on(self, stream: Stream) -> None:
         """Declare that work on ``stream`` uses this block.
@@ -127,18 +176,25 @@ class Block:
         the next user of the memory waits on them (like PyTorch's
         ``record_stream``).
         """
-        ref = self._ref
-        if ref.extra is None:
-            ref.extra = []
-        if stream not in ref.extra:
-            ref.extra.append(stream)
+        if self.extra is None:
+            self.extra = []
+        if stream not in self.extra:
+            self.extra.append(stream)
 
     def __repr__(self) -> str:
         return f"<cudagraphs.Block 0x{self.ptr:x} {self.nbytes} B on {self.device}>"
 
 
+class _DeadBlock(NamedTuple):
+    """A dead block's memory, queued for its owner (the C release, when the lock is busy)."""
+
+    owner: BlockOwner
+    ptr: int
+    extra: list[Stream] | None
+
+
 class _BlockRef(weakref.ref["Block"]):
-    """The release record of a Block: fires when the block dies.
+    """The release record of a Block where the C part is not built: fires when the block dies.
 
     ``owner`` gets the memory back: the allocator, or the graph pool the
     block came from during a capture.
@@ -158,7 +214,7 @@ class BlockOwner(Protocol):
 
 
 _refs: set[_BlockRef] = set()  # keeps each release record alive until it fires
-_dead: collections.deque[_BlockRef] = collections.deque()  # blocks to give back
+_dead: collections.deque[_BlockRef | _DeadBlock] = collections.deque()  # blocks to give back
 
 
 def _on_block_dead(ref: _BlockRef) -> None:
@@ -206,11 +262,15 @@ def new_block(device: Device, ptr: int, nbytes: int, owner: BlockOwner) -> Block
     block.ptr = ptr
     block.nbytes = nbytes
     block.device = device
+    if _fastcall is not None:  # (released by BlockBase's deallocator, from here)
+        block.extra = None
+        block.owner = owner
+        return block
     ref = _BlockRef(block, _on_block_dead)
     ref.ptr = ptr
     ref.extra = None
     ref.owner = owner
-    block._ref = ref
+    block._ref = ref  # type: ignore[attr-defined]  # (a _PyBlock)
     _refs.add(ref)
     return block
 
@@ -218,11 +278,31 @@ def new_block(device: Device, ptr: int, nbytes: int, owner: BlockOwner) -> Block
 class CachingAllocator:
     """The caching allocator of one device (``device.allocator``)."""
 
+    # (slots: the C part reads the free lists, counters and lock at fixed places)
+    __slots__ = (
+        "__weakref__",
+        "_backend",
+        "_device",
+        "_free",
+        "_hits",
+        "_in_use",
+        "_live",
+        "_lock",
+        "_misses",
+        "_oom_retries",
+        "_ordinal",
+        "_peak",
+        "_reserved",
+        "_streams",
+        "_waits",
+    )
+
     def __init__(self, device: Device) -> None:
         self._device = device
         self._backend = device.backend
         self._ordinal = device.index
-        self._lock = threading.Lock()
+        # (where the C part is built, a lock it takes without a method call)
+        self._lock = _fastcall.Lock() if _fastcall is not None else threading.Lock()
         self._free: dict[tuple[int, int], list[int]] = {}
         self._waits: dict[int, list[Any]] = {}  # ptr -> raw events to wait for
         self._live: dict[int, tuple[int, int]] = {}  # ptr -> (size, stream key)

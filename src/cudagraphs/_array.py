@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from . import _dlpack
+from . import _allocator, _config, _dlpack, _recording
 from ._allocator import Block, new_block
 from ._builtin import c_strides, check_same, copy_view, fill_view
 from ._builtin import fill_value as _fill_value
-from ._device import Device, Stream, current_device, resolve_stream
-from ._dtypes import normalize_dtype
-from ._kernel import fast_array_class
+from ._device import _DEFAULT_DEVICE, Device, Stream, current_device, resolve_stream
+from ._dtypes import SUPPORTED, normalize_dtype
+from ._kernel import fast_array_class, fastcall
 from ._recording import Work, release, submit
 from ._transfer import PendingCopy, to_device, to_host
 from .backends.base import ArrayArg
@@ -428,6 +428,26 @@ def _prod(shape: tuple[int, ...]) -> int:
 # constructors ---------------------------------------------------------------
 fast_array_class(DeviceArray)  # kernel launches read its slots from C
 
+# cudagraphs.empty's common call and a block's release, in C (see _fastcall.c's configure_alloc):
+# the dtype arguments it knows, with their numpy dtype and item size
+_FAST_DTYPES: dict[Any, tuple[np.dtype, int]] = {}
+_fast_empty: Any = None
+if fastcall is not None:
+    for _name, _dt in SUPPORTED.items():
+        _FAST_DTYPES[_name] = _FAST_DTYPES[_dt] = _FAST_DTYPES[_dt.type] = (_dt, _dt.itemsize)
+    fastcall.configure_alloc(
+        _allocator.CachingAllocator,
+        Block,
+        _allocator._DeadBlock,
+        _allocator._dead,
+        _recording._QUEUE,
+        _DEFAULT_DEVICE,
+        _config,
+        _FAST_DTYPES,
+        (_allocator._SMALL, _allocator._SMALL_STEP, _allocator._LARGE_STEP),
+    )
+    _fast_empty = fastcall.fast_empty
+
 
 def empty(
     shape: Shape,
@@ -459,6 +479,10 @@ def empty(
     OutOfMemoryError
         If the device cannot hold it.
     """
+    if _fast_empty is not None and device is None and stream is None:
+        made = _fast_empty(shape, dtype)  # (from the free list, in C; None: not there)
+        if made is not None:
+            return made  # type: ignore[no-any-return]
     dims = _shape(shape)
     dt = normalize_dtype(dtype)
     if stream is None:

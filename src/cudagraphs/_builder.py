@@ -270,14 +270,14 @@ class GraphBuilder:
     def free(self, array: DeviceArray, *, after: Sequence[BuilderNode] | None = None) -> BuilderNode:
         """A free node for an array from :meth:`alloc` (do not use it after this node)."""
         memory = self._graph_memory
-        if not isinstance(array, DeviceArray) or array._block._ref.owner is not memory:
+        if not isinstance(array, DeviceArray) or array._block.owner is not memory:
             raise ValueError("free takes an array made by this builder's alloc()")
         backend, ptr = self._backend, array._block.ptr
 
         def issue(raw: Any, _: Any) -> None:
             backend.mem_free(ptr, raw)
             memory.freed(ptr)
-            array._block._ref.owner = _Released
+            array._block.owner = _Released
 
         return self._node("mem_free", after, lambda: submit(self.stream, Work("mem_free", issue)))
 

@@ -343,6 +343,10 @@ static PyObject *copy_node_set(PyObject *self, PyObject *const *args, Py_ssize_t
 static PyTypeObject *array_base;  /* cudagraphs.DeviceArray */
 static PyTypeObject *stream_type; /* cudagraphs.Stream */
 static PyObject *current_var;     /* the ContextVar of the current streams (a tuple) */
+/* weakref.finalize and its registry of live finalizers (`alive` is membership there), read in C
+   where they are as CPython 3.10-3.13 define them; else `alive` is asked */
+static PyTypeObject *finalize_type;
+static PyObject *finalize_registry;
 static PyObject *plain_types;     /* {type: bool}: whether its instances read as plain arrays */
 static Py_ssize_t a_ptr, a_device, a_dtype, a_contig, s_device, s_handle, s_recording, s_finalizer;
 static Py_ssize_t a_shape = -1, a_size = -1, a_block = -1, a_arg = -1;
@@ -351,7 +355,7 @@ static PyObject *str_stream, *str_shared_mem, *str_alive, *str_handle, *str_fast
    KernelLaunch classes, and the names read from a Recording, a block and a kernel */
 static PyTypeObject *recording_type, *node_type, *launch_type;
 static PyObject *str_thread, *str_invalid, *str_frees, *str_memory, *str_owners, *str_keep, *str_nodes,
-    *str_ref, *str_owner, *str_name, *str_view_spec, *str_kernel;
+    *str_owner, *str_name, *str_view_spec, *str_kernel;
 
 #define SLOT(o, offset) (*(PyObject **)((char *)(o) + (offset)))
 
@@ -391,6 +395,20 @@ static PyObject *configure(PyObject *self, PyObject *const *args, Py_ssize_t nar
     a_block = a_arg = -1; /* (configure_capture again: read from this class) */
     a_ptr = o[0], a_device = o[1], a_dtype = o[2], a_contig = o[3];
     s_device = o[4], s_handle = o[5], s_recording = o[6], s_finalizer = o[7];
+    PyObject *weakref = PyImport_ImportModule("weakref");
+    PyObject *fin = weakref == NULL ? NULL : PyObject_GetAttrString(weakref, "finalize");
+    PyObject *registry = fin == NULL ? NULL : PyObject_GetAttrString(fin, "_registry");
+    Py_XDECREF(weakref);
+    if (registry != NULL && PyDict_CheckExact(registry) && PyType_Check(fin)) {
+        Py_XSETREF(finalize_type, (PyTypeObject *)Py_NewRef(fin));
+        Py_XSETREF(finalize_registry, Py_NewRef(registry));
+    }
+    Py_XDECREF(fin);
+    Py_XDECREF(registry);
+    if (cleared()) {
+        Py_DECREF(known);
+        return NULL;
+    }
     Py_INCREF(at), Py_INCREF(st), Py_INCREF(args[2]);
     Py_XSETREF(array_base, at);
     Py_XSETREF(stream_type, st);
@@ -670,15 +688,12 @@ static int record_here(Launcher *L, PyObject *const *argv, PyObject *device, PyO
         if (pack(&L->params[i], a, device, kp[i], &v)) goto out;
         PyTuple_SET_ITEM(values, i, v);
         if (L->params[i].kind == 'p' && a != Py_None && !PyLong_CheckExact(a)) { /* a plain array (pack read it) */
-            PyObject *blk = SLOT(a, a_block), *ref = NULL, *owner = NULL;
+            PyObject *blk = SLOT(a, a_block), *owner = NULL;
             view = SLOT(a, a_arg);
             view = view == NULL || view == Py_None ? PyObject_CallMethodNoArgs(a, str_view_spec) : Py_NewRef(view);
             if (view == NULL || blk == NULL) goto out_view;
             PyTuple_SET_ITEM(views, i, view);
-            int owned = (ref = PyObject_GetAttr(blk, str_ref)) == NULL || (owner = PyObject_GetAttr(ref, str_owner)) == NULL
-                            ? -1
-                            : PySequence_Contains(owners, owner);
-            Py_XDECREF(ref);
+            int owned = (owner = PyObject_GetAttr(blk, str_owner)) == NULL ? -1 : PySequence_Contains(owners, owner);
             Py_XDECREF(owner);
             if (owned < 0 || (!owned && PyList_Append(kept, a))) goto out;
             continue;
@@ -782,6 +797,8 @@ static int stream_open(PyObject *stream) {
     PyObject *fin = SLOT(stream, s_finalizer);
     if (fin == NULL) return 0;
     if (fin == Py_None) return 1;
+    if (finalize_registry != NULL && Py_TYPE(fin) == finalize_type) /* what finalize.alive reads */
+        return PyDict_Contains(finalize_registry, fin);
     PyObject *alive = PyObject_GetAttr(fin, str_alive);
     int open = alive == NULL ? -1 : PyObject_IsTrue(alive);
     Py_XDECREF(alive);
@@ -1883,6 +1900,554 @@ static PyObject *graphed_method(PyObject *self, PyObject *const *args, Py_ssize_
 /* graphed_calls(): how many graphed calls were made in C (for tests and the bench). */
 static PyObject *graphed_calls(PyObject *self, PyObject *unused) { return PyLong_FromUnsignedLongLong(graphed_fast); }
 
+/* ---- A lock C takes without a method call ------------------------------------------------------
+ *
+ * Lock is threading.Lock's subset the caching allocator uses (acquire(blocking=True), release(),
+ * locked(), `with`), over a PyThread lock, so that C code (try_lock, unlock) takes it directly. A
+ * blocking acquire waits with the GIL released (not interruptible: it guards microseconds).
+ */
+typedef struct {
+    PyObject_HEAD
+    PyThread_type_lock lock;
+    int held;
+} Lock;
+
+static PyObject *lock_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    if (PyTuple_GET_SIZE(args) || (kwargs != NULL && PyDict_GET_SIZE(kwargs))) {
+        PyErr_SetString(PyExc_TypeError, "Lock() takes no arguments");
+        return NULL;
+    }
+    Lock *L = (Lock *)type->tp_alloc(type, 0);
+    if (L == NULL) return NULL;
+    if ((L->lock = PyThread_allocate_lock()) == NULL) {
+        Py_DECREF(L);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)L;
+}
+
+static void lock_dealloc(Lock *L) {
+    if (L->lock != NULL) {
+        if (L->held) PyThread_release_lock(L->lock);
+        PyThread_free_lock(L->lock);
+    }
+    Py_TYPE(L)->tp_free((PyObject *)L);
+}
+
+/* 1 taken, 0 not (non-blocking) */
+static int lock_take(Lock *L, int blocking) {
+    if (PyThread_acquire_lock(L->lock, NOWAIT_LOCK)) {
+        L->held = 1;
+        return 1;
+    }
+    if (!blocking) return 0;
+    Py_BEGIN_ALLOW_THREADS
+    PyThread_acquire_lock(L->lock, WAIT_LOCK);
+    Py_END_ALLOW_THREADS
+    L->held = 1;
+    return 1;
+}
+
+static int lock_give(Lock *L) {
+    if (!L->held) {
+        PyErr_SetString(PyExc_RuntimeError, "release unlocked lock");
+        return -1;
+    }
+    L->held = 0;
+    PyThread_release_lock(L->lock);
+    return 0;
+}
+
+static PyObject *lock_acquire(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    int blocking = 1;
+    Py_ssize_t nk = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    if (nargs + nk > 1) {
+        PyErr_SetString(PyExc_TypeError, "acquire takes one argument, blocking");
+        return NULL;
+    }
+    if (nargs + nk == 1) {
+        if (nk && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "blocking") != 0) {
+            PyErr_SetString(PyExc_TypeError, "acquire's one argument is blocking");
+            return NULL;
+        }
+        if ((blocking = PyObject_IsTrue(args[0])) < 0) return NULL;
+    }
+    return PyBool_FromLong(lock_take((Lock *)self, blocking));
+}
+
+static PyObject *lock_release(PyObject *self, PyObject *unused) {
+    if (lock_give((Lock *)self)) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *lock_enter(PyObject *self, PyObject *unused) {
+    lock_take((Lock *)self, 1);
+    Py_RETURN_TRUE;
+}
+
+static PyObject *lock_exit(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (lock_give((Lock *)self)) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *lock_locked(PyObject *self, PyObject *unused) { return PyBool_FromLong(((Lock *)self)->held); }
+
+static PyMethodDef lock_methods[] = {
+    {"acquire", (PyCFunction)(void (*)(void))lock_acquire, METH_FASTCALL | METH_KEYWORDS,
+     "acquire(blocking=True): take the lock; False if not blocking and it is taken"},
+    {"release", lock_release, METH_NOARGS, "release(): give the lock back"},
+    {"locked", lock_locked, METH_NOARGS, "locked(): whether the lock is taken"},
+    {"__enter__", lock_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))lock_exit, METH_FASTCALL, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject LockType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cudagraphs._fastcall.Lock",
+    .tp_doc = "A lock as threading.Lock, that C code takes without a method call.",
+    .tp_basicsize = sizeof(Lock),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = lock_new,
+    .tp_dealloc = (destructor)lock_dealloc,
+    .tp_methods = lock_methods,
+};
+
+/* ---- The caching allocator's hot pair ----------------------------------------------------------
+ *
+ * BlockBase is the base class of cudagraphs.Block where this module is built: its fields (ptr,
+ * nbytes, device, owner, extra) and its release, run when the block dies (in its deallocator, as
+ * _on_block_dead runs from a weak reference's callback where the module is not built): the
+ * block's memory goes back on its stream's free list when the owner is the caching allocator and
+ * its lock is free right now; else a DeadBlock(owner, ptr, extra) record is queued on `dead`,
+ * which the next allocator call gives back (a garbage collection never waits for a lock).
+ *
+ * fast_empty(shape, dtype) is cudagraphs.empty's common call (no device, no stream) when the
+ * memory is on the current stream's free list: the current device (`defaults`, as
+ * current_device keeps it for `config._current`), its current stream (no capture), no dead block
+ * or deferred release waiting (`dead`, `queue`), the lock free, no event to wait for. It takes
+ * the block as CachingAllocator.raw_malloc does, and makes the Block as new_block does and the
+ * array as DeviceArray._wrap does. Anything else returns None: the Python path does it.
+ *
+ * configure_alloc(CachingAllocator, Block, DeadBlock, dead, queue, defaults, config, dtypes, sizes)
+ * names them. The allocator's state stays in its Python attributes (its __slots__), the one
+ * truth both paths read and write.
+ */
+typedef struct {
+    PyObject_HEAD
+    PyObject *ptr, *nbytes, *device, *owner, *extra;
+} BlockBase;
+
+static PyTypeObject *alloc_type, *block_type, *dead_type;
+static PyObject *alloc_dead, *alloc_queue, *alloc_defaults, *alloc_config, *alloc_dtypes;
+static Py_ssize_t a_strides = -1, alloc_small, alloc_small_step, alloc_large_step;
+static unsigned long long alloc_fast;
+static Py_ssize_t c_lock, c_live, c_in_use, c_free, c_waits, c_hits, c_peak; /* CachingAllocator's slots */
+static PyObject *last_device, *last_allocator, *last_default; /* a device's allocator and default stream */
+static PyObject *str_current, *str_allocator, *str_default_stream, *str_append;
+
+/* The last free-list key (stream key, size) and live record (size, stream key) made: the same
+   two tuples serve every block of that size on that stream (tuples are immutable). */
+static PyObject *last_key, *last_record;
+
+/* slot += delta (or -= delta) of allocator `a`, on ints; -1 on error */
+static int slot_add(PyObject *a, Py_ssize_t slot, PyObject *delta, int subtract) {
+    PyObject *v = SLOT(a, slot);
+    if (v == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "an allocator counter is not set");
+        return -1;
+    }
+    PyObject *next = subtract ? PyNumber_Subtract(v, delta) : PyNumber_Add(v, delta);
+    if (next == NULL) return -1;
+    Py_SETREF(SLOT(a, slot), next);
+    return 0;
+}
+
+/* CachingAllocator._cache_locked(ptr), on allocator `a` */
+static int cache_locked(PyObject *a, PyObject *ptr) {
+    PyObject *live = SLOT(a, c_live), *free_ = SLOT(a, c_free);
+    if (live == NULL || free_ == NULL || !PyDict_Check(live) || !PyDict_Check(free_)) {
+        PyErr_SetString(PyExc_AttributeError, "the allocator's free lists");
+        return -1;
+    }
+    PyObject *entry = PyDict_GetItemWithError(live, ptr); /* (size, stream key) */
+    if (entry == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, ptr);
+        return -1;
+    }
+    Py_INCREF(entry);
+    int bad = PyDict_DelItem(live, ptr);
+    if (!bad && (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2)) {
+        PyErr_SetString(PyExc_TypeError, "a live block's record is not (size, stream key)");
+        bad = -1;
+    }
+    if (!bad) bad = slot_add(a, c_in_use, PyTuple_GET_ITEM(entry, 0), 1);
+    PyObject *key = bad                  ? NULL
+                    : entry == last_record ? Py_NewRef(last_key) /* (the pair made when it was taken) */
+                                           : PyTuple_Pack(2, PyTuple_GET_ITEM(entry, 1), PyTuple_GET_ITEM(entry, 0));
+    Py_DECREF(entry);
+    if (key == NULL) return -1;
+    PyObject *cached = PyDict_GetItemWithError(free_, key);
+    if (cached != NULL && PyList_CheckExact(cached)) {
+        bad = PyList_Append(cached, ptr);
+    } else if (cached == NULL && !PyErr_Occurred()) {
+        PyObject *list = PyList_New(1);
+        if (list == NULL) {
+            bad = -1;
+        } else {
+            PyList_SET_ITEM(list, 0, Py_NewRef(ptr));
+            bad = PyDict_SetItem(free_, key, list);
+            Py_DECREF(list);
+        }
+    } else {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a free list is not a list");
+        bad = -1;
+    }
+    Py_DECREF(key);
+    return bad;
+}
+
+/* lock.acquire(False) (1 taken, 0 busy, -1 error) and lock.release() (0, or -1 with the error). */
+static int try_lock(PyObject *lock) {
+    if (Py_TYPE(lock) == &LockType) return lock_take((Lock *)lock, 0);
+    PyObject *got = PyObject_CallMethodOneArg(lock, str_acquire, Py_False);
+    int taken = got == NULL ? -1 : got == Py_True;
+    Py_XDECREF(got);
+    return taken;
+}
+
+static int unlock(PyObject *lock) {
+    if (Py_TYPE(lock) == &LockType) {
+        ((Lock *)lock)->held = 0;
+        PyThread_release_lock(((Lock *)lock)->lock);
+        return 0;
+    }
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyObject *r = PyObject_CallMethodNoArgs(lock, str_release);
+    if (r == NULL) {
+        Py_XDECREF(et), Py_XDECREF(ev), Py_XDECREF(tb);
+        return -1;
+    }
+    Py_DECREF(r);
+    PyErr_Restore(et, ev, tb);
+    return 0;
+}
+
+/* The dying block's memory back to its owner (see above); errors are set, not raised. */
+static int block_release(BlockBase *b) {
+    PyObject *owner = b->owner, *extra = b->extra, *ptr = b->ptr;
+    if (owner == NULL || extra == NULL || ptr == NULL || alloc_dead == NULL) return 0; /* (never filled in) */
+    if (extra == Py_None && Py_TYPE(owner) == alloc_type && SLOT(owner, c_lock) != NULL) {
+        PyObject *lock = Py_NewRef(SLOT(owner, c_lock));
+        int taken = try_lock(lock), bad = 0;
+        if (taken == 1) {
+            bad = cache_locked(owner, ptr);
+            bad |= unlock(lock);
+        }
+        Py_DECREF(lock);
+        if (taken == 1) return bad;
+        if (taken < 0) return -1;
+    }
+    PyObject *record = PyObject_CallFunctionObjArgs((PyObject *)dead_type, owner, ptr, extra, NULL);
+    PyObject *r = record == NULL ? NULL : PyObject_CallMethodOneArg(alloc_dead, str_append, record);
+    Py_XDECREF(record);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+static void block_dealloc(BlockBase *b) {
+    PyObject_GC_UnTrack(b);
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    if (block_release(b) < 0) { /* as a weak reference's callback: reported, never raised */
+        if (PyErr_ExceptionMatches(PyExc_AttributeError) || PyErr_ExceptionMatches(PyExc_TypeError))
+            PyErr_Clear(); /* (at interpreter shutdown the allocator's objects may be gone) */
+        else
+            PyErr_WriteUnraisable((PyObject *)b);
+    }
+    PyErr_Restore(et, ev, tb);
+    Py_CLEAR(b->ptr);
+    Py_CLEAR(b->nbytes);
+    Py_CLEAR(b->device);
+    Py_CLEAR(b->owner);
+    Py_CLEAR(b->extra);
+    Py_TYPE(b)->tp_free((PyObject *)b);
+}
+
+/* No reference is shown to the garbage collector: a block keeps its owner (and the streams of
+   `extra`) alive until it is freed, as the release record held by the module kept them where the
+   C part is not built; a garbage cycle through a block and its pool would otherwise clear the
+   pool before the block gives its memory back to it. */
+static int block_traverse(BlockBase *b, visitproc visit, void *arg) { return 0; }
+
+static PyMemberDef block_members[] = {
+    {"ptr", T_OBJECT_EX, offsetof(BlockBase, ptr), 0, "Device address of the first byte."},
+    {"nbytes", T_OBJECT_EX, offsetof(BlockBase, nbytes), 0, "Bytes requested (the size class may be larger)."},
+    {"device", T_OBJECT_EX, offsetof(BlockBase, device), 0, "The Device."},
+    {"owner", T_OBJECT_EX, offsetof(BlockBase, owner), 0, "Where the memory goes back when the block dies."},
+    {"extra", T_OBJECT_EX, offsetof(BlockBase, extra), 0, "Other streams that used the block (None: none)."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject BlockBaseType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cudagraphs._fastcall.BlockBase",
+    .tp_doc = "A Block's fields and its release when it dies (see cudagraphs.Block).",
+    .tp_basicsize = sizeof(BlockBase),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)block_dealloc,
+    .tp_traverse = (traverseproc)block_traverse,
+    /* (no tp_clear: see block_traverse) */
+    .tp_members = block_members,
+};
+
+/* The dims of `shape` (an int or a tuple of ints, none negative) as a new tuple and their product,
+   or NULL (no error set: the Python path decides). */
+static PyObject *fast_dims(PyObject *shape, Py_ssize_t *size) {
+    if (PyLong_CheckExact(shape)) {
+        Py_ssize_t n = PyLong_AsSsize_t(shape);
+        if (n < 0 || n > PY_SSIZE_T_MAX / 64) {
+            PyErr_Clear();
+            return NULL;
+        }
+        *size = n;
+        return PyTuple_Pack(1, shape);
+    }
+    if (!PyTuple_CheckExact(shape) || PyTuple_GET_SIZE(shape) > 32) return NULL;
+    Py_ssize_t total = 1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); ++i) {
+        PyObject *d = PyTuple_GET_ITEM(shape, i);
+        Py_ssize_t n = PyLong_CheckExact(d) ? PyLong_AsSsize_t(d) : -1;
+        if (n < 0 || (n && total > PY_SSIZE_T_MAX / 64 / n)) {
+            PyErr_Clear();
+            return NULL;
+        }
+        total *= n;
+    }
+    *size = total;
+    return Py_NewRef(shape);
+}
+
+static PyObject *strides_1d[17]; /* (itemsize,) for each item size: a 1-D array's strides */
+
+/* The C-contiguous strides of dims (a new tuple), or NULL with an error (see c_strides). */
+static PyObject *c_strides(PyObject *dims, Py_ssize_t itemsize) {
+    Py_ssize_t n = PyTuple_GET_SIZE(dims), step = itemsize;
+    if (n == 1 && itemsize > 0 && itemsize <= 16) {
+        if (strides_1d[itemsize] == NULL && (strides_1d[itemsize] = Py_BuildValue("(n)", itemsize)) == NULL)
+            return NULL;
+        return Py_NewRef(strides_1d[itemsize]);
+    }
+    PyObject *out = PyTuple_New(n);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = n - 1; i >= 0; --i) {
+        PyObject *v = PyLong_FromSsize_t(step);
+        if (v == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, i, v);
+        Py_ssize_t d = PyLong_AsSsize_t(PyTuple_GET_ITEM(dims, i));
+        step *= d > 1 ? d : 1;
+    }
+    return out;
+}
+
+/* New references to the key and record of (handle, size), or -1 with an error. */
+static int key_of(PyObject *handle, Py_ssize_t size, PyObject **key, PyObject **record) {
+    if (last_key == NULL || PyTuple_GET_ITEM(last_key, 0) != handle ||
+        PyLong_AsSsize_t(PyTuple_GET_ITEM(last_key, 1)) != size) {
+        PyObject *psize = PyLong_FromSsize_t(size);
+        PyObject *k = psize == NULL ? NULL : PyTuple_Pack(2, handle, psize);
+        PyObject *r = k == NULL ? NULL : PyTuple_Pack(2, psize, handle);
+        Py_XDECREF(psize);
+        if (r == NULL) {
+            Py_XDECREF(k);
+            return -1;
+        }
+        Py_XSETREF(last_key, k);
+        Py_XSETREF(last_record, r);
+    }
+    *key = Py_NewRef(last_key), *record = Py_NewRef(last_record);
+    return 0;
+}
+
+/* raw_malloc's cache hit on the free list of stream `handle`, the lock held by the caller: a new
+   reference to the address, or NULL (a miss, events to wait for, or an error set). */
+static PyObject *take_cached(PyObject *a, PyObject *handle, Py_ssize_t size) {
+    PyObject *waits = SLOT(a, c_waits), *free_ = SLOT(a, c_free), *live = SLOT(a, c_live);
+    if (waits == NULL || free_ == NULL || live == NULL || !PyDict_Check(waits) || !PyDict_Check(free_) ||
+        !PyDict_Check(live) || PyDict_GET_SIZE(waits))
+        return NULL;
+    PyObject *key, *record, *ptr = NULL;
+    if (key_of(handle, size, &key, &record)) return NULL;
+    PyObject *psize = PyTuple_GET_ITEM(record, 0);
+    PyObject *cached = PyDict_GetItemWithError(free_, key);
+    Py_DECREF(key);
+    if (cached != NULL && PyList_CheckExact(cached) && PyList_GET_SIZE(cached)) {
+        Py_ssize_t last = PyList_GET_SIZE(cached) - 1;
+        ptr = Py_NewRef(PyList_GET_ITEM(cached, last));
+        if (PyList_SetSlice(cached, last, last + 1, NULL) || PyDict_SetItem(live, ptr, record) ||
+            slot_add(a, c_hits, one, 0) || slot_add(a, c_in_use, psize, 0)) {
+            Py_CLEAR(ptr);
+        } else {
+            PyObject *in_use = SLOT(a, c_in_use), *peak = SLOT(a, c_peak);
+            int more = in_use == NULL || peak == NULL ? -1 : PyObject_RichCompareBool(in_use, peak, Py_GT);
+            if (more < 0) Py_CLEAR(ptr);
+            else if (more) Py_XSETREF(SLOT(a, c_peak), Py_NewRef(in_use));
+        }
+    }
+    Py_DECREF(record);
+    return ptr;
+}
+
+/* new_block(device, ptr, nbytes, allocator) and DeviceArray._wrap(block, ptr, dims, C strides,
+   dtype, size): the array, or NULL with an error. */
+static PyObject *new_array(PyObject *device, PyObject *allocator, PyObject *ptr, PyObject *dims, PyObject *spec,
+                           Py_ssize_t size, Py_ssize_t itemsize) {
+    PyObject *nbytes = PyLong_FromSsize_t(size * itemsize);
+    BlockBase *block = nbytes == NULL ? NULL : (BlockBase *)block_type->tp_alloc(block_type, 0);
+    if (block == NULL) {
+        Py_XDECREF(nbytes);
+        return NULL; /* (the memory stays counted in use: lost, as Python's MemoryError loses it) */
+    }
+    block->ptr = Py_NewRef(ptr);
+    block->nbytes = nbytes;
+    block->device = Py_NewRef(device);
+    block->extra = Py_NewRef(Py_None);
+    block->owner = Py_NewRef(allocator); /* (from here, dropping the block gives the memory back) */
+    PyObject *strides = c_strides(dims, itemsize), *count = PyLong_FromSsize_t(size);
+    PyObject *out = strides == NULL || count == NULL ? NULL : array_base->tp_alloc(array_base, 0);
+    if (out == NULL) {
+        Py_XDECREF(strides), Py_XDECREF(count);
+        Py_DECREF(block);
+        return NULL;
+    }
+    SLOT(out, a_block) = (PyObject *)block;
+    SLOT(out, a_ptr) = Py_NewRef(ptr);
+    SLOT(out, a_shape) = Py_NewRef(dims);
+    SLOT(out, a_strides) = strides;
+    SLOT(out, a_dtype) = Py_NewRef(PyTuple_GET_ITEM(spec, 0));
+    SLOT(out, a_device) = Py_NewRef(device);
+    SLOT(out, a_arg) = Py_NewRef(Py_None);
+    SLOT(out, a_contig) = Py_NewRef(Py_True);
+    SLOT(out, a_size) = count;
+    return out;
+}
+
+/* `device`'s allocator and default stream (borrowed; both are set once, when the Device is
+   made, and kept here for the last device asked), or -1 (an error maybe set). */
+static int device_parts(PyObject *device, PyObject **allocator, PyObject **dflt) {
+    if (device != last_device) {
+        PyObject *a = PyObject_GetAttr(device, str_allocator), *s = a == NULL ? NULL : PyObject_GetAttr(device, str_default_stream);
+        if (s == NULL || Py_TYPE(a) != alloc_type || Py_TYPE(s) != stream_type) {
+            Py_XDECREF(a), Py_XDECREF(s);
+            return -1;
+        }
+        Py_XSETREF(last_allocator, a);
+        Py_XSETREF(last_default, s);
+        Py_XSETREF(last_device, Py_NewRef(device));
+    }
+    *allocator = last_allocator, *dflt = last_default;
+    return 0;
+}
+
+/* take_cached under the allocator's lock, if it is free now: a new reference, or NULL. */
+static PyObject *take_locked(PyObject *a, PyObject *handle, Py_ssize_t nbytes) {
+    PyObject *lock = SLOT(a, c_lock), *ptr = NULL;
+    if (lock == NULL) return NULL;
+    Py_INCREF(lock);
+    if (try_lock(lock) == 1) {
+        Py_ssize_t small = alloc_small, step = alloc_small_step, large = alloc_large_step;
+        Py_ssize_t cls = nbytes > 0 && nbytes <= small ? (nbytes + step - 1) / step * step
+                         : nbytes <= small            ? step
+                                                      : (nbytes + large - 1) / large * large;
+        ptr = take_cached(a, handle, cls);
+        if (unlock(lock)) Py_CLEAR(ptr);
+    }
+    Py_DECREF(lock);
+    return ptr;
+}
+
+/* fast_empty(shape, dtype): an array as cudagraphs.empty(shape, dtype) makes it, or None. */
+static PyObject *fast_empty(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || alloc_type == NULL || array_base == NULL || a_strides < 0 || a_block < 0) Py_RETURN_NONE;
+    PyObject *spec = PyDict_GetItemWithError(alloc_dtypes, args[1]); /* dtype argument -> (dtype, itemsize) */
+    if (spec == NULL) {
+        if (cleared()) return NULL;
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t size, itemsize = PyLong_AsSsize_t(PyTuple_GET_ITEM(spec, 1));
+    PyObject *dims = fast_dims(args[0], &size);
+    if (dims == NULL) Py_RETURN_NONE;
+    PyObject *device = NULL, *current = NULL, *stream = NULL, *allocator = NULL, *dflt = NULL, *ptr = NULL;
+    PyObject *out = NULL;
+    /* the current device, as current_device() keeps it for the settings in force */
+    PyObject *now = PyObject_GetAttr(alloc_config, str_current);
+    if (now != NULL && PyList_GET_SIZE(alloc_defaults) == 2 && PyList_GET_ITEM(alloc_defaults, 0) == now)
+        device = Py_NewRef(PyList_GET_ITEM(alloc_defaults, 1));
+    Py_XDECREF(now);
+    /* no dead block nor deferred release waiting (malloc gives them back first) */
+    if (device == NULL || PyObject_Length(alloc_dead) != 0 || PyObject_Length(alloc_queue) != 0) goto python;
+    if (current_of(device, &current, &stream) || device_parts(device, &allocator, &dflt)) goto python;
+    stream = Py_NewRef(stream != NULL ? stream : dflt);
+    allocator = Py_NewRef(allocator);
+    PyObject *handle = Py_TYPE(stream) == stream_type ? SLOT(stream, s_handle) : NULL;
+    if (handle == NULL || SLOT(stream, s_recording) != Py_None || SLOT(stream, s_device) != device) goto python;
+    if ((ptr = take_locked(allocator, handle, size * itemsize)) == NULL) goto python; /* a miss, or busy */
+    out = new_array(device, allocator, ptr, dims, spec, size, itemsize);
+    if (out != NULL) alloc_fast++;
+    goto done;
+python:
+    if (!cleared()) out = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(ptr);
+    Py_XDECREF(allocator);
+    Py_XDECREF(stream);
+    Py_XDECREF(current);
+    Py_XDECREF(device);
+    Py_DECREF(dims);
+    return out;
+}
+
+static PyObject *configure_alloc(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 9 || !PyType_Check(args[0]) || !PyType_Check(args[1]) || !PyType_Check(args[2]) ||
+        !PyList_CheckExact(args[5]) || !PyDict_CheckExact(args[7]) || !PyTuple_CheckExact(args[8]) ||
+        PyTuple_GET_SIZE(args[8]) != 3 || array_base == NULL || a_block < 0) {
+        PyErr_SetString(PyExc_TypeError,
+                        "configure_alloc takes the allocator, Block and DeadBlock classes, the dead and deferred "
+                        "queues, the default-device list, the settings module, the dtype table and the size "
+                        "classes (configure_capture first)");
+        return NULL;
+    }
+    if (!PyType_IsSubtype((PyTypeObject *)args[1], &BlockBaseType)) {
+        PyErr_SetString(PyExc_TypeError, "the Block class must derive from BlockBase");
+        return NULL;
+    }
+    Py_ssize_t strides = slot_offset(array_base, "strides"), sizes[3], o[7];
+    if (strides < 0) return NULL;
+    const char *names[7] = {"_lock", "_live", "_in_use", "_free", "_waits", "_hits", "_peak"};
+    for (int i = 0; i < 7; ++i)
+        if ((o[i] = slot_offset((PyTypeObject *)args[0], names[i])) < 0) return NULL;
+    c_lock = o[0], c_live = o[1], c_in_use = o[2], c_free = o[3], c_waits = o[4], c_hits = o[5], c_peak = o[6];
+    for (int i = 0; i < 3; ++i)
+        if ((sizes[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(args[8], i))) <= 0) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "size classes must be positive");
+            return NULL;
+        }
+    a_strides = strides;
+    alloc_small = sizes[0], alloc_small_step = sizes[1], alloc_large_step = sizes[2];
+    PyObject **keep[] = {(PyObject **)&alloc_type, (PyObject **)&block_type, (PyObject **)&dead_type,
+                         &alloc_dead,            &alloc_queue,           &alloc_defaults,
+                         &alloc_config,          &alloc_dtypes};
+    for (int i = 0; i < 8; ++i) Py_XSETREF(*keep[i], Py_NewRef(args[i]));
+    Py_RETURN_NONE;
+}
+
+/* alloc_calls(): arrays made by fast_empty so far (for tests and the bench). */
+static PyObject *alloc_calls(PyObject *self, PyObject *unused) { return PyLong_FromUnsignedLongLong(alloc_fast); }
+
 /* fast_graph_launch(fn): graphs whose _launch is fn may be launched through cuGraphLaunch's
    bound entry point (None: none may). */
 static PyObject *fast_graph_launch(PyObject *self, PyObject *fn) {
@@ -1954,6 +2519,11 @@ static PyMethodDef methods[] = {
     {"graphed_method", (PyCFunction)(void (*)(void))graphed_method, METH_FASTCALL,
      "graphed_method(GraphedCallable, python_call, Lease, Entry, GraphOutput): a graphed call's repeat path, in C"},
     {"graphed_calls", graphed_calls, METH_NOARGS, "graphed_calls(): graphed calls made in C so far"},
+    {"configure_alloc", (PyCFunction)(void (*)(void))configure_alloc, METH_FASTCALL,
+     "configure_alloc(CachingAllocator, Block, DeadBlock, dead, queue, defaults, config, dtypes, sizes)"},
+    {"fast_empty", (PyCFunction)(void (*)(void))fast_empty, METH_FASTCALL,
+     "fast_empty(shape, dtype): cudagraphs.empty's common call from the free list, or None"},
+    {"alloc_calls", alloc_calls, METH_NOARGS, "alloc_calls(): arrays fast_empty made so far"},
     {"fast_graph_launch", fast_graph_launch, METH_O,
      "fast_graph_launch(fn): graphs whose _launch is fn may be replayed from C (None: none)"},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL,
@@ -1982,7 +2552,9 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__fastcall(void) {
-    if (PyType_Ready(&LauncherType) < 0 || PyType_Ready(&ElementwiseType) < 0) return NULL;
+    if (PyType_Ready(&LauncherType) < 0 || PyType_Ready(&ElementwiseType) < 0 || PyType_Ready(&BlockBaseType) < 0 ||
+        PyType_Ready(&LockType) < 0)
+        return NULL;
     str_stream = PyUnicode_InternFromString("stream");
     str_shared_mem = PyUnicode_InternFromString("shared_mem");
     str_alive = PyUnicode_InternFromString("alive");
@@ -1997,10 +2569,14 @@ PyMODINIT_FUNC PyInit__fastcall(void) {
                                "dtype", "acquire", "release", "_moved", "replay"};
     for (size_t i = 0; i < sizeof hot_texts / sizeof hot_texts[0]; ++i)
         if ((*hot_names[i] = PyUnicode_InternFromString(hot_texts[i])) == NULL) return NULL;
+    PyObject **alloc_names[] = {&str_current, &str_allocator, &str_default_stream, &str_append};
+    const char *alloc_texts[] = {"_current", "allocator", "stream", "append"};
+    for (size_t i = 0; i < sizeof alloc_texts / sizeof alloc_texts[0]; ++i)
+        if ((*alloc_names[i] = PyUnicode_InternFromString(alloc_texts[i])) == NULL) return NULL;
     PyObject **names_[] = {&str_thread, &str_invalid, &str_frees, &str_memory, &str_owners, &str_keep,
-                           &str_nodes, &str_ref, &str_owner, &str_name, &str_view_spec, &str_kernel};
+                           &str_nodes, &str_owner, &str_name, &str_view_spec, &str_kernel};
     const char *texts[] = {"thread", "invalid", "frees", "memory", "owners", "keep",
-                           "nodes", "_ref", "owner", "name", "_view_spec", "kernel"};
+                           "nodes", "owner", "name", "_view_spec", "kernel"};
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; ++i)
         if ((*names_[i] = PyUnicode_InternFromString(texts[i])) == NULL) return NULL;
     one = PyLong_FromLong(1);
@@ -2009,7 +2585,9 @@ PyMODINIT_FUNC PyInit__fastcall(void) {
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     if (PyModule_AddObjectRef(m, "Launcher", (PyObject *)&LauncherType) < 0 ||
-        PyModule_AddObjectRef(m, "Elementwise", (PyObject *)&ElementwiseType) < 0) {
+        PyModule_AddObjectRef(m, "Elementwise", (PyObject *)&ElementwiseType) < 0 ||
+        PyModule_AddObjectRef(m, "BlockBase", (PyObject *)&BlockBaseType) < 0 ||
+        PyModule_AddObjectRef(m, "Lock", (PyObject *)&LockType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -235,7 +235,7 @@ class Recording:
         for o in reads + writes + kept:
             block = getattr(o, "_block", None)
             if block is not None:  # an array: kept unless the capture owns its memory
-                if block._ref.owner not in owners:
+                if block.owner not in owners:
                     keep.append(o)
             elif not isinstance(o, BY_VALUE):  # numbers and structs are copied into the graph
                 keep.append(o)

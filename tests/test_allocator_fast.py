@@ -1,0 +1,262 @@
+"""The caching allocator's hot pair in C: ``cg.empty`` from the free list, a Block's release.
+
+Where ``cudagraphs._fastcall`` is built, ``cg.empty``'s common call takes a
+cached block in C (``fast_empty``), a Block gives its memory back in the
+deallocator of its C base (``BlockBase``), and the allocator's lock is a C
+``Lock``. These tests count what C made, check the arrays against numpy and
+the Python path (the same sequence in a process where the C part cannot be
+imported: same arrays, same reuse, same counters), and cover the cases C
+hands to Python: a busy lock, dead blocks waiting, captures, other streams.
+Every test runs on each backend in CUDAGRAPHS_TEST_BACKENDS.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import random_array
+
+import cudagraphs as cg
+from cudagraphs import _allocator
+
+fast = pytest.importorskip(
+    "cudagraphs._fastcall", reason="the C part is not built (`pip install -e .` builds it)"
+)
+
+
+def made_in_c(fn: Any) -> tuple[Any, int]:
+    before = fast.alloc_calls()
+    out = fn()
+    return out, fast.alloc_calls() - before
+
+
+def test_empty_is_made_in_c_from_the_free_list(device: cg.Device, rng: np.random.Generator) -> None:
+    del device  # (cg.empty allocates on the current device, this one)
+    gc.collect()
+    first = cg.empty(300, "float32")  # (a miss, or a hit: the Python path or C)
+    ptr = first.ptr
+    del first
+    before = _allocator_stats()
+    for _ in range(5):
+        a, n = made_in_c(lambda: cg.empty(300, "float32"))
+        assert n == 1
+        assert a.ptr == ptr  # the same block, from the free list
+        h = random_array(rng, (300,), "float32")
+        a.set(h)
+        np.testing.assert_array_equal(a.get(), h)
+        assert (a.shape, a.strides, a.dtype, a.size, a.is_contiguous) == ((300,), (4,), np.float32, 300, True)
+        assert a._block.owner is a.device.allocator
+        assert a._block.extra is None
+        assert a._block.nbytes == 1200
+        del a
+    after = _allocator_stats()
+    assert after.hits == before.hits + 5
+    assert after.misses == before.misses
+    assert after.in_use == before.in_use
+
+
+def _allocator_stats() -> Any:
+    return cg.current_device().allocator.stats()
+
+
+SCRIPT = """
+import gc, json, sys
+import numpy as np
+if sys.argv[1] == "python":  # the C part cannot be imported: the Python path
+    sys.modules["cudagraphs._fastcall"] = None
+import cudagraphs as cg
+from cudagraphs import _allocator
+dev = cg.current_device()
+assert (_allocator._fastcall is None) == (sys.argv[1] == "python")
+shapes = [5, (3, 4), (), 0, (2, 0, 3), (7,), 600_000, (16, 16)]
+dtypes = ["float32", np.float64, np.dtype("int16"), "uint8", "complex64", "float32", "int64", "bool"]
+ptrs, arrays, seen = [], [], {}
+for rnd in range(3):
+    for shape, dtype in zip(shapes, dtypes):
+        a = cg.empty(shape, dtype)
+        seen.setdefault(a.ptr, len(seen))
+        ptrs.append(seen[a.ptr])
+        b = a._block
+        arrays.append([list(a.shape), list(a.strides), str(a.dtype), a.size, a.is_contiguous, b.nbytes])
+        del b
+        if rnd != 1:
+            del a  # (round 1 keeps its arrays: round 2 cannot reuse those blocks)
+        else:
+            arrays.append("kept")
+            globals().setdefault("keep", []).append(a)
+gc.collect()
+s = dev.allocator.stats()
+print(json.dumps({"ptrs": ptrs, "arrays": arrays,
+                  "stats": [s.in_use, s.reserved, s.cached, s.peak, s.hits, s.misses]}))
+"""
+
+
+def test_c_and_python_paths_give_the_same_arrays_reuse_and_counters(backend: str) -> None:
+    env = {**os.environ, "CUDAGRAPHS_BACKEND": backend, "PYTHONPATH": str(Path(cg.__file__).parents[1])}
+    runs = {}
+    for path in ("c", "python"):
+        out = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(SCRIPT), path],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        runs[path] = json.loads(out.stdout.strip().splitlines()[-1])
+    assert runs["c"] == runs["python"]
+    assert runs["c"]["stats"][4] > 0  # (hits: the free list was used)
+
+
+def test_a_block_dropped_while_the_lock_is_held_is_queued_then_given_back(device: cg.Device) -> None:
+    alloc = device.allocator
+    gc.collect()
+    a = cg.empty(100, "float64")
+    ptr = a.ptr
+    with alloc._lock:  # (as a garbage collection inside an allocation would find it)
+        del a
+        assert [d.ptr for d in _allocator._dead] == [ptr]
+        assert isinstance(_allocator._dead[0], _allocator._DeadBlock)
+    b, n = made_in_c(lambda: cg.empty(100, "float64"))  # dead blocks waiting: the Python path
+    assert n == 0
+    assert b.ptr == ptr
+    assert not _allocator._dead
+
+
+def test_empty_while_another_thread_holds_the_lock_waits_for_it(device: cg.Device) -> None:
+    alloc = device.allocator
+    gc.collect()
+    cg.empty(64, "float32")  # (a block on the free list)
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with alloc._lock:
+            held.set()
+            release.wait(10)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    held.wait(10)
+    got: list[Any] = []
+    before = fast.alloc_calls()
+    caller = threading.Thread(target=lambda: got.append(cg.empty(64, "float32").shape))
+    caller.start()
+    time.sleep(0.2)
+    assert not got  # C found the lock busy; the Python path waits for it
+    release.set()
+    t.join(10)
+    caller.join(10)
+    assert got == [(64,)]
+    assert fast.alloc_calls() == before
+
+
+def test_captures_and_devices_or_streams_given_take_the_python_path(device: cg.Device) -> None:
+    gc.collect()
+    cg.empty(32, "float32")
+    s = device.create_stream()
+    s.wait(device.stream)
+    before = fast.alloc_calls()
+    with s, cg.capture(device=device) as g:  # (s captured)
+        x = cg.empty(32, "float32")  # the capture's memory
+        cg.ops.fill(x, 1.0)
+    assert x._block.owner is not device.allocator
+    y = cg.empty(32, "float32", device=device)
+    z = cg.empty(32, "float32", stream=device.stream)
+    assert fast.alloc_calls() == before
+    with s:
+        w, n = made_in_c(lambda: cg.empty(32, "float32"))  # s's free list (a miss: Python; then C)
+        del w
+        w, n = made_in_c(lambda: cg.empty(32, "float32"))
+    assert n == 1
+    assert w.ptr not in (y.ptr, z.ptr)
+    g.close()
+
+
+def test_a_pool_referencing_its_own_blocks_is_never_cleared_under_them(device: cg.Device) -> None:
+    """A block keeps its owner alive, unseen by the garbage collector.
+
+    As the release record held by the module did where the C part is not
+    built: a cycle through a pool and its own arrays is not collected, rather
+    than the pool being cleared before its blocks die.
+    """
+    import weakref
+
+    gc.collect()
+    pool = cg.GraphPool(device)
+    s = device.create_stream()
+    s.wait(device.stream)
+    with s, cg.capture(device=device, pool=pool) as g:
+        x = cg.empty(256, "float32")
+        cg.ops.fill(x, 2.0)
+    g.replay(s)
+    s.synchronize()
+    g.close()
+    pool.junk = [x]  # type: ignore[attr-defined]  # pool -> list -> x -> its block -> pool
+    alive = weakref.ref(pool)
+    del x, g, pool
+    gc.collect()
+    _allocator.safe_point()  # (a pool cleared by the collector would fail here, giving back)
+    cg.empty(16, "float32")
+    held = alive()
+    assert held is not None  # kept: its block still holds it
+    assert held.junk[0].get()[0] == 2.0
+    held.junk.clear()  # the block dies: its memory goes back to the intact pool
+    _allocator.safe_point()
+    del held
+    gc.collect()
+    assert alive() is None
+    assert not _allocator._dead
+
+
+def test_an_error_in_a_release_is_reported_not_raised(
+    device: cg.Device, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reported: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+    a = cg.empty(8, "float32")
+    ptr = a.ptr
+    record = device.allocator._live.pop(ptr)  # (its record lost: the release cannot find it)
+    del a
+    assert len(reported) == 1
+    assert isinstance(reported[0].exc_value, KeyError)
+    device.allocator._live[ptr] = record  # (given back by hand, for the test's memory check)
+    device.allocator.raw_free(ptr)
+
+
+def test_the_lock() -> None:
+    lock = fast.Lock()
+    assert not lock.locked()
+    assert lock.acquire(False) is True
+    assert lock.locked()
+    assert lock.acquire(blocking=False) is False
+    lock.release()
+    with pytest.raises(RuntimeError, match="release unlocked lock"):
+        lock.release()
+    with lock:
+        assert lock.locked()
+    assert not lock.locked()
+    with pytest.raises(TypeError):
+        lock.acquire(timeout=1)
+    with pytest.raises(TypeError):
+        fast.Lock(1)
+    lock.acquire()
+    done: list[float] = []
+    t = threading.Thread(target=lambda: (lock.acquire(), done.append(time.perf_counter()), lock.release()))
+    t.start()
+    time.sleep(0.1)
+    assert not done  # a blocking acquire waits (the GIL released) for the holder
+    lock.release()
+    t.join(10)
+    assert done
