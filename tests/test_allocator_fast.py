@@ -95,6 +95,15 @@ for rnd in range(3):
         else:
             arrays.append("kept")
             globals().setdefault("keep", []).append(a)
+al = dev.allocator
+sizes = (1, 512, 513, 5 << 20, 0)
+raws = [al.raw_malloc(n) for n in sizes]
+for p in raws:
+    al.raw_free(p)
+again = [al.raw_malloc(n) for n in sizes]
+ptrs += [seen.setdefault(p, len(seen)) for p in raws + again]
+for p in again:
+    al.raw_free(p)
 gc.collect()
 s = dev.allocator.stats()
 print(json.dumps({"ptrs": ptrs, "arrays": arrays,
@@ -118,6 +127,33 @@ def test_c_and_python_paths_give_the_same_arrays_reuse_and_counters(backend: str
         runs[path] = json.loads(out.stdout.strip().splitlines()[-1])
     assert runs["c"] == runs["python"]
     assert runs["c"]["stats"][4] > 0  # (hits: the free list was used)
+
+
+def test_the_raw_pair_takes_and_gives_in_c(device: cg.Device, monkeypatch: pytest.MonkeyPatch) -> None:
+    alloc, done = device.allocator, {"take": 0, "give": 0}
+    take, give = fast.take, fast.give
+
+    def counted_take(*args: Any) -> Any:
+        out = take(*args)
+        done["take"] += out is not None
+        return out
+
+    def counted_give(*args: Any) -> Any:
+        out = give(*args)
+        done["give"] += bool(out)
+        return out
+
+    monkeypatch.setattr(_allocator._fastcall, "take", counted_take)
+    monkeypatch.setattr(_allocator._fastcall, "give", counted_give)
+    alloc.raw_free(alloc.raw_malloc(700))  # (a miss first, maybe)
+    before = alloc.stats()
+    for _ in range(3):
+        ptr = alloc.raw_malloc(700)
+        alloc.raw_free(ptr)
+    after = alloc.stats()
+    assert done["take"] == 3
+    assert done["give"] >= 3
+    assert (after.hits - before.hits, after.misses - before.misses, after.in_use) == (3, 0, before.in_use)
 
 
 def test_a_block_dropped_while_the_lock_is_held_is_queued_then_given_back(device: cg.Device) -> None:

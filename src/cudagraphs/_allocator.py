@@ -367,9 +367,13 @@ class CachingAllocator:
         """Like :meth:`malloc`, returning a bare address to give to :meth:`raw_free`."""
         if stream is None:
             stream = self._device.stream
+        handle = stream.handle
+        if _fastcall is not None:  # the cache hit, in C (None: a miss, events to wait for, busy)
+            found = _fastcall.take(self, handle, nbytes)
+            if found is not None:
+                return found  # type: ignore[no-any-return]
         # (round_size, inlined for the common small sizes: this is a hot path)
         size = -(-nbytes // _SMALL_STEP) * _SMALL_STEP if 0 < nbytes <= _SMALL else round_size(nbytes)
-        handle = stream.handle
         with self._lock:
             cached = self._free.get((handle, size))
             if cached:
@@ -392,6 +396,8 @@ class CachingAllocator:
         will wait for the work queued on them so far. No capture may be
         active on the device when ``streams`` are given (see :meth:`release`).
         """
+        if not streams and _fastcall is not None and _fastcall.give(self, ptr):
+            return  # (in C, the lock free)
         events = [self._record(s) for s in streams if not s.closed] if streams else None
         with self._lock:
             self._cache_locked(ptr)

@@ -2445,6 +2445,34 @@ static PyObject *configure_alloc(PyObject *self, PyObject *const *args, Py_ssize
     Py_RETURN_NONE;
 }
 
+/* take(allocator, handle, nbytes): raw_malloc's cache hit (the address), or None. */
+static PyObject *alloc_take(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || alloc_type == NULL || Py_TYPE(args[0]) != alloc_type || !PyLong_CheckExact(args[1]) ||
+        !PyLong_CheckExact(args[2]))
+        Py_RETURN_NONE;
+    Py_ssize_t nbytes = PyLong_AsSsize_t(args[2]);
+    PyObject *ptr = nbytes < 0 ? NULL : take_locked(args[0], args[1], nbytes);
+    if (ptr != NULL) return ptr;
+    if (cleared()) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* give(allocator, ptr): raw_free without other streams, if the lock is free now (True), else
+   False (the Python path waits for it). */
+static PyObject *alloc_give(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || alloc_type == NULL || Py_TYPE(args[0]) != alloc_type || SLOT(args[0], c_lock) == NULL)
+        Py_RETURN_FALSE;
+    PyObject *lock = Py_NewRef(SLOT(args[0], c_lock));
+    int taken = try_lock(lock), bad = 0;
+    if (taken == 1) {
+        bad = cache_locked(args[0], args[1]);
+        bad |= unlock(lock);
+    }
+    Py_DECREF(lock);
+    if (taken < 0 || bad) return NULL;
+    return PyBool_FromLong(taken);
+}
+
 /* alloc_calls(): arrays made by fast_empty so far (for tests and the bench). */
 static PyObject *alloc_calls(PyObject *self, PyObject *unused) { return PyLong_FromUnsignedLongLong(alloc_fast); }
 
@@ -2524,6 +2552,10 @@ static PyMethodDef methods[] = {
     {"fast_empty", (PyCFunction)(void (*)(void))fast_empty, METH_FASTCALL,
      "fast_empty(shape, dtype): cudagraphs.empty's common call from the free list, or None"},
     {"alloc_calls", alloc_calls, METH_NOARGS, "alloc_calls(): arrays fast_empty made so far"},
+    {"take", (PyCFunction)(void (*)(void))alloc_take, METH_FASTCALL,
+     "take(allocator, stream handle, nbytes): raw_malloc's cache hit, or None"},
+    {"give", (PyCFunction)(void (*)(void))alloc_give, METH_FASTCALL,
+     "give(allocator, ptr): raw_free without other streams if the lock is free (True), else False"},
     {"fast_graph_launch", fast_graph_launch, METH_O,
      "fast_graph_launch(fn): graphs whose _launch is fn may be replayed from C (None: none)"},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL,
