@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import gc
 import os
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -162,3 +165,32 @@ def _frame_owner(frames: list) -> str:
         f"live frame {inner.f_code.co_name} ({inner.f_code.co_filename}:{inner.f_lineno}) "
         f"held by {held[:4]}"
     )
+
+
+def call_while_held(lock: Any, fn: Callable[[], Any]) -> Any:
+    """Call ``fn`` in another thread while a third holds ``lock``; return its result.
+
+    Checks that the call waits for the lock (it has not returned 0.2 s after
+    it began) and returns once the holder lets go.
+    """
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lock:
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(10)
+    done: list[Any] = []
+    caller = threading.Thread(target=lambda: done.append(fn()))
+    caller.start()
+    time.sleep(0.2)
+    waited = not done
+    release.set()
+    holder.join(10)
+    caller.join(10)
+    assert waited, "the call did not wait for the lock"
+    assert done, "the call did not return after the lock was let go"
+    return done[0]

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import random_array
+from conftest import call_while_held, random_array
 
 import cudagraphs as cg
 from cudagraphs import _allocator
@@ -175,26 +175,8 @@ def test_empty_while_another_thread_holds_the_lock_waits_for_it(device: cg.Devic
     alloc = device.allocator
     gc.collect()
     cg.empty(64, "float32")  # (a block on the free list)
-    held, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with alloc._lock:
-            held.set()
-            release.wait(10)
-
-    t = threading.Thread(target=hold)
-    t.start()
-    held.wait(10)
-    got: list[Any] = []
     before = fast.alloc_calls()
-    caller = threading.Thread(target=lambda: got.append(cg.empty(64, "float32").shape))
-    caller.start()
-    time.sleep(0.2)
-    assert not got  # C found the lock busy; the Python path waits for it
-    release.set()
-    t.join(10)
-    caller.join(10)
-    assert got == [(64,)]
+    assert call_while_held(alloc._lock, lambda: cg.empty(64, "float32").shape) == (64,)
     assert fast.alloc_calls() == before
 
 

@@ -12,14 +12,12 @@ held inputs. Every test runs on each backend in CUDAGRAPHS_TEST_BACKENDS.
 from __future__ import annotations
 
 import gc
-import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
-from conftest import random_array
+from conftest import call_while_held, random_array
 
 import cudagraphs as cg
 from cudagraphs import _graphed
@@ -180,25 +178,8 @@ def test_a_call_while_another_thread_holds_the_lock_waits(dev: cg.Device, rng: n
     a = upload(dev, h)
     f = Counted(cg.graphed(double, device=dev))
     f(a)
-    held, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with f.f._lock:
-            held.set()
-            release.wait(10)
-
-    t = threading.Thread(target=hold)
-    t.start()
-    held.wait(10)
-    done: list[Any] = []
-    caller = threading.Thread(target=lambda: done.append(f(a).get()))
-    caller.start()
-    time.sleep(0.2)
-    assert not done  # it waits for the lock (the Python call), it does not run beside the holder
-    release.set()
-    t.join(10)
-    caller.join(10)
-    np.testing.assert_allclose(done[0], 2 * h, rtol=1e-6)
+    got = call_while_held(f.f._lock, lambda: f(a).get())  # the Python call, which waits
+    np.testing.assert_allclose(got, 2 * h, rtol=1e-6)
     assert f.made_in_c == 0
 
 

@@ -372,6 +372,19 @@ static Py_ssize_t slot_offset(PyTypeObject *t, const char *name) {
     return ((PyMemberDescrObject *)d)->d_member->offset;
 }
 
+/* The int in __slots__ attribute `slot` of o, += delta (or -= delta); -1 on error. */
+static int slot_add(PyObject *o, Py_ssize_t slot, PyObject *delta, int subtract) {
+    PyObject *v = SLOT(o, slot);
+    if (v == NULL) {
+        PyErr_Format(PyExc_AttributeError, "a counter of %.80s is not set", Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    PyObject *next = subtract ? PyNumber_Subtract(v, delta) : PyNumber_Add(v, delta);
+    if (next == NULL) return -1;
+    Py_SETREF(SLOT(o, slot), next);
+    return 0;
+}
+
 /* configure(array_type, stream_type, current_streams): the classes Launchers read. */
 static PyObject *configure(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3 || !PyType_Check(args[0]) || !PyType_Check(args[1])) {
@@ -1547,15 +1560,7 @@ static int graph_launch_on(PyObject *g, PyObject *stream) {
     Py_END_ALLOW_THREADS
     if (err) return 0; /* nothing was queued: the Python path launches again and reports it */
     /* counted as `self.replays += 1` counts, read now (another thread may have counted meanwhile) */
-    PyObject *count = SLOT(g, g_replays);
-    if (count == NULL) {
-        PyErr_SetString(PyExc_AttributeError, "replays");
-        return -1;
-    }
-    PyObject *next = PyNumber_Add(count, one);
-    if (next == NULL) return -1;
-    Py_SETREF(SLOT(g, g_replays), next);
-    return 1;
+    return slot_add(g, g_replays, one, 0) ? -1 : 1;
 }
 
 static PyObject *graph_replay(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
@@ -1704,19 +1709,6 @@ static int hot_stream(PyObject *hot) {
     return stream_open(stream);
 }
 
-/* `slot` += 1 on object o (a __slots__ int) */
-static int count_up(PyObject *o, Py_ssize_t slot) {
-    PyObject *v = SLOT(o, slot);
-    if (v == NULL) {
-        PyErr_SetString(PyExc_AttributeError, "a graphed callable's counter is not set");
-        return -1;
-    }
-    PyObject *next = PyNumber_Add(v, one);
-    if (next == NULL) return -1;
-    Py_SETREF(SLOT(o, slot), next);
-    return 0;
-}
-
 /* The call's result from the armed outputs: each cudagraphs array as a GraphOutput of this call
    (GraphOutput._expiring, in C), anything else as it is; a tuple if the function returned one. */
 static PyObject *hot_outputs(PyObject *hot) {
@@ -1752,7 +1744,7 @@ static PyObject *hot_locked(PyObject *self, PyObject *hot, PyObject *const *args
     PyObject *sources = PyTuple_GET_ITEM(hot, H_SOURCES), *held = PyTuple_GET_ITEM(hot, H_HELD);
     PyObject *stream = PyTuple_GET_ITEM(hot, H_STREAM);
     /* self._lease.calls += 1; self._calls += 1; entry.hits += 1 (as the Python call counts) */
-    if (count_up(PyTuple_GET_ITEM(hot, H_LEASE), l_calls) || count_up(entry, e_hits)) return NULL;
+    if (slot_add(PyTuple_GET_ITEM(hot, H_LEASE), l_calls, one, 0) || slot_add(entry, e_hits, one, 0)) return NULL;
     PyObject *calls = PyObject_GetAttr(self, str_calls_);
     if (calls == NULL) return NULL;
     PyObject *next = PyNumber_Add(calls, one);
@@ -2048,19 +2040,6 @@ static PyObject *str_current, *str_allocator, *str_default_stream, *str_append;
 /* The last free-list key (stream key, size) and live record (size, stream key) made: the same
    two tuples serve every block of that size on that stream (tuples are immutable). */
 static PyObject *last_key, *last_record;
-
-/* slot += delta (or -= delta) of allocator `a`, on ints; -1 on error */
-static int slot_add(PyObject *a, Py_ssize_t slot, PyObject *delta, int subtract) {
-    PyObject *v = SLOT(a, slot);
-    if (v == NULL) {
-        PyErr_SetString(PyExc_AttributeError, "an allocator counter is not set");
-        return -1;
-    }
-    PyObject *next = subtract ? PyNumber_Subtract(v, delta) : PyNumber_Add(v, delta);
-    if (next == NULL) return -1;
-    Py_SETREF(SLOT(a, slot), next);
-    return 0;
-}
 
 /* CachingAllocator._cache_locked(ptr), on allocator `a` */
 static int cache_locked(PyObject *a, PyObject *ptr) {

@@ -490,13 +490,9 @@ class Graph:
         _patch.set_arg(self, self._ready(), node, arg, value)
         return self
 
-    def _point_copy(self, index: int, src: int) -> None:
-        """Point the device copy of record ``index`` at ``src`` (graphed inputs)."""
+    def _point_copy(self, index: int, src: int | None) -> None:
+        """Point the device copy of record ``index`` at ``src``, or switch it off (graphed inputs)."""
         _patch.point_copy(self, self._ready(), index, src)
-
-    def _switch_off_copy(self, index: int) -> None:
-        """Switch off the device copy of record ``index`` (graphed inputs)."""
-        _patch.switch_off_copy(self, self._ready(), index)
 
     # replay ---------------------------------------------------------------------------------
     def _ready(self) -> Any:

@@ -611,7 +611,7 @@ class GraphedCallable:
             except CudaError as exc:
                 if exc.code != CUDA_ERROR_INVALID_VALUE:
                     raise
-                graph._switch_off_copy(entry.copies[j])
+                graph._point_copy(entry.copies[j], None)  # (switched off)
                 del entry.copies[j], entry.sources[j], entry.held[j]
                 entry.scratch.pop(j, None)
                 self._hot = None

@@ -248,13 +248,14 @@ def repoint(graph: Any, exec_: Any, old: Any, new: Any) -> int:
     return len(changes) + len(others)
 
 
-def point_copy(graph: Any, exec_: Any, index: int, src: int) -> None:
-    """Make the device-copy node of record ``index`` copy from ``src``.
+def point_copy(graph: Any, exec_: Any, index: int, src: int | None) -> None:
+    """Make the device-copy node of record ``index`` copy from ``src`` (None: switch it off).
 
     For a graphed call's input copy (see :mod:`cudagraphs._graphed`): the node
-    copies the same bytes to the same place, from the new input. The node's
-    handle is found once, on first use; the record's patch follows (its
-    source view is no longer known: None).
+    copies the same bytes to the same place, from the new input; switched
+    off, the input is copied eagerly instead. The node's handle is found
+    once, on first use; the record's patch follows (its source view is no
+    longer known: None).
 
     Raises
     ------
@@ -267,28 +268,9 @@ def point_copy(graph: Any, exec_: Any, index: int, src: int) -> None:
     r = records[index]
     if r.kind != "memcpy" or not isinstance(r.patch, Copy) or r.patch.kind != "dtod":
         raise ValueError(f"record {index} is not a device-to-device copy recorded by cudagraphs")
-    copy = r.patch._replace(src=src)
-    graph.device.backend.graph_update(exec_, r.handle, copy)
+    copy = r.patch._replace(src=src) if src is not None else None
+    graph.device.backend.graph_update(exec_, r.handle, copy if copy is not None else False)
     records[index] = r._replace(patch=copy, views=(None, r.views[1]))
-    graph._patched = True
-
-
-def switch_off_copy(graph: Any, exec_: Any, index: int) -> None:
-    """Switch off the device-copy node of record ``index`` (a graphed input copied eagerly now).
-
-    Raises
-    ------
-    ValueError
-        If record ``index`` is not a device copy recorded by cudagraphs.
-    """
-    records = graph._records
-    if records[index].handle is None:
-        records = _records(graph)
-    r = records[index]
-    if r.kind != "memcpy" or not isinstance(r.patch, Copy) or r.patch.kind != "dtod":
-        raise ValueError(f"record {index} is not a device-to-device copy recorded by cudagraphs")
-    graph.device.backend.graph_update(exec_, r.handle, False)
-    records[index] = r._replace(patch=None, views=(None, r.views[1]))
     graph._patched = True
 
 
