@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -266,10 +267,16 @@ def test_the_lock() -> None:
         assert lock.locked()
     assert not lock.locked()
     with pytest.raises(TypeError):
-        lock.acquire(timeout=1)
-    with pytest.raises(TypeError):
         fast.Lock(1)
+    with pytest.raises(ValueError, match="non-blocking"):
+        lock.acquire(False, timeout=1)
+    with pytest.raises(ValueError, match="non-negative"):
+        lock.acquire(timeout=-2)
     lock.acquire()
+    start = time.perf_counter()
+    assert lock.acquire(timeout=0.1) is False  # (held: the timeout ends the wait)
+    assert time.perf_counter() - start >= 0.09
+    assert lock.acquire(timeout=0) is False
     done: list[float] = []
     t = threading.Thread(target=lambda: (lock.acquire(), done.append(time.perf_counter()), lock.release()))
     t.start()
@@ -278,3 +285,103 @@ def test_the_lock() -> None:
     lock.release()
     t.join(10)
     assert done
+    assert lock.acquire(timeout=1) is True
+    lock.release()
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs signal.setitimer (POSIX)")
+@pytest.mark.parametrize("how", ["acquire", "with"])
+def test_a_signal_ends_a_blocking_wait_for_the_lock(how: str) -> None:
+    """Ctrl-C reaches a thread waiting for the allocator's lock, as with threading.Lock."""
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise Interrupted
+
+    lock = fast.Lock()
+    holder_done = threading.Event()
+
+    def hold() -> None:  # (let go after 5 s: a wait the signal cannot end fails, not hangs)
+        holder_done.wait(5)
+        lock.release()
+
+    lock.acquire()
+    holder = threading.Thread(target=hold)
+    holder.start()
+    old = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.2)
+    start = time.perf_counter()
+    try:
+        with pytest.raises(Interrupted):
+            if how == "acquire":
+                lock.acquire()
+            else:
+                with lock:
+                    pass
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        holder_done.set()
+        holder.join(10)
+    assert time.perf_counter() - start < 4  # ended by the signal, not by the holder
+    assert not lock.locked()  # (the interrupted wait did not take it)
+
+
+def test_a_replaced_allocator_is_the_one_empty_takes_from(
+    device: cg.Device, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """C reads the device's allocator each call: one set on the device after a C call is used."""
+    del device
+    dev = cg.current_device()
+    gc.collect()
+    cg.empty(48, "float32")  # (dropped at once: a block on the old allocator's free list)
+    a, n = made_in_c(lambda: cg.empty(48, "float32"))
+    assert n == 1
+    assert a._block.owner is dev.allocator
+    del a
+    new = _allocator.CachingAllocator(dev)
+    monkeypatch.setattr(dev, "allocator", new)
+    b, n = made_in_c(lambda: cg.empty(48, "float32"))  # (a miss in the new one: Python)
+    assert n == 0
+    assert b._block.owner is new
+    del b
+    c, n = made_in_c(lambda: cg.empty(48, "float32"))
+    assert n == 1
+    assert c._block.owner is new
+    del c
+    monkeypatch.undo()
+    new.empty_cache()
+
+
+def test_a_current_stream_survives_empty_handing_over_to_python(
+    device: cg.Device, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A current stream found in C, then the Python path taken: its reference count is intact."""
+    del device
+    dev = cg.current_device()
+
+    class Other(_allocator.CachingAllocator):  # (not the class C takes blocks from)
+        pass
+
+    other = Other(dev)
+    monkeypatch.setattr(dev, "allocator", other)
+    s = dev.create_stream()
+    s.wait(dev.stream)
+    with s:
+        cg.empty(40, "float32")  # (what the allocator keeps of s, made once)
+        gc.collect()
+        before = sys.getrefcount(s)
+        kept = []  # (held: a release would queue a record, which sends empty to Python before C looks)
+        for _ in range(50):
+            x, n = made_in_c(lambda: cg.empty(40, "float32"))
+            assert n == 0
+            assert x._block.owner is other
+            kept.append(x)
+        gc.collect()
+        assert sys.getrefcount(s) == before
+        del x, kept
+    s.synchronize()
+    monkeypatch.undo()
+    other.empty_cache()

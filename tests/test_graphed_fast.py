@@ -221,6 +221,7 @@ def test_an_error_in_a_call_made_in_c_is_the_python_calls(dev: cg.Device, rng: n
         with pytest.raises(RuntimeError) as info:
             f(a) if call is None else call(f, a)
         errors.append(str(info.value))
+        assert f._hot is None  # a failed call disarms (the next one goes through Python)
         assert f._lock.acquire(False)  # the lock is free again
         f._lock.release()
     assert errors[0] == errors[1]
@@ -384,3 +385,32 @@ def test_a_closed_stream_is_refused_as_the_python_call_refuses_it(
             f(a) if call is None else call(f.f, a)
         errors.append(str(info.value))
     assert errors[0] == errors[1]
+
+
+def test_a_stream_closed_while_a_moved_input_is_pointed_at_is_not_launched_on(
+    dev: cg.Device, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stream is read again after Python code ran inside the C call (``_moved``)."""
+    hosts = [random_array(rng, (16,), "float32") for _ in range(2)]
+    a, b = (upload(dev, h) for h in hosts)
+    s = dev.create_stream()
+    s.wait(dev.stream)
+    f = Counted(cg.graphed(double, device=dev, stream=s))
+    f(a)
+    f(a)
+    assert f.made_in_c == 1
+    graph = next(iter(f.f.graphs.values()))
+    replays = graph.replays
+    moved = f.f._moved
+
+    def moved_then_closed(*args: Any) -> Any:
+        out = moved(*args)
+        s.synchronize()
+        s.close()  # (as a callback run by Python code here could)
+        return out
+
+    monkeypatch.setattr(f.f, "_moved", moved_then_closed)
+    with pytest.raises(ValueError, match="closed"):
+        f(b)  # (b moved: _moved runs, then the launch is refused as Python refuses it)
+    assert graph.replays == replays  # nothing queued on the closed stream
+    assert f.f._hot is None

@@ -1770,7 +1770,9 @@ static PyObject *hot_locked(PyObject *self, PyObject *hot, PyObject *const *args
         Py_DECREF(key);
         if (bad) return NULL;
     }
-    int done = graph_launch_on(graph, stream);
+    /* (_moved ran Python code: the stream is read again, as graph.replay would read it now) */
+    int open = SLOT(stream, s_recording) == Py_None ? stream_open(stream) : 0;
+    int done = open == 1 ? graph_launch_on(graph, stream) : cleared();
     if (done < 0) return NULL;
     if (!done) { /* graph.replay(stream): it launches, or reports why not */
         PyObject *argv[2] = {graph, stream};
@@ -1805,6 +1807,8 @@ static PyObject *graphed_call(PyObject *self, PyObject *const *args, size_t narg
     Py_XDECREF(now);
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
+    if (now == hot && out == NULL && et != NULL && PyObject_SetAttr(self, str_hot, Py_None) < 0)
+        PyErr_Clear(); /* a failed call disarms, as the Python call does (its error is the one raised) */
     PyObject *r = PyObject_CallMethodNoArgs(lock, str_release);
     if (r == NULL) { /* (the release's error replaces the call's) */
         Py_XDECREF(et), Py_XDECREF(ev), Py_XDECREF(tb);
@@ -1896,7 +1900,8 @@ static PyObject *graphed_calls(PyObject *self, PyObject *unused) { return PyLong
  *
  * Lock is threading.Lock's subset the caching allocator uses (acquire(blocking=True), release(),
  * locked(), `with`), over a PyThread lock, so that C code (try_lock, unlock) takes it directly. A
- * blocking acquire waits with the GIL released (not interruptible: it guards microseconds).
+ * blocking acquire waits with the GIL released, as threading.Lock's does: a timeout ends it, and
+ * so does an exception raised by a signal's handler (Ctrl-C) while it waits.
  */
 typedef struct {
     PyObject_HEAD
@@ -1926,18 +1931,50 @@ static void lock_dealloc(Lock *L) {
     Py_TYPE(L)->tp_free((PyObject *)L);
 }
 
-/* 1 taken, 0 not (non-blocking) */
-static int lock_take(Lock *L, int blocking) {
+static PyObject *monotonic; /* time.monotonic, for a timed wait that signals interrupt */
+
+/* Take the lock, waiting up to `timeout` seconds (< 0: no limit; blocking 0: no wait), with the
+   GIL released; a signal's handler runs meanwhile, and its exception ends the wait. 1 taken, 0
+   not, -1 error. */
+static int lock_take(Lock *L, int blocking, double timeout) {
     if (PyThread_acquire_lock(L->lock, NOWAIT_LOCK)) {
         L->held = 1;
         return 1;
     }
-    if (!blocking) return 0;
-    Py_BEGIN_ALLOW_THREADS
-    PyThread_acquire_lock(L->lock, WAIT_LOCK);
-    Py_END_ALLOW_THREADS
-    L->held = 1;
-    return 1;
+    if (!blocking || timeout == 0) return 0;
+    double deadline = 0;
+    if (timeout > 0) {
+        if (monotonic == NULL) {
+            PyObject *time = PyImport_ImportModule("time");
+            monotonic = time == NULL ? NULL : PyObject_GetAttrString(time, "monotonic");
+            Py_XDECREF(time);
+            if (monotonic == NULL) return -1;
+        }
+        PyObject *t = PyObject_CallNoArgs(monotonic);
+        if (t == NULL) return -1;
+        deadline = PyFloat_AsDouble(t) + timeout;
+        Py_DECREF(t);
+    }
+    for (PY_TIMEOUT_T wait = timeout < 0 ? -1 : (PY_TIMEOUT_T)(timeout * 1e6);;) {
+        PyLockStatus got;
+        Py_BEGIN_ALLOW_THREADS
+        got = PyThread_acquire_lock_timed(L->lock, wait, 1);
+        Py_END_ALLOW_THREADS
+        if (got == PY_LOCK_ACQUIRED) {
+            L->held = 1;
+            return 1;
+        }
+        if (got == PY_LOCK_FAILURE) return 0;
+        if (Py_MakePendingCalls() < 0) return -1; /* interrupted: the handlers run, and may raise */
+        if (timeout > 0) {
+            PyObject *t = PyObject_CallNoArgs(monotonic);
+            if (t == NULL) return -1;
+            double left = deadline - PyFloat_AsDouble(t);
+            Py_DECREF(t);
+            if (left <= 0) return 0;
+            wait = (PY_TIMEOUT_T)(left * 1e6);
+        }
+    }
 }
 
 static int lock_give(Lock *L) {
@@ -1950,21 +1987,25 @@ static int lock_give(Lock *L) {
     return 0;
 }
 
-static PyObject *lock_acquire(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+static PyObject *lock_acquire(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *kw[] = {"blocking", "timeout", NULL};
     int blocking = 1;
-    Py_ssize_t nk = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    if (nargs + nk > 1) {
-        PyErr_SetString(PyExc_TypeError, "acquire takes one argument, blocking");
+    double timeout = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|pd:acquire", kw, &blocking, &timeout)) return NULL;
+    if (timeout < 0 && timeout != -1) {
+        PyErr_SetString(PyExc_ValueError, "timeout value must be a non-negative number, or -1 for no limit");
         return NULL;
     }
-    if (nargs + nk == 1) {
-        if (nk && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "blocking") != 0) {
-            PyErr_SetString(PyExc_TypeError, "acquire's one argument is blocking");
-            return NULL;
-        }
-        if ((blocking = PyObject_IsTrue(args[0])) < 0) return NULL;
+    if (!blocking && timeout != -1) {
+        PyErr_SetString(PyExc_ValueError, "can't specify a timeout for a non-blocking call");
+        return NULL;
     }
-    return PyBool_FromLong(lock_take((Lock *)self, blocking));
+    if (timeout > (double)PY_TIMEOUT_MAX / 1e6) {
+        PyErr_SetString(PyExc_OverflowError, "timeout value is too large");
+        return NULL;
+    }
+    int got = lock_take((Lock *)self, blocking, timeout);
+    return got < 0 ? NULL : PyBool_FromLong(got);
 }
 
 static PyObject *lock_release(PyObject *self, PyObject *unused) {
@@ -1973,7 +2014,7 @@ static PyObject *lock_release(PyObject *self, PyObject *unused) {
 }
 
 static PyObject *lock_enter(PyObject *self, PyObject *unused) {
-    lock_take((Lock *)self, 1);
+    if (lock_take((Lock *)self, 1, -1) < 0) return NULL;
     Py_RETURN_TRUE;
 }
 
@@ -1985,8 +2026,9 @@ static PyObject *lock_exit(PyObject *self, PyObject *const *args, Py_ssize_t nar
 static PyObject *lock_locked(PyObject *self, PyObject *unused) { return PyBool_FromLong(((Lock *)self)->held); }
 
 static PyMethodDef lock_methods[] = {
-    {"acquire", (PyCFunction)(void (*)(void))lock_acquire, METH_FASTCALL | METH_KEYWORDS,
-     "acquire(blocking=True): take the lock; False if not blocking and it is taken"},
+    {"acquire", (PyCFunction)(void (*)(void))lock_acquire, METH_VARARGS | METH_KEYWORDS,
+     "acquire(blocking=True, timeout=-1): take the lock, waiting up to timeout seconds (-1: no\n"
+     "limit); False if it was not taken. A signal's handler runs while it waits."},
     {"release", lock_release, METH_NOARGS, "release(): give the lock back"},
     {"locked", lock_locked, METH_NOARGS, "locked(): whether the lock is taken"},
     {"__enter__", lock_enter, METH_NOARGS, NULL},
@@ -2034,7 +2076,7 @@ static PyObject *alloc_dead, *alloc_queue, *alloc_defaults, *alloc_config, *allo
 static Py_ssize_t a_strides = -1, alloc_small, alloc_small_step, alloc_large_step;
 static unsigned long long alloc_fast;
 static Py_ssize_t c_lock, c_live, c_in_use, c_free, c_waits, c_hits, c_peak; /* CachingAllocator's slots */
-static PyObject *last_device, *last_allocator, *last_default; /* a device's allocator and default stream */
+static PyObject *last_device, *last_dict; /* the last device asked and its __dict__ */
 static PyObject *str_current, *str_allocator, *str_default_stream, *str_append;
 
 /* The last free-list key (stream key, size) and live record (size, stream key) made: the same
@@ -2087,7 +2129,7 @@ static int cache_locked(PyObject *a, PyObject *ptr) {
 
 /* lock.acquire(False) (1 taken, 0 busy, -1 error) and lock.release() (0, or -1 with the error). */
 static int try_lock(PyObject *lock) {
-    if (Py_TYPE(lock) == &LockType) return lock_take((Lock *)lock, 0);
+    if (Py_TYPE(lock) == &LockType) return lock_take((Lock *)lock, 0, -1);
     PyObject *got = PyObject_CallMethodOneArg(lock, str_acquire, Py_False);
     int taken = got == NULL ? -1 : got == Py_True;
     Py_XDECREF(got);
@@ -2127,8 +2169,13 @@ static int block_release(BlockBase *b) {
         if (taken == 1) return bad;
         if (taken < 0) return -1;
     }
-    PyObject *record = PyObject_CallFunctionObjArgs((PyObject *)dead_type, owner, ptr, extra, NULL);
-    PyObject *r = record == NULL ? NULL : PyObject_CallMethodOneArg(alloc_dead, str_append, record);
+    /* DeadBlock(owner, ptr, extra), made as its tuple is (no Python code runs in a deallocator) */
+    PyObject *record = dead_type->tp_alloc(dead_type, 3);
+    if (record == NULL) return -1;
+    PyTuple_SET_ITEM(record, 0, Py_NewRef(owner));
+    PyTuple_SET_ITEM(record, 1, Py_NewRef(ptr));
+    PyTuple_SET_ITEM(record, 2, Py_NewRef(extra));
+    PyObject *r = PyObject_CallMethodOneArg(alloc_dead, str_append, record); /* (a deque's, in C) */
     Py_XDECREF(record);
     if (r == NULL) return -1;
     Py_DECREF(r);
@@ -2315,20 +2362,27 @@ static PyObject *new_array(PyObject *device, PyObject *allocator, PyObject *ptr,
     return out;
 }
 
-/* `device`'s allocator and default stream (borrowed; both are set once, when the Device is
-   made, and kept here for the last device asked), or -1 (an error maybe set). */
+/* `device`'s allocator and default stream, read from its __dict__ (borrowed: the caller takes
+   its references before any Python code runs), or -1 (an error maybe set). The dict is kept for
+   the last device asked, whose class must let its instance attributes be found there. */
 static int device_parts(PyObject *device, PyObject **allocator, PyObject **dflt) {
     if (device != last_device) {
-        PyObject *a = PyObject_GetAttr(device, str_allocator), *s = a == NULL ? NULL : PyObject_GetAttr(device, str_default_stream);
-        if (s == NULL || Py_TYPE(a) != alloc_type || Py_TYPE(s) != stream_type) {
-            Py_XDECREF(a), Py_XDECREF(s);
+        PyTypeObject *t = Py_TYPE(device);
+        if (t->tp_getattro != PyObject_GenericGetAttr || _PyType_Lookup(t, str_allocator) != NULL ||
+            _PyType_Lookup(t, str_default_stream) != NULL)
+            return -1; /* (a class attribute could answer instead of the instance's) */
+        PyObject *d = PyObject_GenericGetDict(device, NULL);
+        if (d == NULL || !PyDict_CheckExact(d)) {
+            Py_XDECREF(d);
             return -1;
         }
-        Py_XSETREF(last_allocator, a);
-        Py_XSETREF(last_default, s);
+        Py_XSETREF(last_dict, d);
         Py_XSETREF(last_device, Py_NewRef(device));
     }
-    *allocator = last_allocator, *dflt = last_default;
+    PyObject *a = PyDict_GetItemWithError(last_dict, str_allocator);
+    PyObject *s = a == NULL ? NULL : PyDict_GetItemWithError(last_dict, str_default_stream);
+    if (s == NULL || Py_TYPE(a) != alloc_type || Py_TYPE(s) != stream_type) return -1;
+    *allocator = a, *dflt = s;
     return 0;
 }
 
@@ -2369,8 +2423,9 @@ static PyObject *fast_empty(PyObject *self, PyObject *const *args, Py_ssize_t na
     Py_XDECREF(now);
     /* no dead block nor deferred release waiting (malloc gives them back first) */
     if (device == NULL || PyObject_Length(alloc_dead) != 0 || PyObject_Length(alloc_queue) != 0) goto python;
-    if (current_of(device, &current, &stream) || device_parts(device, &allocator, &dflt)) goto python;
-    stream = Py_NewRef(stream != NULL ? stream : dflt);
+    PyObject *found = NULL; /* (borrowed from `current` until the reference below is taken) */
+    if (current_of(device, &current, &found) || device_parts(device, &allocator, &dflt)) goto python;
+    stream = Py_NewRef(found != NULL ? found : dflt);
     allocator = Py_NewRef(allocator);
     PyObject *handle = Py_TYPE(stream) == stream_type ? SLOT(stream, s_handle) : NULL;
     if (handle == NULL || SLOT(stream, s_recording) != Py_None || SLOT(stream, s_device) != device) goto python;
@@ -2402,6 +2457,12 @@ static PyObject *configure_alloc(PyObject *self, PyObject *const *args, Py_ssize
     }
     if (!PyType_IsSubtype((PyTypeObject *)args[1], &BlockBaseType)) {
         PyErr_SetString(PyExc_TypeError, "the Block class must derive from BlockBase");
+        return NULL;
+    }
+    PyTypeObject *dead = (PyTypeObject *)args[2];
+    if (!PyType_IsSubtype(dead, &PyTuple_Type) || dead->tp_basicsize != PyTuple_Type.tp_basicsize ||
+        dead->tp_dictoffset != 0 || strcmp(Py_TYPE(args[3])->tp_name, "collections.deque") != 0) {
+        PyErr_SetString(PyExc_TypeError, "DeadBlock must be a named tuple (no other fields), and dead a deque");
         return NULL;
     }
     Py_ssize_t strides = slot_offset(array_base, "strides"), sizes[3], o[7];
