@@ -385,3 +385,90 @@ def test_a_current_stream_survives_empty_handing_over_to_python(
     s.synchronize()
     monkeypatch.undo()
     other.empty_cache()
+
+
+def test_the_lock_excludes_under_contention() -> None:
+    """Four threads, each taking the lock 200 times around a read, a switch and a write."""
+    lock = fast.Lock()
+    box = [0]
+
+    def work() -> None:
+        for _ in range(200):
+            with lock:
+                seen = box[0]
+                time.sleep(0)  # (another thread runs here: without the lock, an update is lost)
+                box[0] = seen + 1
+            if lock.acquire(timeout=1):
+                box[0] += 1
+                lock.release()
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert box[0] == 4 * 200 * 2
+    assert not lock.locked()
+
+
+def _python_empty() -> Any:
+    """cudagraphs.empty as the interpreter calls its code (a copy keeps the default entry)."""
+    import types
+
+    f = cg.empty
+    copy = types.FunctionType(f.__code__, f.__globals__, f.__name__, f.__defaults__, f.__closure__)
+    copy.__kwdefaults__ = f.__kwdefaults__
+    return copy
+
+
+def test_empty_is_entered_in_c_where_python_allows_it(device: cg.Device, rng: np.random.Generator) -> None:
+    """Python 3.12+: cg.empty's own calls reach fast_empty without running its code."""
+    import inspect
+
+    from cudagraphs import _array
+
+    del device
+    assert (sys.version_info >= (3, 12)) == _array._EMPTY_IN_C
+    assert list(inspect.signature(cg.empty).parameters) == ["shape", "dtype", "device", "stream"]
+    gc.collect()
+    reference = _python_empty()
+    code = cg.empty.__code__
+    entered: list[str] = []  # the calls of empty's own code (a Python frame) a call made
+
+    def watch(frame: Any, event: str, arg: Any) -> None:
+        if frame.f_code is code and event == "call":
+            entered.append(event)
+
+    for call in (
+        lambda f: f(24),  # (the default dtype)
+        lambda f: f(24, "float32"),
+        lambda f: f(24, dtype="int32"),
+        lambda f: f((4, 6), np.float64),
+    ):
+        f_out = call(cg.empty)  # (a miss first: a block of its size then waits on the free list)
+        del f_out
+        entered.clear()
+        sys.setprofile(watch)
+        try:
+            out, n = made_in_c(lambda call=call: call(cg.empty))
+        finally:
+            sys.setprofile(None)
+        assert n == 1
+        assert entered == ([] if _array._EMPTY_IN_C else ["call"])
+        ref = call(reference)
+        assert (out.shape, out.dtype, out.strides, type(out)) == (
+            ref.shape,
+            ref.dtype,
+            ref.strides,
+            type(ref),
+        )
+        h = random_array(rng, out.shape, str(out.dtype))
+        out.set(h)
+        np.testing.assert_array_equal(out.get(), h)
+        del out, ref
+    for bad in ((-1,), (3, "no-such-dtype"), ("x",), (3.5,)):
+        with pytest.raises((TypeError, ValueError)) as got:
+            cg.empty(*bad)
+        with pytest.raises(got.type) as want:
+            reference(*bad)
+        assert str(got.value) == str(want.value)

@@ -275,23 +275,38 @@ def new_block(device: Device, ptr: int, nbytes: int, owner: BlockOwner) -> Block
     return block
 
 
-class CachingAllocator:
+class _PyCounters:
+    """The allocator's hot counters where the C part is not built."""
+
+    __slots__ = ("_hits", "_in_use", "_peak")
+
+
+if TYPE_CHECKING:
+
+    class _Counters:  # what either base below gives the allocator, as the type checker sees it
+        _hits: int
+        _in_use: int
+        _peak: int
+
+else:  # the counters the hot pair changes: C integers where the module is built (no int objects
+    # made per allocation; Python reads and writes them as its own attributes), else slots
+    _Counters = _fastcall.AllocatorBase if _fastcall is not None else _PyCounters
+
+
+class CachingAllocator(_Counters):
     """The caching allocator of one device (``device.allocator``)."""
 
-    # (slots: the C part reads the free lists, counters and lock at fixed places)
+    # (slots: the C part reads the free lists and lock at fixed places, the counters in its base)
     __slots__ = (
         "__weakref__",
         "_backend",
         "_device",
         "_free",
-        "_hits",
-        "_in_use",
         "_live",
         "_lock",
         "_misses",
         "_oom_retries",
         "_ordinal",
-        "_peak",
         "_reserved",
         "_streams",
         "_waits",

@@ -497,6 +497,10 @@ def empty(
     return DeviceArray._wrap(block, block.ptr, dims, strides, dt, size)
 
 
+# (Python 3.12+: empty(shape[, dtype]) calls fast_empty without entering this function's code)
+_EMPTY_IN_C = fastcall is not None and fastcall.fast_entry(empty)
+
+
 def zeros(
     shape: Shape,
     dtype: Any = "float64",

@@ -1898,15 +1898,18 @@ static PyObject *graphed_calls(PyObject *self, PyObject *unused) { return PyLong
 
 /* ---- A lock C takes without a method call ------------------------------------------------------
  *
- * Lock is threading.Lock's subset the caching allocator uses (acquire(blocking=True), release(),
- * locked(), `with`), over a PyThread lock, so that C code (try_lock, unlock) takes it directly. A
- * blocking acquire waits with the GIL released, as threading.Lock's does: a timeout ends it, and
- * so does an exception raised by a signal's handler (Ctrl-C) while it waits.
+ * Lock is threading.Lock's subset the caching allocator uses (acquire(blocking, timeout),
+ * release(), locked(), `with`), so that C code (try_lock, unlock) takes it directly. Whether it
+ * is held is a flag that is read and set with the GIL held (the module runs with the GIL: it does
+ * not declare itself free-threading safe), so taking and giving a free lock costs no system call
+ * (a PyThread lock reads the clock on every acquire). A blocking acquire waits with the GIL
+ * released, as threading.Lock's does: a timeout ends it, and so does an exception raised by a
+ * signal's handler (Ctrl-C) while it waits.
  */
 typedef struct {
     PyObject_HEAD
-    PyThread_type_lock lock;
-    int held;
+    PyThread_type_lock wake; /* locked while no release is waiting to be seen; waiters block on it */
+    int held, waiters;       /* (read and changed with the GIL held only) */
 } Lock;
 
 static PyObject *lock_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
@@ -1916,28 +1919,31 @@ static PyObject *lock_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
     }
     Lock *L = (Lock *)type->tp_alloc(type, 0);
     if (L == NULL) return NULL;
-    if ((L->lock = PyThread_allocate_lock()) == NULL) {
+    if ((L->wake = PyThread_allocate_lock()) == NULL) {
         Py_DECREF(L);
         return PyErr_NoMemory();
     }
+    PyThread_acquire_lock(L->wake, NOWAIT_LOCK);
     return (PyObject *)L;
 }
 
 static void lock_dealloc(Lock *L) {
-    if (L->lock != NULL) {
-        if (L->held) PyThread_release_lock(L->lock);
-        PyThread_free_lock(L->lock);
+    if (L->wake != NULL) {
+        PyThread_acquire_lock(L->wake, NOWAIT_LOCK); /* (unlocked before it is freed) */
+        PyThread_release_lock(L->wake);
+        PyThread_free_lock(L->wake);
     }
     Py_TYPE(L)->tp_free((PyObject *)L);
 }
 
-static PyObject *monotonic; /* time.monotonic, for a timed wait that signals interrupt */
+static PyObject *monotonic; /* time.monotonic, for a timed wait that a signal interrupts */
 
 /* Take the lock, waiting up to `timeout` seconds (< 0: no limit; blocking 0: no wait), with the
    GIL released; a signal's handler runs meanwhile, and its exception ends the wait. 1 taken, 0
-   not, -1 error. */
+   not, -1 error. The lock's state is a flag changed under the GIL (no system call when free);
+   a waiter sleeps on `wake`, which a release posts while anyone waits, and looks again. */
 static int lock_take(Lock *L, int blocking, double timeout) {
-    if (PyThread_acquire_lock(L->lock, NOWAIT_LOCK)) {
+    if (!L->held) {
         L->held = 1;
         return 1;
     }
@@ -1955,26 +1961,37 @@ static int lock_take(Lock *L, int blocking, double timeout) {
         deadline = PyFloat_AsDouble(t) + timeout;
         Py_DECREF(t);
     }
+    int out = -1;
+    L->waiters++;
     for (PY_TIMEOUT_T wait = timeout < 0 ? -1 : (PY_TIMEOUT_T)(timeout * 1e6);;) {
         PyLockStatus got;
         Py_BEGIN_ALLOW_THREADS
-        got = PyThread_acquire_lock_timed(L->lock, wait, 1);
+        got = PyThread_acquire_lock_timed(L->wake, wait, 1);
         Py_END_ALLOW_THREADS
-        if (got == PY_LOCK_ACQUIRED) {
+        if (!L->held) { /* (released meanwhile: ours, whatever woke us) */
             L->held = 1;
-            return 1;
+            out = 1;
+            break;
         }
-        if (got == PY_LOCK_FAILURE) return 0;
-        if (Py_MakePendingCalls() < 0) return -1; /* interrupted: the handlers run, and may raise */
+        if (got == PY_LOCK_FAILURE && timeout >= 0) {
+            out = 0;
+            break;
+        }
+        if (got == PY_LOCK_INTR && Py_MakePendingCalls() < 0) break; /* a handler raised */
         if (timeout > 0) {
             PyObject *t = PyObject_CallNoArgs(monotonic);
-            if (t == NULL) return -1;
+            if (t == NULL) break;
             double left = deadline - PyFloat_AsDouble(t);
             Py_DECREF(t);
-            if (left <= 0) return 0;
+            if (left <= 0) {
+                out = 0;
+                break;
+            }
             wait = (PY_TIMEOUT_T)(left * 1e6);
         }
     }
+    L->waiters--;
+    return out;
 }
 
 static int lock_give(Lock *L) {
@@ -1983,7 +2000,7 @@ static int lock_give(Lock *L) {
         return -1;
     }
     L->held = 0;
-    PyThread_release_lock(L->lock);
+    if (L->waiters) PyThread_release_lock(L->wake); /* (one waiter wakes and takes it) */
     return 0;
 }
 
@@ -2075,9 +2092,33 @@ static PyTypeObject *alloc_type, *block_type, *dead_type;
 static PyObject *alloc_dead, *alloc_queue, *alloc_defaults, *alloc_config, *alloc_dtypes;
 static Py_ssize_t a_strides = -1, alloc_small, alloc_small_step, alloc_large_step;
 static unsigned long long alloc_fast;
-static Py_ssize_t c_lock, c_live, c_in_use, c_free, c_waits, c_hits, c_peak; /* CachingAllocator's slots */
+static Py_ssize_t c_lock, c_live, c_free, c_waits; /* CachingAllocator's slots */
 static PyObject *last_device, *last_dict; /* the last device asked and its __dict__ */
 static PyObject *str_current, *str_allocator, *str_default_stream, *str_append;
+
+/* AllocatorBase: the caching allocator's counters as C integers, which both paths read and
+   write (Python through these members, as its own attributes), so that the hot pair counts
+   without making int objects. */
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t in_use, peak, hits;
+} AllocBase;
+
+static PyMemberDef allocbase_members[] = {
+    {"_in_use", T_PYSSIZET, offsetof(AllocBase, in_use), 0, "Bytes of blocks in use."},
+    {"_peak", T_PYSSIZET, offsetof(AllocBase, peak), 0, "The most bytes in use at once."},
+    {"_hits", T_PYSSIZET, offsetof(AllocBase, hits), 0, "Allocations served from the free lists."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject AllocBaseType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cudagraphs._fastcall.AllocatorBase",
+    .tp_doc = "The caching allocator's counters, as C integers (base of CachingAllocator).",
+    .tp_basicsize = sizeof(AllocBase),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_new = PyType_GenericNew,
+    .tp_members = allocbase_members,
+};
 
 /* The last free-list key (stream key, size) and live record (size, stream key) made: the same
    two tuples serve every block of that size on that stream (tuples are immutable). */
@@ -2101,7 +2142,9 @@ static int cache_locked(PyObject *a, PyObject *ptr) {
         PyErr_SetString(PyExc_TypeError, "a live block's record is not (size, stream key)");
         bad = -1;
     }
-    if (!bad) bad = slot_add(a, c_in_use, PyTuple_GET_ITEM(entry, 0), 1);
+    Py_ssize_t size = bad ? 0 : PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 0));
+    if (!bad && size == -1 && PyErr_Occurred()) bad = -1;
+    if (!bad) ((AllocBase *)a)->in_use -= size;
     PyObject *key = bad                  ? NULL
                     : entry == last_record ? Py_NewRef(last_key) /* (the pair made when it was taken) */
                                            : PyTuple_Pack(2, PyTuple_GET_ITEM(entry, 1), PyTuple_GET_ITEM(entry, 0));
@@ -2137,11 +2180,7 @@ static int try_lock(PyObject *lock) {
 }
 
 static int unlock(PyObject *lock) {
-    if (Py_TYPE(lock) == &LockType) {
-        ((Lock *)lock)->held = 0;
-        PyThread_release_lock(((Lock *)lock)->lock);
-        return 0;
-    }
+    if (Py_TYPE(lock) == &LockType) return lock_give((Lock *)lock);
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
     PyObject *r = PyObject_CallMethodNoArgs(lock, str_release);
@@ -2230,6 +2269,14 @@ static PyTypeObject BlockBaseType = {
 
 /* The dims of `shape` (an int or a tuple of ints, none negative) as a new tuple and their product,
    or NULL (no error set: the Python path decides). */
+static PyObject *last_dims; /* the (n,) made last for an int shape (tuples are immutable) */
+
+/* An int as a new reference, the one made last time (in *cache) when it is the same. */
+static PyObject *cached_long(PyObject **cache, Py_ssize_t v) {
+    if (*cache == NULL || PyLong_AsSsize_t(*cache) != v) Py_XSETREF(*cache, PyLong_FromSsize_t(v));
+    return Py_XNewRef(*cache);
+}
+
 static PyObject *fast_dims(PyObject *shape, Py_ssize_t *size) {
     if (PyLong_CheckExact(shape)) {
         Py_ssize_t n = PyLong_AsSsize_t(shape);
@@ -2238,7 +2285,9 @@ static PyObject *fast_dims(PyObject *shape, Py_ssize_t *size) {
             return NULL;
         }
         *size = n;
-        return PyTuple_Pack(1, shape);
+        if (last_dims == NULL || PyLong_AsSsize_t(PyTuple_GET_ITEM(last_dims, 0)) != n)
+            Py_XSETREF(last_dims, PyTuple_Pack(1, shape));
+        return Py_XNewRef(last_dims);
     }
     if (!PyTuple_CheckExact(shape) || PyTuple_GET_SIZE(shape) > 32) return NULL;
     Py_ssize_t total = 1;
@@ -2308,20 +2357,18 @@ static PyObject *take_cached(PyObject *a, PyObject *handle, Py_ssize_t size) {
         return NULL;
     PyObject *key, *record, *ptr = NULL;
     if (key_of(handle, size, &key, &record)) return NULL;
-    PyObject *psize = PyTuple_GET_ITEM(record, 0);
     PyObject *cached = PyDict_GetItemWithError(free_, key);
     Py_DECREF(key);
     if (cached != NULL && PyList_CheckExact(cached) && PyList_GET_SIZE(cached)) {
         Py_ssize_t last = PyList_GET_SIZE(cached) - 1;
         ptr = Py_NewRef(PyList_GET_ITEM(cached, last));
-        if (PyList_SetSlice(cached, last, last + 1, NULL) || PyDict_SetItem(live, ptr, record) ||
-            slot_add(a, c_hits, one, 0) || slot_add(a, c_in_use, psize, 0)) {
+        if (PyList_SetSlice(cached, last, last + 1, NULL) || PyDict_SetItem(live, ptr, record)) {
             Py_CLEAR(ptr);
         } else {
-            PyObject *in_use = SLOT(a, c_in_use), *peak = SLOT(a, c_peak);
-            int more = in_use == NULL || peak == NULL ? -1 : PyObject_RichCompareBool(in_use, peak, Py_GT);
-            if (more < 0) Py_CLEAR(ptr);
-            else if (more) Py_XSETREF(SLOT(a, c_peak), Py_NewRef(in_use));
+            AllocBase *c = (AllocBase *)a;
+            c->hits += 1;
+            c->in_use += size;
+            if (c->in_use > c->peak) c->peak = c->in_use;
         }
     }
     Py_DECREF(record);
@@ -2332,7 +2379,8 @@ static PyObject *take_cached(PyObject *a, PyObject *handle, Py_ssize_t size) {
    dtype, size): the array, or NULL with an error. */
 static PyObject *new_array(PyObject *device, PyObject *allocator, PyObject *ptr, PyObject *dims, PyObject *spec,
                            Py_ssize_t size, Py_ssize_t itemsize) {
-    PyObject *nbytes = PyLong_FromSsize_t(size * itemsize);
+    static PyObject *last_nbytes, *last_count;
+    PyObject *nbytes = cached_long(&last_nbytes, size * itemsize);
     BlockBase *block = nbytes == NULL ? NULL : (BlockBase *)block_type->tp_alloc(block_type, 0);
     if (block == NULL) {
         Py_XDECREF(nbytes);
@@ -2343,7 +2391,7 @@ static PyObject *new_array(PyObject *device, PyObject *allocator, PyObject *ptr,
     block->device = Py_NewRef(device);
     block->extra = Py_NewRef(Py_None);
     block->owner = Py_NewRef(allocator); /* (from here, dropping the block gives the memory back) */
-    PyObject *strides = c_strides(dims, itemsize), *count = PyLong_FromSsize_t(size);
+    PyObject *strides = c_strides(dims, itemsize), *count = cached_long(&last_count, size);
     PyObject *out = strides == NULL || count == NULL ? NULL : array_base->tp_alloc(array_base, 0);
     if (out == NULL) {
         Py_XDECREF(strides), Py_XDECREF(count);
@@ -2465,12 +2513,16 @@ static PyObject *configure_alloc(PyObject *self, PyObject *const *args, Py_ssize
         PyErr_SetString(PyExc_TypeError, "DeadBlock must be a named tuple (no other fields), and dead a deque");
         return NULL;
     }
-    Py_ssize_t strides = slot_offset(array_base, "strides"), sizes[3], o[7];
+    if (!PyType_IsSubtype((PyTypeObject *)args[0], &AllocBaseType)) {
+        PyErr_SetString(PyExc_TypeError, "the allocator class must derive from AllocatorBase");
+        return NULL;
+    }
+    Py_ssize_t strides = slot_offset(array_base, "strides"), sizes[3], o[4];
     if (strides < 0) return NULL;
-    const char *names[7] = {"_lock", "_live", "_in_use", "_free", "_waits", "_hits", "_peak"};
-    for (int i = 0; i < 7; ++i)
+    const char *names[4] = {"_lock", "_live", "_free", "_waits"};
+    for (int i = 0; i < 4; ++i)
         if ((o[i] = slot_offset((PyTypeObject *)args[0], names[i])) < 0) return NULL;
-    c_lock = o[0], c_live = o[1], c_in_use = o[2], c_free = o[3], c_waits = o[4], c_hits = o[5], c_peak = o[6];
+    c_lock = o[0], c_live = o[1], c_free = o[2], c_waits = o[3];
     for (int i = 0; i < 3; ++i)
         if ((sizes[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(args[8], i))) <= 0) {
             if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "size classes must be positive");
@@ -2511,6 +2563,55 @@ static PyObject *alloc_give(PyObject *self, PyObject *const *args, Py_ssize_t na
     Py_DECREF(lock);
     if (taken < 0 || bad) return NULL;
     return PyBool_FromLong(taken);
+}
+
+/* cudagraphs.empty, called as empty(shape), empty(shape, dtype) or empty(shape, dtype=...), is
+   fast_empty's call; anything else, or fast_empty's None, is the Python function's own call. The
+   function stays the Python one (its signature, documentation and code); only its vectorcall
+   entry changes, through PyFunction_SetVectorcall (Python 3.12 and later, which also stops the
+   interpreter from calling the code directly). */
+#if PY_VERSION_HEX >= 0x030C0000
+static vectorcallfunc empty_python; /* the function's own vectorcall */
+static PyObject *empty_dtype;       /* its dtype default */
+
+static PyObject *empty_call(PyObject *func, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    PyObject *dtype = NULL;
+    if (kwnames == NULL)
+        dtype = n == 2 ? args[1] : n == 1 ? empty_dtype : NULL;
+    else if (n == 1 && PyTuple_GET_SIZE(kwnames) == 1 && PyTuple_GET_ITEM(kwnames, 0) == str_dtype)
+        dtype = args[1];
+    if (dtype != NULL) {
+        PyObject *pair[2] = {args[0], dtype};
+        PyObject *made = fast_empty(NULL, pair, 2);
+        if (made != Py_None) return made; /* the array, or an error the Python call would raise */
+        Py_DECREF(made);
+    }
+    return empty_python(func, args, nargsf, kwnames);
+}
+#endif
+
+/* fast_entry(empty): make cudagraphs.empty's common call in C (see above); whether it could. */
+static PyObject *fast_entry(PyObject *self, PyObject *func) {
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *defaults = PyFunction_Check(func) ? PyFunction_GetDefaults(func) : NULL;
+    if (defaults == NULL || !PyTuple_Check(defaults) || PyTuple_GET_SIZE(defaults) < 1) {
+        PyErr_SetString(PyExc_TypeError, "fast_entry takes cudagraphs.empty (shape, dtype=default, ...)");
+        return NULL;
+    }
+    vectorcallfunc own = PyVectorcall_Function(func);
+    if (own == empty_call) Py_RETURN_TRUE; /* (set already) */
+    if (empty_python != NULL && own != empty_python) {
+        PyErr_SetString(PyExc_TypeError, "fast_entry was given another function already");
+        return NULL;
+    }
+    empty_python = own;
+    Py_XSETREF(empty_dtype, Py_NewRef(PyTuple_GET_ITEM(defaults, 0)));
+    PyFunction_SetVectorcall((PyFunctionObject *)func, empty_call);
+    Py_RETURN_TRUE;
+#else
+    Py_RETURN_FALSE; /* (before 3.12 the interpreter calls a Python function's code directly) */
+#endif
 }
 
 /* alloc_calls(): arrays made by fast_empty so far (for tests and the bench). */
@@ -2592,6 +2693,8 @@ static PyMethodDef methods[] = {
     {"fast_empty", (PyCFunction)(void (*)(void))fast_empty, METH_FASTCALL,
      "fast_empty(shape, dtype): cudagraphs.empty's common call from the free list, or None"},
     {"alloc_calls", alloc_calls, METH_NOARGS, "alloc_calls(): arrays fast_empty made so far"},
+    {"fast_entry", fast_entry, METH_O,
+     "fast_entry(empty): cudagraphs.empty's common call made in C (Python 3.12+); whether it is"},
     {"take", (PyCFunction)(void (*)(void))alloc_take, METH_FASTCALL,
      "take(allocator, stream handle, nbytes): raw_malloc's cache hit, or None"},
     {"give", (PyCFunction)(void (*)(void))alloc_give, METH_FASTCALL,
@@ -2624,7 +2727,7 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__fastcall(void) {
-    if (PyType_Ready(&LauncherType) < 0 || PyType_Ready(&ElementwiseType) < 0 || PyType_Ready(&BlockBaseType) < 0 ||
+    if (PyType_Ready(&LauncherType) < 0 || PyType_Ready(&ElementwiseType) < 0 || PyType_Ready(&BlockBaseType) < 0 || PyType_Ready(&AllocBaseType) < 0 ||
         PyType_Ready(&LockType) < 0)
         return NULL;
     str_stream = PyUnicode_InternFromString("stream");
@@ -2659,6 +2762,7 @@ PyMODINIT_FUNC PyInit__fastcall(void) {
     if (PyModule_AddObjectRef(m, "Launcher", (PyObject *)&LauncherType) < 0 ||
         PyModule_AddObjectRef(m, "Elementwise", (PyObject *)&ElementwiseType) < 0 ||
         PyModule_AddObjectRef(m, "BlockBase", (PyObject *)&BlockBaseType) < 0 ||
+        PyModule_AddObjectRef(m, "AllocatorBase", (PyObject *)&AllocBaseType) < 0 ||
         PyModule_AddObjectRef(m, "Lock", (PyObject *)&LockType) < 0) {
         Py_DECREF(m);
         return NULL;
