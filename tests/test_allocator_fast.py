@@ -147,6 +147,7 @@ def test_the_raw_pair_takes_and_gives_in_c(device: cg.Device, monkeypatch: pytes
     monkeypatch.setattr(_allocator._fastcall, "take", counted_take)
     monkeypatch.setattr(_allocator._fastcall, "give", counted_give)
     alloc.raw_free(alloc.raw_malloc(700))  # (a miss first, maybe)
+    done.update(take=0, give=0)
     before = alloc.stats()
     for _ in range(3):
         ptr = alloc.raw_malloc(700)
@@ -472,3 +473,41 @@ def test_empty_is_entered_in_c_where_python_allows_it(device: cg.Device, rng: np
         with pytest.raises(got.type) as want:
             reference(*bad)
         assert str(got.value) == str(want.value)
+
+
+def test_the_reentrant_lock() -> None:
+    """Lock(reentrant=True) is threading.RLock's subset: its owner takes it again, only it gives it back."""
+    lock = fast.Lock(reentrant=True)
+    with pytest.raises(RuntimeError, match="un-acquired"):
+        lock.release()
+    assert lock.acquire() is True
+    assert lock.acquire(False) is True  # (the owner, again)
+    with lock:
+        assert lock.locked()
+    got: list[Any] = []
+
+    def other() -> None:
+        got.append(lock.acquire(False))
+        try:
+            lock.release()
+        except RuntimeError as e:
+            got.append(str(e))
+        got.append(lock.acquire(timeout=5))  # (waits for the owner's last release)
+        got.append(time.perf_counter())
+        lock.release()
+
+    t = threading.Thread(target=other)
+    t.start()
+    time.sleep(0.1)
+    lock.release()
+    time.sleep(0.1)
+    assert got[:2] == [False, "cannot release un-acquired lock"]
+    assert len(got) == 2  # held once more: the other thread still waits
+    released = time.perf_counter()
+    lock.release()
+    t.join(10)
+    assert got[2] is True
+    assert got[3] >= released
+    assert not lock.locked()
+    with pytest.raises(TypeError):
+        fast.Lock(True)  # (keyword only)

@@ -1640,6 +1640,8 @@ enum { H_MODE, H_TYPES, H_SHAPES, H_DTYPES, H_DEVICES, H_STREAM, H_SOURCE, H_SOU
 enum { MODE_FIXED, MODE_TORCH, MODE_CURRENT }; /* where the call's stream comes from */
 #define MAX_INPUTS 16
 
+static int try_lock(PyObject *lock); /* (the allocator's section, below) */
+static int unlock(PyObject *lock);
 static PyObject *graphed_slow;            /* the Python GraphedCallable.__call__ */
 static PyTypeObject *output_type;         /* GraphOutput */
 static Py_ssize_t l_calls, e_hits, o_lease, o_call;
@@ -1798,10 +1800,7 @@ static PyObject *graphed_call(PyObject *self, PyObject *const *args, size_t narg
     int on = hot_stream(hot);
     if (on != 1) goto slow;
     PyObject *lock = PyTuple_GET_ITEM(hot, H_LOCK);
-    PyObject *got = PyObject_CallMethodOneArg(lock, str_acquire, Py_False);
-    int locked = got == Py_True;
-    Py_XDECREF(got);
-    if (!locked) goto slow; /* another thread's call: the Python path waits for it */
+    if (try_lock(lock) != 1) goto slow; /* another thread's call: the Python path waits for it */
     PyObject *now = PyObject_GetAttr(self, str_hot), *out = NULL; /* (code run meanwhile may disarm) */
     if (now == hot) out = hot_locked(self, hot, args, ptrs, n);
     Py_XDECREF(now);
@@ -1809,12 +1808,10 @@ static PyObject *graphed_call(PyObject *self, PyObject *const *args, size_t narg
     PyErr_Fetch(&et, &ev, &tb);
     if (now == hot && out == NULL && et != NULL && PyObject_SetAttr(self, str_hot, Py_None) < 0)
         PyErr_Clear(); /* a failed call disarms, as the Python call does (its error is the one raised) */
-    PyObject *r = PyObject_CallMethodNoArgs(lock, str_release);
-    if (r == NULL) { /* (the release's error replaces the call's) */
+    if (unlock(lock)) { /* (the release's error replaces the call's) */
         Py_XDECREF(et), Py_XDECREF(ev), Py_XDECREF(tb);
         Py_CLEAR(out);
     } else {
-        Py_DECREF(r);
         PyErr_Restore(et, ev, tb);
     }
     if (out != NULL || PyErr_Occurred()) { /* made here, or an error the Python call would raise too */
@@ -1899,7 +1896,9 @@ static PyObject *graphed_calls(PyObject *self, PyObject *unused) { return PyLong
 /* ---- A lock C takes without a method call ------------------------------------------------------
  *
  * Lock is threading.Lock's subset the caching allocator uses (acquire(blocking, timeout),
- * release(), locked(), `with`), so that C code (try_lock, unlock) takes it directly. Whether it
+ * release(), locked(), `with`), so that C code (try_lock, unlock) takes it directly;
+ * Lock(reentrant=True) is threading.RLock's (its owner takes it again; only the owner gives it
+ * back), the graphed callable's. Whether it
  * is held is a flag that is read and set with the GIL held (the module runs with the GIL: it does
  * not declare itself free-threading safe), so taking and giving a free lock costs no system call
  * (a PyThread lock reads the clock on every acquire). A blocking acquire waits with the GIL
@@ -1910,15 +1909,18 @@ typedef struct {
     PyObject_HEAD
     PyThread_type_lock wake; /* locked while no release is waiting to be seen; waiters block on it */
     int held, waiters;       /* (read and changed with the GIL held only) */
+    int reentrant;           /* an RLock: its owner takes it again, and only its owner gives it */
+    unsigned long owner;     /* (reentrant) the holding thread */
+    Py_ssize_t depth;        /* (reentrant) how many times the owner holds it */
 } Lock;
 
 static PyObject *lock_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    if (PyTuple_GET_SIZE(args) || (kwargs != NULL && PyDict_GET_SIZE(kwargs))) {
-        PyErr_SetString(PyExc_TypeError, "Lock() takes no arguments");
-        return NULL;
-    }
+    static char *kw[] = {"reentrant", NULL};
+    int reentrant = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$p:Lock", kw, &reentrant)) return NULL;
     Lock *L = (Lock *)type->tp_alloc(type, 0);
     if (L == NULL) return NULL;
+    L->reentrant = reentrant;
     if ((L->wake = PyThread_allocate_lock()) == NULL) {
         Py_DECREF(L);
         return PyErr_NoMemory();
@@ -1943,8 +1945,13 @@ static PyObject *monotonic; /* time.monotonic, for a timed wait that a signal in
    not, -1 error. The lock's state is a flag changed under the GIL (no system call when free);
    a waiter sleeps on `wake`, which a release posts while anyone waits, and looks again. */
 static int lock_take(Lock *L, int blocking, double timeout) {
+    unsigned long me = L->reentrant ? PyThread_get_thread_ident() : 0;
     if (!L->held) {
-        L->held = 1;
+        L->held = 1, L->owner = me, L->depth = 1;
+        return 1;
+    }
+    if (L->reentrant && L->owner == me) {
+        L->depth++;
         return 1;
     }
     if (!blocking || timeout == 0) return 0;
@@ -1969,7 +1976,7 @@ static int lock_take(Lock *L, int blocking, double timeout) {
         got = PyThread_acquire_lock_timed(L->wake, wait, 1);
         Py_END_ALLOW_THREADS
         if (!L->held) { /* (released meanwhile: ours, whatever woke us) */
-            L->held = 1;
+            L->held = 1, L->owner = me, L->depth = 1;
             out = 1;
             break;
         }
@@ -1995,10 +2002,15 @@ static int lock_take(Lock *L, int blocking, double timeout) {
 }
 
 static int lock_give(Lock *L) {
+    if (L->reentrant && (!L->held || L->owner != PyThread_get_thread_ident())) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot release un-acquired lock");
+        return -1;
+    }
     if (!L->held) {
         PyErr_SetString(PyExc_RuntimeError, "release unlocked lock");
         return -1;
     }
+    if (L->reentrant && --L->depth > 0) return 0;
     L->held = 0;
     if (L->waiters) PyThread_release_lock(L->wake); /* (one waiter wakes and takes it) */
     return 0;
@@ -2055,7 +2067,8 @@ static PyMethodDef lock_methods[] = {
 
 static PyTypeObject LockType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cudagraphs._fastcall.Lock",
-    .tp_doc = "A lock as threading.Lock, that C code takes without a method call.",
+    .tp_doc = "Lock(*, reentrant=False): a lock as threading.Lock (threading.RLock if reentrant), that C\n"
+              "code takes without a method call.",
     .tp_basicsize = sizeof(Lock),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = lock_new,

@@ -381,7 +381,8 @@ class GraphedCallable:
         self._capture_stream: Stream | None = None
         self._entries: dict[Any, _Entry] = {}
         self._buffers: dict[Any, list[DeviceArray]] = {}  # static inputs, shared across buckets
-        self._lock = threading.RLock()
+        # (where the C part is built, an RLock its call takes without a method call)
+        self._lock: Any = fastcall.Lock(reentrant=True) if fastcall is not None else threading.RLock()
         self._lease = _Lease(getattr(fn, "__qualname__", "the graphed callable"))
         self._last: Stream | None = None
         self._hot: tuple[Any, ...] | None = None  # what the C call may repeat (see _arm)

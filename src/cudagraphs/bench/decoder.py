@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 import cudagraphs as cg
+from cudagraphs.bench import graphs
 
 __all__ = ["make_decoder", "run"]
 
@@ -94,10 +95,6 @@ def _Wrapper(torch: Any, model: Any) -> Any:
             return self.model(tokens, pos)
 
     return Wrapper()
-
-
-def _ignore_index(call: Callable[[], object]) -> Callable[[int], object]:
-    return lambda _i: call()
 
 
 def _time_steps(step: Callable[[int], Any], sync: Callable[[], None], n: int, rounds: int) -> float:
@@ -201,7 +198,7 @@ def run(quick: bool = False) -> tuple[dict[str, dict[str, float]], list[str]]:
             steps[name] = min(steps.get(name, us), us)
     results["decoder step, batch 1 (µs)"] = steps
 
-    results["graphed-callable call overhead (µs)"] = over = _overhead(torch, n * 10, rounds)
+    results["graphed-callable call overhead (µs)"] = over = _overhead(torch, rounds)
     results.update(_buckets(torch, forward, inputs))
     mem = results["8 buckets: reserved memory (MiB)"]
     best_torch = min(v for k, v in steps.items() if k.startswith("PyTorch") and k != "PyTorch eager")
@@ -222,8 +219,12 @@ def run(quick: bool = False) -> tuple[dict[str, dict[str, float]], list[str]]:
     return results, notes
 
 
-def _overhead(torch: Any, n: int, rounds: int) -> dict[str, float]:
-    """Per-call CPU cost of a graphed callable beyond its bare replay, for a tiny function."""
+def _overhead(torch: Any, rounds: int) -> dict[str, float]:
+    """Per-call CPU cost of a graphed callable beyond its bare replay, for a tiny function.
+
+    Each call is timed alone on the host (:func:`cudagraphs.bench.graphs.call_us`): timed
+    between synchronizations, a call shorter than its graph's GPU time would hide its cost.
+    """
     x = torch.randn(8, 256, device="cuda")
 
     def fn(a: Any) -> Any:
@@ -254,10 +255,14 @@ def _overhead(torch: Any, n: int, rounds: int) -> dict[str, float]:
         "cudagraphs Graph.replay": lambda: graph.replay(stream),
         "cudagraphs graphed": lambda: ours(x),
     }
+    clock_us = graphs._clock_us()
+    for call in calls.values():  # (warm)
+        for _ in range(3):
+            call()
     best: dict[str, float] = {}
-    for _ in range(rounds):
+    for _ in range(rounds * 3):  # interleaved
         for name, call in calls.items():
-            us = _time_steps(_ignore_index(call), sync, n, 1)
+            us = graphs.call_us(call, sync, clock_us)
             best[name] = min(best.get(name, us), us)
     return {
         "PyTorch make_graphed_callables": best["PyTorch make_graphed_callables"]
