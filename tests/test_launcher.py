@@ -582,6 +582,48 @@ def test_replay_launches_from_c_when_the_python_path_would_launch_alone(graph_la
     x.get()
 
 
+def test_replay_on_another_stream_the_graph_knows_launches_from_c(graph_launch, backend):
+    """A stream the Python method checked and recorded once is launched on from C after."""
+    seen, _ = graph_launch
+    x = cg.zeros(4)
+    with cg.capture() as g:
+        cg.ops.fill(x, 1.0)
+    exec_, launch = g._exec, g._launch
+    other = g.device.create_stream()
+    other.wait(g.stream)
+    fake = lambda: [s for e, s in seen if e == 0xE0E0]  # noqa: E731  (launches of the fake exec)
+    try:
+        fast.fast_graph_launch(launch)
+        g.replay(other)  # new to the graph: the Python method checks and records it
+        assert other in g._res.streams
+        g._exec = 0xE0E0
+        g.replay(other)
+        g.replay(stream=other)
+        assert fake() == [other.handle] * 2  # from C
+        assert g.replays == 3
+        g._exec = exec_  # (from here the Python method may launch: the real graph)
+        on = lambda s: sum(h == s.handle for _, h in seen)  # noqa: E731  (launches from C, or the fast call)
+        third = g.device.create_stream()
+        third.wait(g.stream)
+        g.replay(third)  # new: the Python method (on cuda its launch is the bound fake too)
+        assert third in g._res.streams
+        other.synchronize()
+        other.close()
+        before = on(other)
+        with pytest.raises(ValueError, match="closed"):
+            g.replay(other)  # closed: refused by the Python method, nothing launched
+        assert on(other) == before
+        before = on(third)
+        with cg.capture(stream=third):  # captured: embedded by the Python method, not launched
+            g.replay(third)
+        assert on(third) == before
+        assert g.replays == 4
+    finally:
+        g._exec = exec_
+        fast.fast_graph_launch(launch if cg.backend() == "cuda" and g.device.backend.fastcall else None)
+    x.get()
+
+
 def test_ops_add_repeats_in_c_and_hands_everything_else_to_python(driver, backend):
     """ops.add's C path (fastcall.Elementwise): dense arrays of one shape, dtype, device; out given."""
     from cudagraphs._builtin import ARMED, BLOCK, builtin_kernel

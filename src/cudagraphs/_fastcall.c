@@ -1531,7 +1531,8 @@ static PyTypeObject ElementwiseType = {
  */
 static PyObject *replay_slow, *replay_launch; /* the Python Graph.replay; the launch function */
 static PyTypeObject *graph_type;
-static Py_ssize_t g_exec, g_launch, g_stream, g_replays;
+static Py_ssize_t g_exec, g_launch, g_stream, g_replays, g_res;
+static PyObject *str_streams;
 static PyObject *exec_cached; /* the last exec handle object and its address */
 static uintptr_t exec_address;
 
@@ -1563,6 +1564,18 @@ static int graph_launch_on(PyObject *g, PyObject *stream) {
     return slot_add(g, g_replays, one, 0) ? -1 : 1;
 }
 
+/* Whether `stream` is in the graph's resources' streams (Graph._res.streams): one the Python
+   replay checked and recorded before (it keeps them alive while the graph runs on them). */
+static int known_stream(PyObject *g, PyObject *stream) {
+    PyObject *res = SLOT(g, g_res);
+    if (res == NULL || res == Py_None) return 0;
+    PyObject *streams = PyObject_GetAttr(res, str_streams);
+    int in = streams != NULL && PyList_CheckExact(streams) ? PySequence_Contains(streams, stream) : 0;
+    Py_XDECREF(streams);
+    if (in < 0 || PyErr_Occurred()) PyErr_Clear(); /* (an Exception: the Python path decides) */
+    return in == 1;
+}
+
 static PyObject *graph_replay(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     PyObject *given = NULL;
@@ -1571,9 +1584,14 @@ static PyObject *graph_replay(PyObject *self, PyObject *const *args, size_t narg
         given = args[0];
     else if (nargs != 0 || kwnames != NULL) goto slow;
     PyObject *stream = SLOT(self, g_stream);
-    if (stream_type == NULL || stream == NULL || (given != NULL && given != Py_None && given != stream) ||
-        Py_TYPE(stream) != stream_type || SLOT(stream, s_recording) != Py_None)
-        goto slow;
+    if (stream_type == NULL || stream == NULL || Py_TYPE(stream) != stream_type) goto slow;
+    if (given != NULL && given != Py_None && given != stream) { /* another stream: a known one */
+        if (Py_TYPE(given) != stream_type || SLOT(given, s_device) != SLOT(stream, s_device) ||
+            stream_open(given) != 1 || !known_stream(self, given))
+            goto slow; /* (the Python path checks it, and adds it to the graph's streams) */
+        stream = given;
+    }
+    if (SLOT(stream, s_recording) != Py_None) goto slow;
     int done = graph_launch_on(self, stream);
     if (done < 0) return NULL;
     if (done) Py_RETURN_NONE;
@@ -1609,11 +1627,11 @@ static PyObject *replay_method(PyObject *self, PyObject *const *args, Py_ssize_t
         return NULL;
     }
     PyTypeObject *t = (PyTypeObject *)args[0];
-    Py_ssize_t o[4];
-    const char *names[4] = {"_exec", "_launch", "stream", "replays"};
-    for (int i = 0; i < 4; ++i)
+    Py_ssize_t o[5];
+    const char *names[5] = {"_exec", "_launch", "stream", "replays", "_res"};
+    for (int i = 0; i < 5; ++i)
         if ((o[i] = slot_offset(t, names[i])) < 0) return NULL;
-    g_exec = o[0], g_launch = o[1], g_stream = o[2], g_replays = o[3];
+    g_exec = o[0], g_launch = o[1], g_stream = o[2], g_replays = o[3], g_res = o[4];
     Py_INCREF(t);
     Py_XSETREF(graph_type, t);
     Py_INCREF(args[1]);
@@ -1644,11 +1662,11 @@ static int try_lock(PyObject *lock); /* (the allocator's section, below) */
 static int unlock(PyObject *lock);
 static PyObject *graphed_slow;            /* the Python GraphedCallable.__call__ */
 static PyTypeObject *output_type;         /* GraphOutput */
-static Py_ssize_t l_calls, e_hits, o_lease, o_call;
+static Py_ssize_t l_calls, l_made, e_hits, o_lease, o_call;
 static Py_ssize_t array_slots[32];        /* the array class's slots, copied into a GraphOutput */
 static int n_array_slots;
 static unsigned long long graphed_fast;   /* calls made here */
-static PyObject *str_hot, *str_calls_, *str_data_ptr, *str_get_device, *str_is_contiguous, *str_shape,
+static PyObject *str_hot, *str_data_ptr, *str_get_device, *str_is_contiguous, *str_shape,
     *str_dtype, *str_acquire, *str_release, *str_moved, *str_replay;
 
 /* Input i's address (a new reference) if it reads as armed, else NULL (an error maybe set). */
@@ -1745,16 +1763,10 @@ static PyObject *hot_locked(PyObject *self, PyObject *hot, PyObject *const *args
     PyObject *entry = PyTuple_GET_ITEM(hot, H_ENTRY), *graph = PyTuple_GET_ITEM(hot, H_GRAPH);
     PyObject *sources = PyTuple_GET_ITEM(hot, H_SOURCES), *held = PyTuple_GET_ITEM(hot, H_HELD);
     PyObject *stream = PyTuple_GET_ITEM(hot, H_STREAM);
-    /* self._lease.calls += 1; self._calls += 1; entry.hits += 1 (as the Python call counts) */
-    if (slot_add(PyTuple_GET_ITEM(hot, H_LEASE), l_calls, one, 0) || slot_add(entry, e_hits, one, 0)) return NULL;
-    PyObject *calls = PyObject_GetAttr(self, str_calls_);
-    if (calls == NULL) return NULL;
-    PyObject *next = PyNumber_Add(calls, one);
-    Py_DECREF(calls);
-    if (next == NULL) return NULL;
-    int bad = PyObject_SetAttr(self, str_calls_, next);
-    Py_DECREF(next);
-    if (bad) return NULL;
+    /* self._lease.calls += 1; self._lease.made += 1; entry.hits += 1 (as the Python call counts) */
+    PyObject *lease = PyTuple_GET_ITEM(hot, H_LEASE);
+    if (slot_add(lease, l_calls, one, 0) || slot_add(lease, l_made, one, 0) || slot_add(entry, e_hits, one, 0))
+        return NULL;
     for (Py_ssize_t j = 0; j < n; ++j) { /* GraphedCallable._point, for a dense input */
         PyObject *key = PyLong_FromSsize_t(j);
         if (key == NULL) return NULL;
@@ -1861,8 +1873,9 @@ static PyObject *graphed_method(PyObject *self, PyObject *const *args, Py_ssize_
         return NULL;
     }
     Py_ssize_t calls = slot_offset((PyTypeObject *)args[2], "calls"), hits = slot_offset((PyTypeObject *)args[3], "hits");
+    Py_ssize_t made = slot_offset((PyTypeObject *)args[2], "made");
     Py_ssize_t lease = slot_offset(out, "_lease"), call = slot_offset(out, "_call");
-    if (calls < 0 || hits < 0 || lease < 0 || call < 0) return NULL;
+    if (calls < 0 || made < 0 || hits < 0 || lease < 0 || call < 0) return NULL;
     /* the array class's slots (its own and its bases'), as the output class lays them out */
     int k = 0;
     PyObject *mro = array_base->tp_mro;
@@ -1882,7 +1895,7 @@ static PyObject *graphed_method(PyObject *self, PyObject *const *args, Py_ssize_
         return NULL;
     }
     n_array_slots = k;
-    l_calls = calls, e_hits = hits, o_lease = lease, o_call = call;
+    l_calls = calls, l_made = made, e_hits = hits, o_lease = lease, o_call = call;
     Py_INCREF(out);
     Py_XSETREF(output_type, out);
     Py_INCREF(args[1]);
@@ -2744,16 +2757,17 @@ PyMODINIT_FUNC PyInit__fastcall(void) {
         PyType_Ready(&LockType) < 0)
         return NULL;
     str_stream = PyUnicode_InternFromString("stream");
+    str_streams = PyUnicode_InternFromString("streams");
     str_shared_mem = PyUnicode_InternFromString("shared_mem");
     str_alive = PyUnicode_InternFromString("alive");
     str_handle = PyUnicode_InternFromString("handle");
     str_fast = PyUnicode_InternFromString("fast");
     str_out = PyUnicode_InternFromString("out");
     if (str_fast == NULL || str_out == NULL) return NULL;
-    PyObject **hot_names[] = {&str_hot,         &str_calls_,  &str_data_ptr,   &str_get_device, &str_is_contiguous,
+    PyObject **hot_names[] = {&str_hot,                       &str_data_ptr,   &str_get_device, &str_is_contiguous,
                               &str_shape,       &str_dtype,   &str_acquire,    &str_release,    &str_moved,
                               &str_replay};
-    const char *hot_texts[] = {"_hot",  "_calls", "data_ptr", "get_device", "is_contiguous", "shape",
+    const char *hot_texts[] = {"_hot",  "data_ptr", "get_device", "is_contiguous", "shape",
                                "dtype", "acquire", "release", "_moved", "replay"};
     for (size_t i = 0; i < sizeof hot_texts / sizeof hot_texts[0]; ++i)
         if ((*hot_names[i] = PyUnicode_InternFromString(hot_texts[i])) == NULL) return NULL;
@@ -2769,7 +2783,7 @@ PyMODINIT_FUNC PyInit__fastcall(void) {
         if ((*names_[i] = PyUnicode_InternFromString(texts[i])) == NULL) return NULL;
     one = PyLong_FromLong(1);
     if (one == NULL) return NULL;
-    if (str_stream == NULL || str_shared_mem == NULL || str_alive == NULL || str_handle == NULL) return NULL;
+    if (str_stream == NULL || str_streams == NULL || str_shared_mem == NULL || str_alive == NULL || str_handle == NULL) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     if (PyModule_AddObjectRef(m, "Launcher", (PyObject *)&LauncherType) < 0 ||

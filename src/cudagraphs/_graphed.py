@@ -55,12 +55,17 @@ __all__ = ["GraphOutput", "GraphedCallable", "graphed"]
 
 # outputs that expire -------------------------------------------------------------------
 class _Lease:
-    """The call counter of one graphed callable: outputs of older calls are stale."""
+    """The call counters of one graphed callable.
 
-    __slots__ = ("calls", "name")
+    ``calls`` counts what changes its static buffers (outputs of older calls
+    are stale); ``made`` counts the calls made (its ``stats()["calls"]``).
+    """
+
+    __slots__ = ("calls", "made", "name")
 
     def __init__(self, name: str) -> None:
         self.calls = 0
+        self.made = 0
         self.name = name
 
 
@@ -387,7 +392,6 @@ class GraphedCallable:
         self._last: Stream | None = None
         self._hot: tuple[Any, ...] | None = None  # what the C call may repeat (see _arm)
         self._misses = 0
-        self._calls = 0
 
     # the call ----------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -414,7 +418,7 @@ class GraphedCallable:
                 key = (*key, "captured")
             entry = self._entries.get(key)
             self._lease.calls += 1  # every earlier output is stale from here on
-            self._calls += 1
+            self._lease.made += 1
             if entry is None:
                 self._misses += 1
                 entry = self._capture(key, spec, ins, n, bucket, stream)
@@ -796,8 +800,8 @@ class GraphedCallable:
                 for (name, g), e in zip(self.graphs.items(), self._entries.values())
             }
             return {
-                "calls": self._calls,
-                "hits": self._calls - self._misses,
+                "calls": self._lease.made,
+                "hits": self._lease.made - self._misses,
                 "misses": self._misses,
                 "captures": len(self._entries),
                 "reserved": self._reserved(),
