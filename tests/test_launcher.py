@@ -901,6 +901,42 @@ def test_patch_kernels_keeps_the_record_another_thread_put_meanwhile(node_set, b
     assert fast.patch_kernels(1, records, [1], key, new, new.ptr) == [1]
 
 
+def test_patch_kernels_in_chunks_keeps_the_order_of_what_it_leaves(node_set, backend):
+    """A refusal in a later chunk leaves that hit and every later one, after those left before.
+
+    Nodes are set in chunks, the GIL released once per chunk.
+    """
+    from cudagraphs._recording import NodeRecord
+    from cudagraphs.backends.base import ArrayArg, KernelLaunch
+
+    kernel = SimpleNamespace(fast=fast.Launcher(print, [("p", 8, 0, None)]))
+    plain = SimpleNamespace(fast=None)
+    key = ArrayArg(int("4096"), (4,), (4,), np.dtype(np.float32))
+    new = ArrayArg(int("8192"), (4,), (4,), np.dtype(np.float32))
+    launch = KernelLaunch(SimpleNamespace(handle=FUNCTION), (1, 1, 1), (1, 1, 1), 0, (int("4096"),), (key,))
+    records = [
+        NodeRecord(1000 + i, "kernel", "k", (), (plain if i == 70 else kernel, launch), True)
+        for i in range(150)
+    ]
+    old = list(records)
+    seen: list[int] = []
+
+    def refuse_100(exec_, node, p):
+        seen.append(node)
+        return 700 if node == 1100 else 0
+
+    cb = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(refuse_100)
+    _KEEP.append(cb)
+    fast.bind("cuGraphExecKernelNodeSetParams", ctypes.cast(cb, ctypes.c_void_p).value)
+    assert fast.patch_kernels(1, records, list(range(150)), key, new, new.ptr) == [70, *range(100, 150)]
+    assert seen == [1000 + i for i in range(101) if i != 70]  # (none after the refusal)
+    for i, (r, o) in enumerate(zip(records, old)):
+        moved = i < 100 and i != 70
+        assert (r is o) != moved
+        assert r.patch[1].values == ((int("8192"),) if moved else (int("4096"),))
+        assert r.patch[1].views[0] is (new if moved else key)
+
+
 def test_a_class_changed_after_its_first_launch_is_read_again(plan):
     t = plan
 

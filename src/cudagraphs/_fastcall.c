@@ -1171,73 +1171,83 @@ typedef struct { /* CUDA_KERNEL_NODE_PARAMS_v2 */
     handle kern, ctx;
 } node_params_t;
 
-/* One kernel record's node moved: `key`'s arguments now point at `ptr` (their views: `spec`).
-   Returns the new record, or NULL with an exception (err: the driver's code, when it refused). */
-static PyObject *patch_one(uintptr_t exec, Launcher *L, PyObject *r, PyObject *key, PyObject *spec, PyObject *ptr,
-                           CUresult *err) {
-    PyObject *patch = PyTuple_GET_ITEM(r, 4), *kernel = PyTuple_GET_ITEM(patch, 0);
-    PyObject *launch = PyTuple_GET_ITEM(patch, 1), *h = NULL;
+/* One kernel node's change, prepared with the GIL held and set with it released: its parameters
+   (packed into buf), its record's new values and views, and what the new record is built from. */
+typedef struct {
+    _Alignas(16) unsigned char buf[MAX_BYTES];
+    void *kp[MAX_PARAMS];
+    node_params_t p;
+    uintptr_t node;
+    Py_ssize_t index, at; /* the record's index in records; the hit's position in hits */
+    PyObject *r, *nvalues, *nviews; /* (held) the old record; its launch's new values and views */
+} prepared_t;
+
+static void prepared_clear(prepared_t *q) {
+    Py_CLEAR(q->r);
+    Py_CLEAR(q->nvalues);
+    Py_CLEAR(q->nviews);
+}
+
+/* Prepare record r's node to move: `key`'s arguments point at `ptr` (their views: `spec`), the
+   function's address read through `function` (the kernel function object's, cached by the
+   caller for the last object seen). 0, or -1 with an exception. */
+static int patch_prepare(Launcher *L, PyObject *r, PyObject *key, PyObject *spec, PyObject *ptr, PyObject **last_fn,
+                         uintptr_t *function, prepared_t *q) {
+    PyObject *launch = PyTuple_GET_ITEM(PyTuple_GET_ITEM(r, 4), 1);
     PyObject *values = PyTuple_GET_ITEM(launch, 4), *views = PyTuple_GET_ITEM(launch, 5);
-    PyObject *nvalues = NULL, *nviews = NULL, *nlaunch = NULL, *npatch = NULL, *out = NULL;
-    node_params_t p = {0};
-    uintptr_t function, node;
+    memset(&q->p, 0, sizeof q->p);
     if (!PyTuple_CheckExact(values) || !PyTuple_Check(views) || PyTuple_GET_SIZE(values) != L->n ||
         PyTuple_GET_SIZE(views) != L->n) {
         PyErr_SetString(PyExc_TypeError, "a kernel record with other arguments than its Launcher's");
-        goto done;
+        return -1;
     }
     unsigned long shared = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(launch, 3));
     if ((shared == (unsigned long)-1 && PyErr_Occurred()) || shared > 0xFFFFFFFFul ||
-        dims(PyTuple_GET_ITEM(launch, 1), GRID, p.grid) || dims(PyTuple_GET_ITEM(launch, 2), BLOCK, p.block)) {
+        dims(PyTuple_GET_ITEM(launch, 1), GRID, q->p.grid) || dims(PyTuple_GET_ITEM(launch, 2), BLOCK, q->p.block)) {
         PyErr_SetString(PyExc_ValueError, "a kernel record with another launch shape");
-        goto done;
+        return -1;
     }
-    if ((h = PyObject_GetAttr(PyTuple_GET_ITEM(launch, 0), str_handle)) == NULL || as_address(h, &function) ||
-        as_address(PyTuple_GET_ITEM(r, 0), &node))
-        goto done;
-    if ((nvalues = PyTuple_New(L->n)) == NULL || (nviews = PyTuple_New(L->n)) == NULL) goto done;
-    _Alignas(16) unsigned char buf[MAX_BYTES];
-    void *kp[MAX_PARAMS];
+    PyObject *fn = PyTuple_GET_ITEM(launch, 0);
+    if (fn != *last_fn) { /* (the nodes of one kernel share its function object) */
+        PyObject *h = PyObject_GetAttr(fn, str_handle);
+        int bad = h == NULL || as_address(h, function);
+        Py_XDECREF(h);
+        if (bad) return -1;
+        Py_XSETREF(*last_fn, Py_NewRef(fn));
+    }
+    if (as_address(PyTuple_GET_ITEM(r, 0), &q->node)) return -1;
+    if ((q->nvalues = PyTuple_New(L->n)) == NULL || (q->nviews = PyTuple_New(L->n)) == NULL) return -1;
     for (Py_ssize_t j = 0; j < L->n; ++j) {
         PyObject *v = PyTuple_GET_ITEM(views, j);
         int moved = v == key ? 1 : v == Py_None ? 0 : PyObject_RichCompareBool(v, key, Py_EQ);
-        if (moved < 0) goto done;
+        if (moved < 0) return -1;
         PyObject *value = moved ? ptr : PyTuple_GET_ITEM(values, j);
-        PyTuple_SET_ITEM(nvalues, j, Py_NewRef(value));
-        PyTuple_SET_ITEM(nviews, j, Py_NewRef(moved ? spec : v));
-        kp[j] = buf + L->params[j].offset;
-        if (pack(&L->params[j], value, NULL, kp[j], NULL)) {
+        PyTuple_SET_ITEM(q->nvalues, j, Py_NewRef(value));
+        PyTuple_SET_ITEM(q->nviews, j, Py_NewRef(moved ? spec : v));
+        q->kp[j] = q->buf + L->params[j].offset;
+        if (pack(&L->params[j], value, NULL, q->kp[j], NULL)) {
             PyErr_Format(PyExc_ValueError, "argument %zd of a kernel record does not pack", j);
-            goto done;
+            return -1;
         }
     }
-    p.func = (handle)function;
-    p.shared = (unsigned)shared;
-    p.params = L->n ? kp : NULL;
-    void *set = fns[NODE_SET]; /* (read with the GIL held: bind() may change it) */
-    if (set == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "cuGraphExecKernelNodeSetParams is not bound");
-        goto done;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    *err = ((node_set_t)set)((handle)exec, (handle)node, &p);
-    Py_END_ALLOW_THREADS
-    if (*err) {
-        PyErr_Format(PyExc_RuntimeError, "cuGraphExecKernelNodeSetParams returned %d", *err);
-        goto done;
-    }
-    if ((nlaunch = tuple6(Py_TYPE(launch), PyTuple_GET_ITEM(launch, 0), PyTuple_GET_ITEM(launch, 1),
-                          PyTuple_GET_ITEM(launch, 2), PyTuple_GET_ITEM(launch, 3), nvalues, nviews)) == NULL ||
-        (npatch = PyTuple_Pack(2, kernel, nlaunch)) == NULL)
-        goto done;
-    out = tuple6(Py_TYPE(r), PyTuple_GET_ITEM(r, 0), PyTuple_GET_ITEM(r, 1), PyTuple_GET_ITEM(r, 2),
-                 PyTuple_GET_ITEM(r, 3), npatch, PyTuple_GET_ITEM(r, 5));
-done:
-    Py_XDECREF(h);
-    Py_XDECREF(nvalues);
-    Py_XDECREF(nviews);
+    q->p.func = (handle)*function;
+    q->p.shared = (unsigned)shared;
+    q->p.params = L->n ? q->kp : NULL;
+    q->r = Py_NewRef(r);
+    return 0;
+}
+
+/* The new record of a prepared node that the driver took (a new reference), or NULL. */
+static PyObject *patch_record(prepared_t *q) {
+    PyObject *r = q->r, *patch = PyTuple_GET_ITEM(r, 4), *launch = PyTuple_GET_ITEM(patch, 1);
+    PyObject *nlaunch = tuple6(Py_TYPE(launch), PyTuple_GET_ITEM(launch, 0), PyTuple_GET_ITEM(launch, 1),
+                               PyTuple_GET_ITEM(launch, 2), PyTuple_GET_ITEM(launch, 3), q->nvalues, q->nviews);
+    PyObject *npatch = nlaunch == NULL ? NULL : PyTuple_Pack(2, PyTuple_GET_ITEM(patch, 0), nlaunch);
     Py_XDECREF(nlaunch);
-    Py_XDECREF(npatch);
+    if (npatch == NULL) return NULL;
+    PyObject *out = tuple6(Py_TYPE(r), PyTuple_GET_ITEM(r, 0), PyTuple_GET_ITEM(r, 1), PyTuple_GET_ITEM(r, 2),
+                           PyTuple_GET_ITEM(r, 3), npatch, PyTuple_GET_ITEM(r, 5));
+    Py_DECREF(npatch);
     return out;
 }
 
@@ -1259,66 +1269,128 @@ static PyObject *hit_record(PyObject *records, PyObject *hit, Py_ssize_t *i) {
 /* patch_kernels(exec, records, hits, key, spec, ptr): for each index in hits that is a kernel
    record whose kernel has a Launcher, the node's arguments that use the view `key` set to `ptr`
    and the record replaced. Returns the hits it left to the caller, in order: the other records,
-   and from one the driver refused on (the caller redoes that one its own way, which raises). */
+   and from one it could not prepare or the driver refused on (the caller redoes that one its own
+   way, which raises). Nodes are prepared in chunks with the GIL held and set with it released
+   once per chunk (cuGraphExecKernelNodeSetParams for each); the records are replaced after. */
+#define PATCH_CHUNK 64
 static PyObject *patch_kernels(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    uintptr_t exec;
+    uintptr_t exec, function = 0;
     if (nargs != 6 || !PyList_Check(args[1]) || !PyList_Check(args[2]) || !PyLong_CheckExact(args[5])) {
         PyErr_SetString(PyExc_TypeError, "patch_kernels takes exec, records, hits, key, spec and an address");
         return NULL;
     }
     if (as_address(args[0], &exec)) return NULL;
-    PyObject *records = args[1], *hits = args[2], *rest = PyList_New(0);
-    if (rest == NULL) return NULL;
+    PyObject *records = args[1], *last_fn = NULL, *last_kernel = NULL, *last_fast = NULL;
+    PyObject *hits = PyList_AsTuple(args[2]); /* (a snapshot: Python code may run below) */
+    PyObject *rest = hits == NULL ? NULL : PyList_New(0);
+    prepared_t *chunk = rest == NULL ? NULL : PyMem_Malloc(PATCH_CHUNK * sizeof(prepared_t));
+    if (chunk == NULL) {
+        if (rest != NULL) PyErr_NoMemory();
+        Py_XDECREF(hits);
+        Py_XDECREF(rest);
+        return NULL;
+    }
+    int m = 0, failed = 0;
     /* from the first hit this cannot patch for sure (unbound entry point, a record it cannot
        read, a driver refusal), it and every later one go back to the caller's Python loop */
-    int refused = fns[NODE_SET] == NULL;
-    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(hits); ++k) {
-        PyObject *hit = Py_NewRef(PyList_GET_ITEM(hits, k)), *r = NULL;
-        Py_ssize_t i;
-        if ((r = Py_XNewRef(hit_record(records, hit, &i))) == NULL) goto fail; /* (held: the list may change) */
-        PyObject *views = record_views(r);
-        if (views == NULL) {
-            PyErr_Format(PyExc_TypeError, "record %zd is not a node record", i);
-            goto fail;
-        }
-        PyObject *fast = NULL;
-        if (!refused && views != PyTuple_GET_ITEM(r, 3)) { /* a kernel record: has it a Launcher? */
-            fast = PyObject_GetAttr(PyTuple_GET_ITEM(PyTuple_GET_ITEM(r, 4), 0), str_fast);
-            if (fast == NULL) goto fail;
-            if (Py_TYPE(fast) != &LauncherType) Py_CLEAR(fast);
-        }
-        if (fast != NULL) {
-            CUresult err = 0;
-            PyObject *moved = patch_one(exec, (Launcher *)fast, r, args[3], args[4], args[5], &err);
+    Py_ssize_t refused_at = fns[NODE_SET] == NULL ? 0 : -1, k = 0, nh = PyTuple_GET_SIZE(hits);
+    while (refused_at < 0 && !failed && k <= nh) {
+        /* phase 1 (GIL): prepare consecutive patchable hits; a hit it leaves ends the chunk */
+        PyObject *left = NULL; /* (a hit for the caller, appended after the chunk is done) */
+        for (; k < nh && m < PATCH_CHUNK; ++k) {
+            Py_ssize_t i;
+            PyObject *views = NULL, *r = Py_XNewRef(hit_record(records, PyTuple_GET_ITEM(hits, k), &i));
+            if (r == NULL || (views = record_views(r)) == NULL) {
+                if (r != NULL) PyErr_Format(PyExc_TypeError, "record %zd is not a node record", i);
+                Py_XDECREF(r);
+                failed = 1;
+                break;
+            }
+            /* (r held: reading an attribute below may run Python code that changes records) */
+            PyObject *fast = NULL;
+            if (views != PyTuple_GET_ITEM(r, 3)) { /* a kernel record: has it a Launcher? */
+                PyObject *kernel = PyTuple_GET_ITEM(PyTuple_GET_ITEM(r, 4), 0);
+                if (kernel != last_kernel) {
+                    PyObject *f = PyObject_GetAttr(kernel, str_fast);
+                    if (f == NULL) {
+                        Py_DECREF(r);
+                        failed = 1;
+                        break;
+                    }
+                    Py_XSETREF(last_fast, Py_TYPE(f) == &LauncherType ? f : NULL);
+                    if (last_fast != f) Py_DECREF(f);
+                    Py_XSETREF(last_kernel, Py_NewRef(kernel));
+                }
+                fast = last_fast;
+            }
+            if (fast == NULL) { /* not a kernel record with a Launcher: the caller's */
+                Py_DECREF(r);
+                left = Py_NewRef(PyTuple_GET_ITEM(hits, k++));
+                break;
+            }
+            prepared_t *q = &chunk[m];
+            q->r = q->nvalues = q->nviews = NULL;
+            q->index = i, q->at = k;
+            Py_INCREF(fast); /* (held while it packs: last_fast may be replaced) */
+            int bad = patch_prepare((Launcher *)fast, r, args[3], args[4], args[5], &last_fn, &function, q);
             Py_DECREF(fast);
+            Py_DECREF(r);
+            if (bad) {
+                prepared_clear(q);
+                if (cleared()) failed = 1;
+                else refused_at = k; /* the caller redoes this one and the rest, and raises */
+                break;
+            }
+            m++;
+        }
+        /* phase 2 (no GIL): the driver calls; the first refusal ends them */
+        int done = 0;
+        CUresult err = 0;
+        void *set = fns[NODE_SET]; /* (read with the GIL held: bind() may change it) */
+        if (m && set != NULL && !failed) { /* (after an error nothing is set: records stay true) */
+            Py_BEGIN_ALLOW_THREADS
+            for (; done < m; ++done)
+                if ((err = ((node_set_t)set)((handle)exec, (handle)chunk[done].node, &chunk[done].p)) != 0) break;
+            Py_END_ALLOW_THREADS
+        }
+        if (done < m && refused_at < 0 && !failed) refused_at = chunk[done].at;
+        /* phase 3 (GIL): the records of the nodes set */
+        for (int j = 0; j < m; ++j) {
+            prepared_t *q = &chunk[j];
+            PyObject *moved = j < done && !failed ? patch_record(q) : NULL;
+            if (j < done && !failed && moved == NULL) failed = 1;
             if (moved != NULL) {
-                if (i < PyList_GET_SIZE(records) && PyList_GET_ITEM(records, i) == r) {
+                Py_ssize_t i = q->index;
+                if (i < PyList_GET_SIZE(records) && PyList_GET_ITEM(records, i) == q->r) {
                     PyList_SET_ITEM(records, i, moved); /* (steals moved) */
-                    Py_DECREF(r);                       /* (the list's reference to the old record) */
+                    Py_DECREF(q->r);                    /* (the list's reference to the old record) */
                 } else {
                     Py_DECREF(moved); /* the list changed meanwhile: its new record stands */
                 }
-                Py_DECREF(r);
-                Py_DECREF(hit);
-                continue;
             }
-            if (cleared()) goto fail; /* the caller redoes this one and the rest, and raises */
-            refused = 1;
+            prepared_clear(q);
         }
-        Py_DECREF(r);
-        int bad = PyList_Append(rest, hit);
-        Py_DECREF(hit);
-        if (bad) goto fail_rest;
-        continue;
-    fail:
-        Py_XDECREF(r);
-        Py_DECREF(hit);
-        goto fail_rest;
+        m = 0;
+        if (left != NULL) {
+            if (!failed && refused_at < 0 && PyList_Append(rest, left)) failed = 1;
+            Py_DECREF(left);
+        }
+        if (k >= nh) break;
+    }
+    PyMem_Free(chunk);
+    Py_XDECREF(last_fn);
+    Py_XDECREF(last_kernel);
+    Py_XDECREF(last_fast);
+    if (!failed && refused_at >= 0) { /* the refused hit and every later one, in order */
+        for (Py_ssize_t j = refused_at; j < nh && !failed; ++j)
+            if (PyList_Append(rest, PyTuple_GET_ITEM(hits, j))) failed = 1;
+    }
+    Py_DECREF(hits);
+    if (failed) {
+        Py_DECREF(rest);
+        return NULL;
     }
     return rest;
-fail_rest:
-    Py_DECREF(rest);
-    return NULL;
 }
 
 /* unpatchable(records, hits, copy_type): the first hit whose record cannot be changed node by
