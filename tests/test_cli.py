@@ -62,6 +62,32 @@ def test_capture_and_per_node_are_measured_in_a_fresh_process(
     assert updates["rebind, 20-node graph (µs per node)"]["cudagraphs"] > 0
 
 
+def test_raw_c_figures_are_medians_over_fresh_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Raw C runs several times; each figure is its own median (one run's host timings swing)."""
+    from cudagraphs.bench import graphs, rawc
+
+    def run(source: str, args: tuple[str, ...] = (), repeats: int = 1) -> list[str]:
+        assert source == "graph.cu"
+        outs = []
+        for i, call in enumerate([3.0, 1.0, 2.0, 9.0, 5.0][:repeats]):
+            outs.append(
+                f'{{"nodes": 10, "capture_ms": {i}, "per_node_us": 1.0, "call_us": {call}}}\n'
+                f'{{"nodes": 1000, "capture_ms": 1.0, "per_node_us": 0.9, "call_us": {call * 2}}}\n'
+                f'{{"update_nodes": 1000, "update_ms": {0.1 * (i + 1)}, "set_params_us": 0.5}}\n'
+            )
+        return outs
+
+    monkeypatch.setattr(rawc, "run", run)
+    got = graphs.raw_c(repeats=3)
+    assert got[10]["call_us"] == 2.0
+    assert got[10]["capture_ms"] == 1.0
+    assert got[10]["update_ms"] is None  # (only the updated size has update figures)
+    assert got[1000]["call_us"] == 4.0
+    assert got[1000]["update_ms"] == pytest.approx(0.2)
+    assert got[1000]["set_params_us"] == 0.5
+    assert graphs.raw_c(repeats=1)[10]["call_us"] == 3.0
+
+
 def test_show_example_and_function(backend: str, tmp_path: Path) -> None:
     r = cli(backend, "show", "--example", "jacobi", "--out", str(tmp_path / "j.dot"))
     assert r.returncode == 0, r.stdout + r.stderr

@@ -135,24 +135,32 @@ def cuda_core_fw() -> Framework | None:
     return build
 
 
-def raw_c() -> dict[int, dict[str, float]]:
+def raw_c(repeats: int = 3) -> dict[int, dict[str, float]]:
     """The raw CUDA C graph baseline, by graph size (empty without nvcc or a GPU).
 
-    The 1000-node entry also carries ``update_ms`` and ``set_params_us``.
+    The program runs ``repeats`` times, each in a fresh process; every figure
+    is the median of its runs (one run's host timings swing by a third). The
+    1000-node entry also carries ``update_ms`` and ``set_params_us``.
     """
-    out = rawc.run("graph.cu")
-    rows = [json.loads(line) for line in "".join(out).splitlines() if line.strip()]
-    updates = {r["update_nodes"]: r for r in rows if "update_nodes" in r}
-    rows = [
-        dict(
-            r,
-            update_ms=updates.get(r["nodes"], {}).get("update_ms"),
-            set_params_us=updates.get(r["nodes"], {}).get("set_params_us"),
-        )
-        for r in rows
-        if "nodes" in r
-    ]
-    return {r["nodes"]: r for r in rows}
+    runs: dict[int, list[dict[str, float]]] = {}
+    for out in rawc.run("graph.cu", repeats=repeats):
+        rows = [json.loads(line) for line in out.splitlines() if line.strip()]
+        updates = {r["update_nodes"]: r for r in rows if "update_nodes" in r}
+        for r in rows:
+            if "nodes" in r:
+                extra = updates.get(r["nodes"], {})
+                row = dict(r, update_ms=extra.get("update_ms"), set_params_us=extra.get("set_params_us"))
+                runs.setdefault(r["nodes"], []).append(row)
+    return {n: _median_fields(rs) for n, rs in runs.items()}
+
+
+def _median_fields(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Field by field, the median over ``rows`` of the fields that are numbers (None where none is)."""
+    out: dict[str, Any] = {}
+    for key in rows[0]:
+        values = [r[key] for r in rows if r.get(key) is not None]
+        out[key] = statistics.median(values) if values else None
+    return out
 
 
 IN_PROCESS = ", in the bench process"  # in the name of a row measured in the bench process itself
