@@ -94,6 +94,9 @@ class Case:
             ("cuGraphInstantiate", "another graph"): lambda: self.made.append(
                 ("exec", b.graph_instantiate(self.graph._res.graph, False))
             ),
+            ("cuMemcpyPeerAsync", "the capturing stream"): lambda: b.memcpy(
+                s, Copy(self.peer_ptr(), self.ptr, 64, "peer")
+            ),
             ("cuModuleLoadData", "a new module (compiling and loading a kernel)"): lambda: cg.Kernel(
                 f'extern "C" __global__ void k{next(_fresh)}(float* p) {{ p[0] = 1; }}',
                 f"k{next(_fresh) - 1}",
@@ -102,12 +105,30 @@ class Case:
         }
         return calls[key]
 
+    def peer_ptr(self) -> int:
+        """Memory on a second device (made before the capture that uses it)."""
+        return self._peer_ptr
+
+    def prepare(self, rule: Rule) -> None:
+        """What a row needs beyond one device: a second device's memory for a peer copy."""
+        self._peer_ptr = 0
+        if rule.call == "cuMemcpyPeerAsync":
+            if cg.device_count() < 2:
+                pytest.skip("a row between two devices: needs two GPUs")
+            other = cg.Device(1)
+            self._peer_ptr = self.b.mem_alloc(1, 512, other.stream._raw)
+            self.b.synchronize(1)
+            self.made.append(("peer", self._peer_ptr))
+
     def close(self) -> None:
         b, i = self.b, self.dev.index
         b.synchronize(i)
         for kind, handle in self.made:
             if kind == "exec":
                 b.destroy(handle)
+            elif kind == "peer":
+                b.mem_free(handle, cg.Device(1).stream._raw)
+                b.synchronize(1)
             else:
                 (b.host_free if kind == "host" else lambda p: b.mem_free(p, self.other))(handle)
         if "exec" in self.gone:
@@ -138,17 +159,20 @@ def _end(b: Any, s: Any) -> str:
 
 
 @pytest.fixture
-def case(device: cg.Device) -> Iterator[Case]:
+def case(device: cg.Device, backend: str) -> Iterator[Case]:
     cg.ops.preload(["float32"], device)
-    c = Case(device)
-    yield c
-    c.close()
+    # (sim: a second simulated device for the rows between two devices; GPUs have what they have)
+    with cg.override(**({"sim_devices": 2} if backend == "sim" else {})):
+        c = Case(device)
+        yield c
+        c.close()
 
 
 @pytest.mark.parametrize("mode", CAPTURE_MODES)
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: f"{r.call}({r.target})")
 def test_the_driver_refuses_what_the_table_says(case: Case, rule: Rule, mode: str) -> None:
     b, s = case.b, case.s
+    case.prepare(rule)
     call = case.call(rule)
     b.capture_begin(s, mode)
     error: CudaError | None = None
@@ -175,6 +199,7 @@ def test_the_driver_refuses_what_the_table_says(case: Case, rule: Rule, mode: st
 def test_the_same_call_from_another_thread(case: Case, rule: Rule, mode: str) -> None:
     """What another thread's call does to this thread's capture (``other_*`` columns)."""
     b, s = case.b, case.s
+    case.prepare(rule)
     call = case.call(rule)
     b.capture_begin(s, mode)
     errors: list[BaseException] = []

@@ -25,7 +25,15 @@ from ._builder import BuilderNode, GraphBuilder
 from ._capture import capture, capture_status, is_capturing
 from ._config import Settings, configure, override, settings
 from ._control import Body, Condition
-from ._device import Device, Event, Stream, current_device, current_stream
+from ._device import (
+    Device,
+    Event,
+    Stream,
+    current_device,
+    current_stream,
+    device_count,
+    enable_peer_access,
+)
 from ._dtypes import SUPPORTED as SUPPORTED_DTYPES
 from ._errors import (
     BackendUnavailableError,
@@ -94,8 +102,10 @@ __all__ = [
     "configure",
     "current_device",
     "current_stream",
+    "device_count",
     "empty",
     "empty_like",
+    "enable_peer_access",
     "full",
     "full_like",
     "graphed",

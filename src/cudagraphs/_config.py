@@ -9,6 +9,7 @@ variable                               meaning (default)
 ``CUDAGRAPHS_SIM_MEMORY_MB``           memory of each simulated device (16384)
 ``CUDAGRAPHS_SIM_DEVICES``             number of simulated devices (1)
 ``CUDAGRAPHS_SIM_SEED``                seed of the simulator's stream interleaving (0)
+``CUDAGRAPHS_SIM_PEER``                ``0``: simulated devices have no peer path (1)
 ``CUDAGRAPHS_FASTCALL``                ``0`` calls the driver through cuda.bindings only (1)
 =====================================  ===========================================
 
@@ -46,6 +47,10 @@ class Settings:
         Memory of each simulated device, in megabytes.
     sim_devices : int
         How many simulated devices there are.
+    sim_peer : bool
+        Whether simulated devices can reach each other's memory
+        (``CUDAGRAPHS_SIM_PEER``, default 1): 0 simulates GPUs without a
+        peer path, whose copies the driver stages through the host.
     sim_seed : int
         Seed of the order in which the simulator runs the queues of several
         streams (``CUDAGRAPHS_SIM_SEED``): a missing wait between two streams
@@ -58,6 +63,7 @@ class Settings:
     sim_memory_mb: int = 16384
     sim_devices: int = 1
     sim_seed: int = 0
+    sim_peer: bool = True
     fastcall: bool = True
 
     def __post_init__(self) -> None:
@@ -67,8 +73,9 @@ class Settings:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be a non-negative int, got {value!r}")
-        if not isinstance(self.fastcall, bool):
-            raise ValueError(f"fastcall must be a bool, got {self.fastcall!r}")
+        for name in ("fastcall", "sim_peer"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
         object.__setattr__(self, "cache_dir", Path(self.cache_dir))
 
 
@@ -88,11 +95,12 @@ def _from_environ(env: Mapping[str, str]) -> Settings:
                 kwargs[field] = int(env[var])
             except ValueError:
                 raise ValueError(f"{var} must be an integer, got {env[var]!r}") from None
-    flag = env.get("CUDAGRAPHS_FASTCALL", "").strip().lower()
-    if flag:
-        if flag not in ("0", "1", "false", "true", "no", "yes", "off", "on"):
-            raise ValueError(f"CUDAGRAPHS_FASTCALL must be 0 or 1, got {env['CUDAGRAPHS_FASTCALL']!r}")
-        kwargs["fastcall"] = flag in ("1", "true", "yes", "on")
+    for var, field in (("CUDAGRAPHS_FASTCALL", "fastcall"), ("CUDAGRAPHS_SIM_PEER", "sim_peer")):
+        flag = env.get(var, "").strip().lower()
+        if flag:
+            if flag not in ("0", "1", "false", "true", "no", "yes", "off", "on"):
+                raise ValueError(f"{var} must be 0 or 1, got {env[var]!r}")
+            kwargs[field] = flag in ("1", "true", "yes", "on")
     if env.get("CUDAGRAPHS_CACHE_DIR"):
         kwargs["cache_dir"] = Path(env["CUDAGRAPHS_CACHE_DIR"]).expanduser()
     return Settings(**kwargs)  # type: ignore[arg-type]

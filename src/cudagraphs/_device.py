@@ -26,7 +26,16 @@ from ._errors import CaptureError
 from ._host import PinnedCache
 from .backends.base import Backend, DeviceProperties
 
-__all__ = ["Device", "Event", "Stream", "current_device", "current_stream", "resolve_stream"]
+__all__ = [
+    "Device",
+    "Event",
+    "Stream",
+    "current_device",
+    "current_stream",
+    "device_count",
+    "enable_peer_access",
+    "resolve_stream",
+]
 
 _CURRENT: contextvars.ContextVar[tuple[Stream, ...]] = contextvars.ContextVar(
     "cudagraphs_current_streams", default=()
@@ -298,6 +307,7 @@ class Device:
         self.kernels = {}
         self._spares: list[Stream] = []
         self._external: dict[int, Stream] = {}
+        self._peers: set[int] = set()  # indices of the devices whose memory this one reaches
 
     @property
     def name(self) -> str:
@@ -397,6 +407,62 @@ class Device:
                     return stream
         return self.stream
 
+    # peers ------------------------------------------------------------------
+    def _other(self, other: Any, what: str) -> Device:
+        if not isinstance(other, Device):
+            raise TypeError(f"{what} takes a cudagraphs Device, got {type(other).__name__}")
+        if other.backend is not self.backend:
+            raise ValueError(f"{what}: {other} is a device of another backend than {self}")
+        return other
+
+    def can_access_peer(self, other: Device) -> bool:
+        """Whether this device can be given access to ``other``'s memory (a peer path exists).
+
+        False for the device itself (it needs none). Copies between devices
+        without a peer path still work eagerly: the driver stages them
+        through the host (:func:`cudagraphs.ops.copy`).
+        """
+        other = self._other(other, "can_access_peer")
+        return other.index in self.backend.device_properties(self.index).peers
+
+    def enable_peer_access(self, other: Device) -> None:
+        """Let this device's kernels and copies reach ``other``'s memory; idempotent.
+
+        Covers ``other``'s allocations and its memory pool (where cudagraphs
+        arrays live). :func:`cudagraphs.ops.copy` between two devices enables
+        it both ways by itself; kernels that dereference another device's
+        pointers need it explicitly (or :func:`enable_peer_access`).
+
+        Raises
+        ------
+        TypeError, ValueError
+            If ``other`` is not a Device of this backend, is this device, or
+            has no peer path from it (:meth:`can_access_peer`).
+        CaptureError
+            While a capture on either device forbids this thread such a call
+            (the driver would invalidate it): enable peer access before
+            capturing. The capture is left as it was.
+        """
+        other = self._other(other, "enable_peer_access")
+        if other.index in self._peers:
+            return
+        if other is self:
+            raise ValueError(f"enable_peer_access: {self} reaches its own memory already")
+        if not self.can_access_peer(other):
+            raise ValueError(
+                f"enable_peer_access: {self} has no peer path to {other} (the hardware "
+                "offers none); copies between them are staged through the host by "
+                "cudagraphs.ops.copy, kernels cannot read across"
+            )
+        _refuse_during_capture((self, other), "enable_peer_access")
+        self.backend.enable_peer_access(self.index, other.index)
+        self._peers.add(other.index)
+
+    @property
+    def peers(self) -> list[Device]:
+        """The devices whose memory this one reaches now (peer access enabled)."""
+        return [Device(i, self.backend.name) for i in sorted(self._peers)]
+
     def is_capturing(self, stream: Stream | None = None) -> bool:
         """Whether ``stream`` (default: the current stream) is being captured."""
         stream = resolve_stream(stream, self)
@@ -407,6 +473,67 @@ class Device:
 
     def __repr__(self) -> str:
         return f"<cudagraphs.Device {self.index} ({self.backend.name}: {self.name})>"
+
+
+def _refuse_during_capture(devices: tuple[Device, ...], what: str) -> None:
+    """Raise CaptureError, before any driver call, if an unsafe call would break a capture.
+
+    Unlike :func:`_recording.forbid` the capture is left valid: cudagraphs
+    refuses the call itself instead of letting the driver invalidate it.
+    """
+    me = threading.get_ident()
+    for dev in devices:
+        for rec in _recording.active(dev):
+            if rec.mode == "global" or (rec.mode == "thread_local" and rec.thread == me):
+                raise CaptureError(
+                    f"{what} during the capture of stream 0x{rec.stream.handle:x} on {dev}: the "
+                    f"driver refuses it while a {rec.mode} capture is active and would "
+                    "invalidate the capture; call cg.enable_peer_access() before capturing"
+                )
+
+
+def device_count(backend: str | None = None) -> int:
+    """How many devices ``backend`` (default: the configured or automatic one) has.
+
+    On ``sim``, ``CUDAGRAPHS_SIM_DEVICES`` (default 1).
+    """
+    return int(backends.get_backend(backends.resolve_name(backend)).device_count())
+
+
+def enable_peer_access(devices: list[Device] | None = None) -> list[tuple[int, int]]:
+    """Enable peer access between every pair of ``devices`` that has a peer path.
+
+    Parameters
+    ----------
+    devices : list of Device, optional
+        Default: every device of the current backend.
+
+    Returns
+    -------
+    list of (int, int)
+        The (device, peer) index pairs now enabled; pairs without a peer path
+        are left out (copies between them are staged through the host).
+
+    Raises
+    ------
+    TypeError
+        If an entry is not a Device.
+    CaptureError
+        During a capture that such a call would break (see
+        :meth:`Device.enable_peer_access`).
+    """
+    if devices is None:
+        devices = [Device(i) for i in range(device_count())]
+    for dev in devices:
+        if not isinstance(dev, Device):
+            raise TypeError(f"enable_peer_access takes Devices, got {type(dev).__name__}")
+    enabled = []
+    for dev in devices:
+        for other in devices:
+            if other is not dev and dev.can_access_peer(other):
+                dev.enable_peer_access(other)
+                enabled.append((dev.index, other.index))
+    return enabled
 
 
 def current_device() -> Device:

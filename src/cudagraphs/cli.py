@@ -7,6 +7,7 @@ import importlib.metadata
 import platform
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -62,11 +63,37 @@ def doctor() -> int:
         x = cg.asarray(np.arange(4.0))
         cg.ops.scale(2.0, x, out=x)
         ok = bool(np.array_equal(x.get(), np.arange(4.0) * 2))
+        _devices(cg)
     except Exception as exc:  # doctor reports, it does not crash
         print(f"BROKEN: {type(exc).__name__}: {exc}")
         return 1
     print("self-check (scale on the device):", "ok" if ok else "WRONG RESULT")
     return 0 if ok else 1
+
+
+def _devices(cg: Any) -> None:
+    """Print the devices after the first and which can reach which (peer access)."""
+    count = cg.device_count()
+    print(f"devices: {count}")
+    if count < 2:
+        return
+    devs = [cg.Device(i) for i in range(count)]
+    for dev in devs[1:]:
+        print(f"device {dev.index}: {dev.name}, compute capability {dev.compute_capability}")
+    print("peer paths (row reaches column; ops.copy enables them, cg.enable_peer_access() all):")
+    print("      " + "".join(f"{d.index:>6}" for d in devs))
+    for a in devs:
+        row = "".join(
+            "     -"
+            if a is b
+            else "    on"
+            if b in a.peers
+            else "    ok"
+            if a.can_access_peer(b)
+            else "    no"
+            for b in devs
+        )
+        print(f"  {a.index:>4}{row}")
 
 
 def show(target: str | None, example: str | None, out: str | None) -> int:

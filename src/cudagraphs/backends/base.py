@@ -38,6 +38,8 @@ Handle = Any
 
 # Driver result codes both backends raise (values of CUresult).
 CUDA_ERROR_INVALID_VALUE = 1
+CUDA_ERROR_INVALID_DEVICE = 101
+CUDA_ERROR_PEER_ACCESS_UNSUPPORTED = 217
 CUDA_ERROR_OUT_OF_MEMORY = 2
 CUDA_ERROR_INVALID_HANDLE = 400
 CUDA_ERROR_ILLEGAL_STATE = 401
@@ -50,6 +52,8 @@ CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901
 CUDA_ERROR_STREAM_CAPTURE_ISOLATION = 905
 ERROR_NAMES = {
     CUDA_ERROR_INVALID_VALUE: "CUDA_ERROR_INVALID_VALUE",
+    CUDA_ERROR_INVALID_DEVICE: "CUDA_ERROR_INVALID_DEVICE",
+    CUDA_ERROR_PEER_ACCESS_UNSUPPORTED: "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED",
     CUDA_ERROR_OUT_OF_MEMORY: "CUDA_ERROR_OUT_OF_MEMORY",
     CUDA_ERROR_INVALID_HANDLE: "CUDA_ERROR_INVALID_HANDLE",
     CUDA_ERROR_ILLEGAL_STATE: "CUDA_ERROR_ILLEGAL_STATE",
@@ -106,6 +110,7 @@ class DeviceProperties:
     compute_capability: tuple[int, int]
     total_memory: int
     multiprocessors: int
+    peers: tuple[int, ...] = ()  # the devices it has a peer path to (peer access can be enabled)
 
     @property
     def arch(self) -> str:
@@ -187,9 +192,13 @@ class KernelLaunch(NamedTuple):
 
 
 class Copy(NamedTuple):
-    """One copy of ``nbytes`` bytes; ``kind`` is ``"htod"``, ``"dtoh"`` or ``"dtod"``.
+    """One copy of ``nbytes`` bytes; ``kind`` is ``"htod"``, ``"dtoh"``, ``"dtod"`` or ``"peer"``.
 
-    Addresses are device addresses, or host addresses on the host side.
+    Addresses are device addresses, or host addresses on the host side. A
+    ``"dtod"`` copy may join two devices' memory once peer access is enabled
+    between them (:meth:`Backend.enable_peer_access`); a ``"peer"`` copy
+    joins two devices without it, staged by the driver, and cannot be
+    captured.
     """
 
     dst: int
@@ -270,6 +279,16 @@ class Backend(Protocol):
 
     def activate(self, ordinal: int) -> None:
         """Make device ``ordinal``'s context current on this thread."""
+
+    def enable_peer_access(self, ordinal: int, peer: int) -> None:
+        """Let device ``ordinal`` reach ``peer``'s memory (its allocations and pool); idempotent.
+
+        ``peer`` must be in ``device_properties(ordinal).peers``. Copies of
+        kind ``"dtod"`` between two devices' memory need it, as kernels
+        reading another device's memory do; a copy of kind ``"peer"`` does
+        not (the driver stages it, and cannot capture it). An unsafe call
+        during a capture (``sim.RULES``).
+        """
 
     # streams and events
     def stream_create(self, ordinal: int, address: int | None = None) -> Handle:

@@ -58,11 +58,13 @@ from . import base
 from .base import (
     CUDA_ERROR_ILLEGAL_ADDRESS,
     CUDA_ERROR_ILLEGAL_STATE,
+    CUDA_ERROR_INVALID_DEVICE,
     CUDA_ERROR_INVALID_HANDLE,
     CUDA_ERROR_INVALID_VALUE,
     CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,
     CUDA_ERROR_MISALIGNED_ADDRESS,
     CUDA_ERROR_OUT_OF_MEMORY,
+    CUDA_ERROR_PEER_ACCESS_UNSUPPORTED,
     CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
     CUDA_ERROR_STREAM_CAPTURE_ISOLATION,
     CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
@@ -139,6 +141,9 @@ RULES: tuple[Rule, ...] = (
     Rule("cuGraphLaunch", "the capturing stream", _ALL, _NO, True, _ALL, _ALL),
     Rule("cuGraphInstantiate", "another graph", _UNSAFE, _NO, True, _GLOBAL, _GLOBAL),
     Rule("cuModuleLoadData", "a new module (compiling and loading a kernel)", (), _NO, False),
+    # measured on two H200s: a copy between devices staged by the driver is refused on a
+    # capturing stream (the rows' test needs two devices)
+    Rule("cuMemcpyPeerAsync", "the capturing stream", _ALL, _NO, True, _ALL, _ALL),
     # a wait may join two captured streams, never reach outside the capture (measured on an
     # H100: a capturing stream waiting for an event recorded on an uncaptured stream)
     Rule(
@@ -467,6 +472,15 @@ class _Memory:
             ordinal, nbytes = self.owner.pop(ptr)
             self.used[ordinal] -= nbytes
 
+    def owner_of(self, ptr: int) -> int | None:
+        """The device whose live allocation holds ``ptr`` (None: none does)."""
+        i = bisect.bisect_right(self.starts, ptr) - 1
+        if i >= 0:
+            start = self.starts[i]
+            if ptr < start + self.buffers[start].nbytes:
+                return self.owner[start][0]
+        return None
+
     def resolve(self, ptr: int, nbytes: int, call: str) -> tuple[np.ndarray, int]:
         """Return (buffer, offset) holding ``[ptr, ptr + nbytes)``."""
         i = bisect.bisect_right(self.starts, ptr) - 1
@@ -525,6 +539,7 @@ class SimBackend:
         self._sticky: CudaError | None = None  # a fault that broke the context (see reset)
         self._faults: dict[str, int] = {}  # kind -> calls left until it fails (inject)
         self._handles: dict[int, Any] = {}  # id -> graphs, executables, events, streams made
+        self._peers: set[tuple[int, int]] = set()  # (device, peer whose memory it may reach)
         self.seed = settings().sim_seed
         self._order = random.Random(self.seed)
 
@@ -652,6 +667,7 @@ class SimBackend:
             compute_capability=(9, 0),
             total_memory=settings().sim_memory_mb << 20,
             multiprocessors=132,
+            peers=tuple(i for i in range(self.device_count()) if i != ordinal) if settings().sim_peer else (),
         )
 
     def activate(self, ordinal: int) -> None:
@@ -659,6 +675,35 @@ class SimBackend:
             raise BackendUnavailableError(
                 f"sim device {ordinal} does not exist; there are "
                 f"{self.device_count()} (set CUDAGRAPHS_SIM_DEVICES for more)"
+            )
+
+    def enable_peer_access(self, ordinal: int, peer: int) -> None:
+        call = "cuCtxEnablePeerAccess"
+        self.activate(ordinal)
+        if peer not in self.device_properties(ordinal).peers:
+            code = CUDA_ERROR_INVALID_DEVICE if ordinal == peer else CUDA_ERROR_PEER_ACCESS_UNSUPPORTED
+            raise _error(code, call, f"sim device {ordinal} cannot reach device {peer}'s memory")
+        with self._lock:
+            self._peers.add((ordinal, peer))
+
+    def _check_peers(self, ordinal: int, dst: int, src: int, call: str) -> None:
+        """Refuse a copy on device ``ordinal`` that joins devices without peer access.
+
+        As on the GPU (two H200s): a plain device-to-device copy between two
+        devices' memory pools fails with CUDA_ERROR_INVALID_VALUE until peer
+        access is enabled between them (here: every device involved, both
+        ways, which is what made it work there).
+        """
+        involved = {ordinal} | {o for o in map(self._memory.owner_of, (dst, src)) if o is not None}
+        if len(involved) == 1:
+            return
+        missing = sorted((a, b) for a in involved for b in involved if a != b and (a, b) not in self._peers)
+        if missing:
+            raise _error(
+                CUDA_ERROR_INVALID_VALUE,
+                call,
+                f"a copy on sim device {ordinal} joins the memory of devices {sorted(involved)}, "
+                f"and peer access {', '.join(f'{a}->{b}' for a, b in missing)} is not enabled",
             )
 
     # the capture rules ---------------------------------------------------
@@ -934,7 +979,13 @@ class SimBackend:
     def memcpy(self, stream: _SimStream, copy: Copy) -> None:
         self._fault("copy")
         dst, src, nbytes, kind = copy
+        if kind == "peer":  # staged by the driver: no peer access needed, never captured
+            if stream.capture is not None:
+                self._invalidate([stream], "cuMemcpyPeerAsync")
+            self._submit(stream, "cuMemcpyPeerAsync", "memcpy", "", self._dtod(dst, src, nbytes), (dst, src))
+            return
         if kind == "dtod":
+            self._check_peers(stream.ordinal, dst, src, "cuMemcpyDtoDAsync")
             copy_work = self._dtod(dst, src, nbytes)
             self._submit(stream, "cuMemcpyDtoDAsync", "memcpy", "", copy_work, (dst, src))
             return

@@ -62,8 +62,11 @@ from .._builtin import (
 from .._control import Condition
 from .._device import Device, Stream, current_device, resolve_stream
 from .._dtypes import normalize_dtype
+from .._errors import CaptureError
 from .._kernel import fastcall
 from .._kernel import preload as preload_kernels
+from .._recording import Work, submit
+from ..backends.base import Copy
 from ._matmul import matmul
 
 __all__ = [
@@ -206,10 +209,83 @@ def copy(dst: DeviceArray, src: DeviceArray, *, stream: Stream | None = None) ->
 
     Contiguous pairs use a device-to-device memcpy; any other layout runs the
     strided copy kernel, whose shape and strides are passed by value.
+
+    ``dst`` and ``src`` may be on two devices: the copy then runs on
+    ``stream`` (a stream of either device; default: ``dst``'s device's
+    current stream), after the work queued so far on the other device's
+    current stream, which waits for the copy in turn, so both devices see it
+    in stream order. It goes over the peer path (NVLink or PCIe), enabling
+    peer access between the two devices the first time, or, where the
+    hardware has no peer path, is staged through the host by the driver
+    (eagerly only). Inside a capture, the copy becomes a node of the graph;
+    the other device's current stream is joined only when it is part of the
+    same capture (a wait cannot cross a capture's boundary), so work on it
+    outside the graph must be ordered by the caller (``stream.wait(...)``
+    before the replay).
+
+    Raises
+    ------
+    TypeError, ValueError
+        For arguments that are not arrays, or differ in shape or dtype, or a
+        ``stream`` of a third device.
+    CaptureError
+        For a capture across two devices without a peer path, or whose peer
+        access was not enabled before capturing (:func:`cudagraphs.enable_peer_access`).
     """
+    if isinstance(dst, DeviceArray) and isinstance(src, DeviceArray) and dst.device is not src.device:
+        _copy_across(dst, src, stream)
+        return dst
     device = _arrays("copy", dst=dst, src=src)
     copy_view(dst, src, resolve_stream(stream, device))
     return dst
+
+
+def _copy_across(dst: DeviceArray, src: DeviceArray, stream: Stream | None) -> None:
+    """``dst[...] = src`` for arrays on two devices (see :func:`copy`)."""
+    if dst.dtype != src.dtype:
+        raise TypeError(f"copy: dst is {dst.dtype} but src is {src.dtype} (copy does not convert)")
+    if dst.shape != src.shape:
+        raise ValueError(f"copy: dst has shape {dst.shape} but src has {src.shape}")
+    ddev, sdev = dst.device, src.device
+    if stream is None:
+        stream = ddev.current_stream()
+    elif not isinstance(stream, Stream) or stream.device not in (ddev, sdev):
+        where = stream.device if isinstance(stream, Stream) else type(stream).__name__
+        raise ValueError(
+            f"copy: the stream must be a Stream of {ddev} (dst) or {sdev} (src), got one of {where}"
+        )
+    stream = resolve_stream(stream, stream.device)
+    if dst.size == 0:
+        return
+    here = stream.device
+    other = (sdev if here is ddev else ddev).current_stream()
+    rec = stream._recording
+    peer = (sdev.index in ddev._peers and ddev.index in sdev._peers) or ddev.can_access_peer(sdev)
+    if peer:
+        ddev.enable_peer_access(sdev)
+        sdev.enable_peer_access(ddev)
+    elif rec is not None:
+        raise CaptureError(
+            f"copy between {sdev} and {ddev} during a capture: the two devices have no peer "
+            "path, and the copy the driver stages through the host cannot be captured; copy "
+            "outside the capture, or through a host array"
+        )
+    joined = other._recording is rec  # (a wait never crosses a capture's boundary)
+    on_src = stream if here is sdev else other
+    on_dst = stream if here is ddev else other
+    s = src
+    if not src.is_contiguous:  # made dense on its device first
+        s = empty(src.shape, src.dtype, device=sdev, stream=on_src)
+        copy_view(s, src, on_src)
+    d = dst if dst.is_contiguous else empty(dst.shape, dst.dtype, device=ddev, stream=on_dst)
+    if joined:
+        stream.wait(other)
+    copy = Copy(d.ptr, s.ptr, dst.nbytes, "dtod" if peer else "peer")
+    submit(stream, Work("memcpy", ddev.backend.memcpy, copy, (s,), (d,)))
+    if joined:
+        other.wait(stream)
+    if d is not dst:
+        copy_view(dst, d, on_dst)
 
 
 def add(
