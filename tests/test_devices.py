@@ -239,9 +239,11 @@ DRIVER_CHECK = textwrap.dedent("""
     from cudagraphs.backends.base import Copy
     be = cg.Device(0).backend
     cg.Device(1)
-    s0 = cg.Device(0).stream._raw
-    a, b = be.mem_alloc(0, 64, s0), be.mem_alloc(1, 64, s0)
+    s0, s1 = cg.Device(0).stream._raw, cg.Device(1).stream._raw
+    a, b = be.mem_alloc(0, 64, s0), be.mem_alloc(1, 64, s1)
     be.synchronize(s0)
+    be.synchronize(s1)
+    be.activate(0)
     try:
         be.memcpy(s0, Copy(b, a, 64, "dtod"))
     except cg.CudaError as e:

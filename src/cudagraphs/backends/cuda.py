@@ -365,6 +365,8 @@ class CudaBackend:
     def event_create(self, ordinal: int, timing: bool) -> Any:
         drv = _driver()
         flags = 0 if timing else drv.CUevent_flags.CU_EVENT_DISABLE_TIMING
+        if self._count > 1:  # an event belongs to the context current when it is made
+            self.activate(ordinal)
         result = drv.cuEventCreate(flags)
         if result[0]:
             result = self._retry(result[0], "cuEventCreate", lambda: drv.cuEventCreate(flags), ordinal)
@@ -468,10 +470,13 @@ class CudaBackend:
 
     def host_alloc(self, nbytes: int) -> int:
         drv = _driver()
-        result = drv.cuMemHostAlloc(max(nbytes, 1), 0)
+        # portable: pinned for every context, not only the current one (measured on two H200s:
+        # a copy to device 1 from memory pinned while device 0 was current failed)
+        flags = drv.CU_MEMHOSTALLOC_PORTABLE
+        result = drv.cuMemHostAlloc(max(nbytes, 1), flags)
         if result[0]:
             result = self._retry(
-                result[0], "cuMemHostAlloc", lambda: drv.cuMemHostAlloc(max(nbytes, 1), 0), None
+                result[0], "cuMemHostAlloc", lambda: drv.cuMemHostAlloc(max(nbytes, 1), flags), None
             )
         return int(result[1])
 
@@ -483,19 +488,50 @@ class CudaBackend:
         if kind == "peer":
             self._memcpy_peer(stream, dst, src, nbytes)
             return
+        if self._count > 1:
+            self._stream_context(stream)
         call = _MEMCPY[kind]
         _check(_call[call](dst, src, nbytes, stream), call)
+
+    def _stream_context(self, stream: Any) -> None:
+        """Make ``stream``'s context current (a process with several devices).
+
+        The driver checks a copy's addresses against the current context, not
+        the stream's (measured on two H200s: a copy to device 1's memory on
+        device 1's stream failed with CUDA_ERROR_INVALID_VALUE while device
+        0's context was current); launches, events and captures need not.
+        """
+        drv = _driver()
+        ctx = _check(drv.cuStreamGetCtx(stream), "cuStreamGetCtx")
+        if int(ctx) != int(_check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")):
+            _check(drv.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
 
     def _memcpy_peer(self, stream: Any, dst: int, src: int, nbytes: int) -> None:
         """A copy between two devices' memory without peer access, staged by the driver."""
         drv = _driver()
-        ordinal = drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
         ctx = []
         for ptr in (dst, src):
-            i = int(_check(drv.cuPointerGetAttribute(ordinal, ptr), "cuPointerGetAttribute"))
+            i = self._owner(ptr)
             self.activate(i)
             ctx.append(self._ctx[i])
+        self._stream_context(stream)
         _check(drv.cuMemcpyPeerAsync(dst, ctx[0], src, ctx[1], nbytes, stream), "cuMemcpyPeerAsync")
+
+    def _owner(self, ptr: int) -> int:
+        """The device whose memory ``ptr`` is.
+
+        A pool's memory is told by its pool: the driver reports device 0 and
+        no context for pool memory of any device (measured on two H200s).
+        """
+        drv = _driver()
+        attr = drv.CUpointer_attribute
+        err, pool = drv.cuPointerGetAttribute(attr.CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, ptr)
+        if not err and int(pool):
+            for i, known in self._pools.items():
+                if int(known) == int(pool):
+                    return i
+        found = drv.cuPointerGetAttribute(attr.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)
+        return int(_check(found, "cuPointerGetAttribute"))
 
     def memset(self, dst: int, value: int, nbytes: int, stream: Any) -> None:
         _check(_call["cuMemsetD8Async"](dst, value, nbytes, stream), "cuMemsetD8Async")
