@@ -111,9 +111,7 @@ def test_backend_interface_is_small() -> None:
     from cudagraphs.backends.base import Backend
 
     methods = [n for n in vars(Backend) if not n.startswith("_") and callable(getattr(Backend, n))]
-    # (30 primitives until several devices needed one more: enable_peer_access; a peer path is
-    # a device property, a staged copy a kind of Copy)
-    assert len(methods) <= 31, methods
+    assert len(methods) <= 30, methods
 
 
 # one submission path -------------------------------------------------------------------

@@ -223,8 +223,8 @@ def test_sim_refuses_what_the_driver_refuses_between_devices() -> None:
         assert err.value.code == CUDA_ERROR_INVALID_VALUE
         assert "peer access 0->1, 1->0 is not enabled" in str(err.value)
         sim.memcpy(s0, Copy(b, a, 64, "peer"))  # staged: legal
-        sim.enable_peer_access(0, 1)
-        sim.enable_peer_access(1, 0)
+        sim.activate(0, peer=1)
+        sim.activate(1, peer=0)
         sim.memcpy(s0, Copy(b, a, 64, "dtod"))
         sim.capture_begin(s0, "thread_local")
         with pytest.raises(cg.CudaError) as err:
@@ -251,8 +251,8 @@ DRIVER_CHECK = textwrap.dedent("""
     be.memcpy(s0, Copy(b, a, 64, "peer"))
     be.synchronize(s0)
     print("staged ok")
-    be.enable_peer_access(0, 1)
-    be.enable_peer_access(1, 0)
+    be.activate(0, peer=1)
+    be.activate(1, peer=0)
     be.memcpy(s0, Copy(b, a, 64, "dtod"))
     be.synchronize(s0)
     print("plain after access ok")

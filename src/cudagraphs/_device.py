@@ -455,7 +455,7 @@ class Device:
                 "cudagraphs.ops.copy, kernels cannot read across"
             )
         _refuse_during_capture((self, other), "enable_peer_access")
-        self.backend.enable_peer_access(self.index, other.index)
+        self.backend.activate(self.index, peer=other.index)
         self._peers.add(other.index)
 
     @property

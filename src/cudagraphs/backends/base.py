@@ -196,7 +196,7 @@ class Copy(NamedTuple):
 
     Addresses are device addresses, or host addresses on the host side. A
     ``"dtod"`` copy may join two devices' memory once peer access is enabled
-    between them (:meth:`Backend.enable_peer_access`); a ``"peer"`` copy
+    between them (:meth:`Backend.activate` with ``peer``); a ``"peer"`` copy
     joins two devices without it, staged by the driver, and cannot be
     captured.
     """
@@ -277,17 +277,15 @@ class Backend(Protocol):
     def device_properties(self, ordinal: int) -> DeviceProperties:
         """What device ``ordinal`` is."""
 
-    def activate(self, ordinal: int) -> None:
-        """Make device ``ordinal``'s context current on this thread."""
+    def activate(self, ordinal: int, peer: int | None = None) -> None:
+        """Make device ``ordinal``'s context current on this thread.
 
-    def enable_peer_access(self, ordinal: int, peer: int) -> None:
-        """Let device ``ordinal`` reach ``peer``'s memory (its allocations and pool); idempotent.
-
-        ``peer`` must be in ``device_properties(ordinal).peers``. Copies of
-        kind ``"dtod"`` between two devices' memory need it, as kernels
-        reading another device's memory do; a copy of kind ``"peer"`` does
-        not (the driver stages it, and cannot capture it). An unsafe call
-        during a capture (``sim.RULES``).
+        With ``peer``, also let that context reach device ``peer``'s memory
+        (its allocations and its pool; idempotent): ``peer`` must be in
+        ``device_properties(ordinal).peers``. Copies of kind ``"dtod"``
+        between two devices' memory need it, as kernels reading another
+        device's memory do; a copy of kind ``"peer"`` does not (the driver
+        stages it, and cannot capture it).
         """
 
     # streams and events

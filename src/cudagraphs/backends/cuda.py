@@ -305,8 +305,11 @@ class CudaBackend:
             ),
         )
 
-    def activate(self, ordinal: int) -> None:
-        """Make the device's primary context current on this thread."""
+    def activate(self, ordinal: int, peer: int | None = None) -> None:
+        """Make the device's primary context current on this thread (and reach ``peer``'s memory)."""
+        if peer is not None:
+            self._enable_peer_access(ordinal, peer)
+            return
         if not 0 <= ordinal < self._count:
             raise BackendUnavailableError(
                 f"CUDA device {ordinal} does not exist; this machine has {self._count}"
@@ -324,7 +327,7 @@ class CudaBackend:
                 self._pools[ordinal] = _check(drv.cuDeviceGetDefaultMemPool(dev), "cuDeviceGetDefaultMemPool")
         _check(drv.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
 
-    def enable_peer_access(self, ordinal: int, peer: int) -> None:
+    def _enable_peer_access(self, ordinal: int, peer: int) -> None:
         drv = _driver()
         self.activate(peer)  # (its context and pool exist from here)
         self.activate(ordinal)

@@ -670,14 +670,17 @@ class SimBackend:
             peers=tuple(i for i in range(self.device_count()) if i != ordinal) if settings().sim_peer else (),
         )
 
-    def activate(self, ordinal: int) -> None:
+    def activate(self, ordinal: int, peer: int | None = None) -> None:
+        if peer is not None:
+            self._enable_peer_access(ordinal, peer)
+            return
         if not 0 <= ordinal < self.device_count():
             raise BackendUnavailableError(
                 f"sim device {ordinal} does not exist; there are "
                 f"{self.device_count()} (set CUDAGRAPHS_SIM_DEVICES for more)"
             )
 
-    def enable_peer_access(self, ordinal: int, peer: int) -> None:
+    def _enable_peer_access(self, ordinal: int, peer: int) -> None:
         call = "cuCtxEnablePeerAccess"
         self.activate(ordinal)
         if peer not in self.device_properties(ordinal).peers:
