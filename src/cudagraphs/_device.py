@@ -458,6 +458,21 @@ class Device:
         self.backend.activate(self.index, peer=other.index)
         self._peers.add(other.index)
 
+    def _peer_path(self, other: Device) -> bool:
+        """Whether copies between this device and ``other`` go over a peer path.
+
+        Enables peer access both ways on first use where the hardware has a
+        path (refused during a capture, as :meth:`enable_peer_access`); the
+        repeat is two set lookups, without asking the backend.
+        """
+        if other.index in self._peers and self.index in other._peers:
+            return True
+        if not self.can_access_peer(other):
+            return False
+        self.enable_peer_access(other)
+        other.enable_peer_access(self)
+        return True
+
     @property
     def peers(self) -> list[Device]:
         """The devices whose memory this one reaches now (peer access enabled)."""

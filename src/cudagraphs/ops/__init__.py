@@ -260,11 +260,8 @@ def _copy_across(dst: DeviceArray, src: DeviceArray, stream: Stream | None) -> N
     here = stream.device
     other = (sdev if here is ddev else ddev).current_stream()
     rec = stream._recording
-    peer = (sdev.index in ddev._peers and ddev.index in sdev._peers) or ddev.can_access_peer(sdev)
-    if peer:
-        ddev.enable_peer_access(sdev)
-        sdev.enable_peer_access(ddev)
-    elif rec is not None:
+    peer = ddev._peer_path(sdev)
+    if not peer and rec is not None:
         raise CaptureError(
             f"copy between {sdev} and {ddev} during a capture: the two devices have no peer "
             "path, and the copy the driver stages through the host cannot be captured; copy "
