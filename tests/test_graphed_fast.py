@@ -367,18 +367,24 @@ def test_an_input_of_the_other_kind_of_memory_is_copied_eagerly(
                 p.free()
 
 
+def armed_on_own_stream(dev: cg.Device, a: cg.DeviceArray) -> tuple[cg.Stream, Counted]:
+    """``double`` graphed on a stream of its own and called twice with ``a``: its next call is made in C."""
+    s = dev.create_stream()
+    s.wait(dev.stream)
+    f = Counted(cg.graphed(double, device=dev, stream=s))
+    f(a)
+    f(a)
+    assert f.made_in_c == 1
+    return s, f
+
+
 def test_a_closed_stream_is_refused_as_the_python_call_refuses_it(
     dev: cg.Device, rng: np.random.Generator
 ) -> None:
     a = upload(dev, random_array(rng, (16,), "float32"))
     errors = []
     for call in (None, _graphed.PYTHON_CALL):
-        s = dev.create_stream()
-        s.wait(dev.stream)
-        f = Counted(cg.graphed(double, device=dev, stream=s))
-        f(a)
-        f(a)
-        assert f.made_in_c == 1
+        s, f = armed_on_own_stream(dev, a)
         s.synchronize()
         s.close()
         with pytest.raises(ValueError, match="closed") as info:
@@ -393,12 +399,7 @@ def test_a_stream_closed_while_a_moved_input_is_pointed_at_is_not_launched_on(
     """The stream is read again after Python code ran inside the C call (``_moved``)."""
     hosts = [random_array(rng, (16,), "float32") for _ in range(2)]
     a, b = (upload(dev, h) for h in hosts)
-    s = dev.create_stream()
-    s.wait(dev.stream)
-    f = Counted(cg.graphed(double, device=dev, stream=s))
-    f(a)
-    f(a)
-    assert f.made_in_c == 1
+    s, f = armed_on_own_stream(dev, a)
     graph = next(iter(f.f.graphs.values()))
     replays = graph.replays
     moved = f.f._moved

@@ -9,9 +9,12 @@ the cuda backend arms every kernel with a Launcher and the launches run in C.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import struct
+from collections.abc import Iterator
 from types import MethodType, SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -534,6 +537,24 @@ def graph_launch(backend):
     fast.bind("cuGraphLaunch", before)
 
 
+@contextlib.contextmanager
+def filled_graph() -> Iterator[tuple[cg.DeviceArray, cg.Graph, Any, Any]]:
+    """A one-node graph (filling ``x``) whose executable and launch function a test may swap.
+
+    Yields ``(x, graph, its executable, its launch function)``; both are put back after, the
+    launch function as the backend in use binds it.
+    """
+    x = cg.zeros(4)
+    with cg.capture() as g:
+        cg.ops.fill(x, 1.0)
+    exec_, launch = g._exec, g._launch
+    try:
+        yield x, g, exec_, launch
+    finally:
+        g._exec = exec_
+        fast.fast_graph_launch(launch if cg.backend() == "cuda" and g.device.backend.fastcall else None)
+
+
 def test_replay_launches_from_c_when_the_python_path_would_launch_alone(graph_launch, backend):
     """Graph.replay in C: a ready graph on its own stream; anything else is the Python method's."""
     from cudagraphs._graph import Graph
@@ -541,11 +562,7 @@ def test_replay_launches_from_c_when_the_python_path_would_launch_alone(graph_la
     seen, result = graph_launch
     python_replay = Graph.__dict__["replay"]
     assert type(python_replay).__name__ == "method_descriptor"  # (the C method is in place)
-    x = cg.zeros(4)
-    with cg.capture() as g:
-        cg.ops.fill(x, 1.0)
-    exec_, launch = g._exec, g._launch
-    try:
+    with filled_graph() as (x, g, exec_, launch):
         g._exec = 0xE0E0  # (a handle the fake takes; the real one is the backend's)
         fast.fast_graph_launch(launch)
         g.replay()
@@ -576,23 +593,16 @@ def test_replay_launches_from_c_when_the_python_path_would_launch_alone(graph_la
         assert g.replays == 5
         with pytest.raises(TypeError):
             g.replay(1, 2)
-    finally:
-        g._exec = exec_
-        fast.fast_graph_launch(launch if cg.backend() == "cuda" and g.device.backend.fastcall else None)
     x.get()
 
 
 def test_replay_on_another_stream_the_graph_knows_launches_from_c(graph_launch, backend):
     """A stream the Python method checked and recorded once is launched on from C after."""
     seen, _ = graph_launch
-    x = cg.zeros(4)
-    with cg.capture() as g:
-        cg.ops.fill(x, 1.0)
-    exec_, launch = g._exec, g._launch
-    other = g.device.create_stream()
-    other.wait(g.stream)
-    fake = lambda: [s for e, s in seen if e == 0xE0E0]  # noqa: E731  (launches of the fake exec)
-    try:
+    with filled_graph() as (x, g, exec_, launch):
+        other = g.device.create_stream()
+        other.wait(g.stream)
+        fake = lambda: [s for e, s in seen if e == 0xE0E0]  # noqa: E731  (launches of the fake exec)
         fast.fast_graph_launch(launch)
         g.replay(other)  # new to the graph: the Python method checks and records it
         assert other in g._res.streams
@@ -618,9 +628,6 @@ def test_replay_on_another_stream_the_graph_knows_launches_from_c(graph_launch, 
             g.replay(third)
         assert on(third) == before
         assert g.replays == 4
-    finally:
-        g._exec = exec_
-        fast.fast_graph_launch(launch if cg.backend() == "cuda" and g.device.backend.fastcall else None)
     x.get()
 
 
@@ -835,28 +842,21 @@ def test_the_replay_count_is_read_after_the_launch(graph_launch, backend):
     from cudagraphs._graph import Graph
 
     seen, _ = graph_launch
-    x = cg.zeros(4)
-    with cg.capture() as g:
-        cg.ops.fill(x, 1.0)
-    exec_, launch = g._exec, g._launch
-    g.replays = int("1000007")  # (a heap int, freed when replaced)
+    with filled_graph() as (_x, g, _exec, launch):
+        g.replays = int("1000007")  # (a heap int, freed when replaced)
 
-    def other_thread_counts(e, s):
-        g.replays = 5
-        seen.append((e, s))
-        return 0
+        def other_thread_counts(e, s):
+            g.replays = 5
+            seen.append((e, s))
+            return 0
 
-    cb = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(other_thread_counts)
-    _KEEP.append(cb)
-    fast.bind("cuGraphLaunch", ctypes.cast(cb, ctypes.c_void_p).value)
-    try:
+        cb = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(other_thread_counts)
+        _KEEP.append(cb)
+        fast.bind("cuGraphLaunch", ctypes.cast(cb, ctypes.c_void_p).value)
         g._exec = 0xE0E0
         fast.fast_graph_launch(launch)
         Graph.replay(g)
         assert g.replays == 6
-    finally:
-        g._exec = exec_
-        fast.fast_graph_launch(launch if cg.backend() == "cuda" and g.device.backend.fastcall else None)
 
 
 def test_patch_kernels_keeps_the_record_another_thread_put_meanwhile(node_set, backend):
