@@ -64,6 +64,34 @@ def device(backend: str) -> Iterator[cg.Device]:
         reset()
 
 
+def cuda_device_count() -> int:
+    """GPUs the ``cuda`` backend sees when it is under test, else 0."""
+    if "cuda" not in BACKENDS or not cg.is_cuda_available():
+        return 0
+    return cg.device_count("cuda")
+
+
+# several devices: sim with 2 and 4 simulated ones (CI), cuda where it has 2 or more
+MULTI = [("sim", 2), ("sim", 4)] + ([("cuda", cuda_device_count())] if cuda_device_count() >= 2 else [])
+
+
+@pytest.fixture(params=MULTI, ids=[f"{b}-{n}" for b, n in MULTI])
+def devices(request: pytest.FixtureRequest) -> Iterator[list[cg.Device]]:
+    """Every device of the backend under test (sim: that many simulated ones), idle."""
+    name, n = request.param
+    overrides = {"sim_devices": n} if name == "sim" else {}
+    with cg.override(backend=name, **overrides):
+        devs = [cg.Device(i) for i in range(n)]
+        for d in devs:
+            d.synchronize()
+            if name == "sim":  # (devices outlive an override: each test starts with no peers)
+                d._peers.clear()
+                d.backend._peers.clear()
+        yield devs
+        for d in devs:
+            d.synchronize()
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(1234)

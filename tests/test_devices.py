@@ -10,38 +10,14 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from conftest import BACKENDS
+from conftest import cuda_device_count
 
 import cudagraphs as cg
 from cudagraphs.backends.base import CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, Copy
 from cudagraphs.backends.sim import SimBackend
-
-
-def _cuda_count() -> int:
-    if "cuda" not in BACKENDS or not cg.is_cuda_available():
-        return 0
-    return cg.device_count("cuda")
-
-
-SETUPS = [("sim", 2), ("sim", 4)] + ([("cuda", _cuda_count())] if _cuda_count() >= 2 else [])
-
-
-@pytest.fixture(params=SETUPS, ids=[f"{b}-{n}" for b, n in SETUPS])
-def devices(request: pytest.FixtureRequest) -> Iterator[list[cg.Device]]:
-    """Every device of the backend under test (sim: that many simulated ones), idle."""
-    name, n = request.param
-    overrides = {"sim_devices": n} if name == "sim" else {}
-    with cg.override(backend=name, **overrides):
-        devs = [cg.Device(i) for i in range(n)]
-        for d in devs:
-            d.synchronize()
-        yield devs
-        for d in devs:
-            d.synchronize()
 
 
 def _pairs(devs: list[cg.Device]) -> list[tuple[cg.Device, cg.Device]]:
@@ -260,7 +236,7 @@ DRIVER_CHECK = textwrap.dedent("""
 
 
 @pytest.mark.skipif(
-    _cuda_count() < 2, reason="GPU test: needs two GPUs and CUDAGRAPHS_TEST_BACKENDS=cuda,sim"
+    cuda_device_count() < 2, reason="GPU test: needs two GPUs and CUDAGRAPHS_TEST_BACKENDS=cuda,sim"
 )
 def test_driver_refuses_a_plain_copy_between_devices_until_peer_access() -> None:
     """What the sim's rows above say, on the GPUs, in a fresh process (no access yet)."""

@@ -366,7 +366,7 @@ class CachingAllocator(_Counters):
                 f"0x{stream.handle:x}, which thread {rec.thread} is capturing: allocate on a "
                 "stream of this thread"
             )
-        ptr, owner = rec.memory.allocate(rec, nbytes)
+        ptr, owner = rec.memory.allocate(rec, nbytes, stream)
         return new_block(self._device, ptr, nbytes, owner)
 
     def release(self, ptr: int, streams: list[Stream] | None) -> None:

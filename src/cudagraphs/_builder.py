@@ -260,7 +260,7 @@ class GraphBuilder:
         out: list[DeviceArray] = []
 
         def issue() -> None:
-            ptr, owner = self._graph_memory.allocate(self._rec, size * dt.itemsize)  # type: ignore[arg-type]
+            ptr, owner = self._graph_memory.allocate(self._rec, size * dt.itemsize, self._rec.stream)  # type: ignore[arg-type, union-attr]
             block = new_block(self.device, ptr, size * dt.itemsize, owner)
             out.append(DeviceArray._wrap(block, ptr, dims, _c_strides(dims, dt.itemsize), dt, size))
 

@@ -212,7 +212,7 @@ class CaptureSession:
         assert rec is not None
         assert graph is not None
         graph._failed()
-        res = Resources(self.device, raw, list(rec.keep), [self.pool], [])
+        res = Resources(self.device, raw, list(rec.keep), list(self.memory.pools.values()), [])
         rec.keep.clear()
         _recording.release(self.device, release_resources, res)
 

@@ -120,10 +120,20 @@ class Stream:
         if not isinstance(other, Event):
             raise TypeError(f"Stream.wait takes an Event or a Stream, got {type(other).__name__}")
         backend, event = self.device.backend, other._raw
+        rec = other._rec
+        fork = rec if rec is not None and rec.active and self._recording is None else None
+        if fork is not None and fork.thread != threading.get_ident():
+            raise CaptureError(
+                f"Stream.wait at {_recording.user_line()} on an event that thread {fork.thread} "
+                "recorded in its capture would fork this stream into that capture; wait from "
+                "the capturing thread"
+            )
         _recording.submit(
             self._check_open(),
             _recording.Work("", lambda raw, _: backend.stream_wait_event(raw, event), keep=(other,)),
         )
+        if fork is not None:  # the driver forked this stream into the capture: recorded there
+            fork.join(self)
 
     def record(self, event: Event | None = None) -> Event:
         """Record ``event`` (a new one by default) at this point of the stream."""
@@ -196,12 +206,13 @@ class Event:
         Whether :meth:`elapsed_ms` may be used (timing events cost more).
     """
 
-    __slots__ = ("__weakref__", "_finalizer", "_raw", "device", "timing")
+    __slots__ = ("__weakref__", "_finalizer", "_raw", "_rec", "device", "timing")
 
     def __init__(self, device: Device | None = None, timing: bool = False) -> None:
         self.device = device if device is not None else current_device()
         self.timing = bool(timing)
         self._raw = self.device.backend.event_create(self.device.index, self.timing)
+        self._rec: _recording.Recording | None = None  # the capture it was last recorded in
         self._finalizer = weakref.finalize(
             self, _recording.later, self.device, self.device.backend.destroy, self._raw
         )
@@ -213,6 +224,7 @@ class Event:
         _recording.submit(
             stream._check_open(), _recording.Work("", lambda s, _: backend.event_record(raw, s), keep=(self,))
         )
+        self._rec = stream._recording
         return self
 
     def synchronize(self) -> None:

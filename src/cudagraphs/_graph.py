@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from . import _patch, _picture, _recording
 from ._array import DeviceArray, foreign_view
 from ._control import Body, Condition, add_conditional, new_condition
-from ._device import Device, Stream
+from ._device import Device, Event, Stream
 from ._errors import CaptureError, UpdateError
 from ._kernel import fastcall
 from ._recording import NodeRecord, Work, submit
@@ -119,8 +119,41 @@ def release_resources(res: Resources) -> None:
     res.graph = res.params_graph = None
     res.keep.clear()
     pools, res.pools = res.pools, []
-    for pool in pools:
-        pool.drop(res.streams)
+    for pool in pools:  # (the streams were synchronized: only each pool's own device's count)
+        pool.drop([s for s in res.streams if s.device is pool.device])
+
+
+def _ordered_launch(device: Device, others: list[Device]) -> Callable[..., None]:
+    """A launch of a graph that records work on ``others`` too.
+
+    Its work on another device starts after the work queued so far on that
+    device's current stream, and work queued there later waits for it, as
+    if the graph's nodes of that device were queued on that stream (what
+    :func:`cudagraphs.ops.copy` between devices does too).
+    """
+    backend = device.backend
+    done = Event(device)  # (events are reused: a wait takes the state the record left)
+    before = [(d, Event(d)) for d in others]
+
+    def launch(exec_: Any, raw: Any, upload: bool = False) -> None:
+        if upload:
+            backend.graph_launch(exec_, raw, upload=True)
+            return
+        for d, ev in before:
+            s = d.current_stream()
+            if s._recording is not None:
+                raise CaptureError(
+                    f"a graph with work on {d} replayed while {d}'s current stream is being "
+                    "captured: replay it inside that capture's stream instead"
+                )
+            backend.event_record(ev._raw, s._raw)
+            backend.stream_wait_event(raw, ev._raw)
+        backend.graph_launch(exec_, raw)
+        backend.event_record(done._raw, raw)
+        for d, _ in before:
+            backend.stream_wait_event(d.current_stream()._raw, done._raw)
+
+    return launch
 
 
 def _as_array(a: Any) -> Any:
@@ -248,7 +281,9 @@ class Graph:
         if instantiate and _recording.instantiate_blocked(self.device):
             instantiate, self._later = False, True
         exec_ = self.device.backend.graph_instantiate(raw_graph, auto_free) if instantiate else None
-        res = Resources(self.device, raw_graph, list(rec.keep), [self.pool], [self.stream])
+        res = Resources(
+            self.device, raw_graph, list(rec.keep), list(rec.memory.pools.values()), [self.stream]
+        )
         rec.keep.clear()
         # handles are found on first use (see _recording.resolve_handles)
         self._records = (
@@ -259,6 +294,9 @@ class Graph:
         self._traced = None  # made from the records when an update compares graphs
         self._bodies = [] if rec.plain else [r for r in rec.nodes if not r.top]
         self._auto_free = auto_free
+        others = [d for d in rec.devices if d is not self.device]
+        if others:  # replays keep order with the other devices' current streams
+            self._launch = _ordered_launch(self.device, others)
         self._res = res
         self._finalizer = weakref.finalize(self, _recording.later, self.device, release_resources, res)
         self._rec = None

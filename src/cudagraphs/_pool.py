@@ -178,10 +178,23 @@ class PoolMemory:
 
     def __init__(self, pool: GraphPool) -> None:
         self.pool = pool
+        # a capture that other devices' streams joined allocates on each device from a
+        # pool of that device (made on first use, held by the graph like the first)
+        self.pools: dict[Any, GraphPool] = {pool.device: pool}
         self.owners: tuple[Any, ...] = (pool,)  # block owners whose memory the capture owns
 
-    def allocate(self, rec: Recording, nbytes: int) -> tuple[int, Any]:
-        return self.pool.allocate(nbytes), self.pool
+    def pool_for(self, device: Any) -> GraphPool:
+        """The capture's pool on ``device``."""
+        pool = self.pools.get(device)
+        if pool is None:
+            pool = self.pools[device] = GraphPool(device)
+            pool.acquire()
+            self.owners = (*self.owners, pool)
+        return pool
+
+    def allocate(self, rec: Recording, nbytes: int, stream: Stream) -> tuple[int, Any]:
+        pool = self.pool_for(stream.device)
+        return pool.allocate(nbytes), pool
 
     def freed(self, ptr: int) -> None:  # pool blocks are reused, never freed in the graph
         return None
@@ -190,7 +203,7 @@ class PoolMemory:
 class ForbidMemory(PoolMemory):
     """``alloc="forbid"``: any allocation during the capture is a CaptureError."""
 
-    def allocate(self, rec: Recording, nbytes: int) -> tuple[int, Any]:
+    def allocate(self, rec: Recording, nbytes: int, stream: Stream) -> tuple[int, Any]:
         rec.fail(
             f"allocation of {nbytes} B during a capture with alloc='forbid'; "
             "allocate before capturing, or use alloc='pool'"
@@ -214,9 +227,10 @@ class GraphMemory(PoolMemory):
         self.live: set[int] = set()
         self.pending: collections.deque[int] = collections.deque()
 
-    def allocate(self, rec: Recording, nbytes: int) -> tuple[int, Any]:
+    def allocate(self, rec: Recording, nbytes: int, stream: Stream) -> tuple[int, Any]:
         self.rec = rec
-        ptr = rec.device.backend.mem_alloc(rec.device.index, nbytes, rec.streams[-1]._raw)
+        on = rec.streams[-1] if stream.device is rec.device else stream  # (bodies: the innermost)
+        ptr = on.device.backend.mem_alloc(on.device.index, nbytes, on._raw)
         self.live.add(ptr)
         return ptr, self
 

@@ -190,6 +190,8 @@ class Recording:
         self.nodes: list[NodeRecord] = []
         self.plain = True  # every node is top-level and has no handle yet
         self.streams: list[Any] = [stream]  # innermost capturing stream last (bodies)
+        self.joined: list[Any] = []  # streams forked into the capture by a wait (any device)
+        self.devices: list[Any] = [device]  # the devices whose streams it records
         self.invalid: str | None = None
         self.active = False
         self.frees: collections.deque[int] = collections.deque()  # graph memory to free
@@ -241,11 +243,28 @@ class Recording:
                 keep.append(o)
         if kind:  # (the record is built in C)
             views = () if kind == "kernel" else _views(reads + writes)
-            top = stream is self.stream
+            top = stream is self.stream or stream in self.joined
             if node is not None or not top:
                 self.plain = False
             self.nodes.append(_tuple_new(NodeRecord, (node, kind, name, views, patch, top)))
         return node
+
+    def join(self, stream: Any) -> None:
+        """``stream`` waited on an event recorded in the capture: the driver forked it in.
+
+        Its work is recorded (and kept alive) like the captured stream's; its
+        device counts as capturing (releases there wait for the end, a device
+        synchronize there is refused) until the capture ends, which ends it
+        for every joined stream (each must have been joined back, by the
+        captured stream waiting on it, or the driver fails the capture).
+        """
+        stream._recording = self
+        self.joined.append(stream)
+        device = stream.device
+        if device not in self.devices:
+            self.devices.append(device)
+            with _lock:
+                _ACTIVE.setdefault(device, []).append(self)
 
     # graph memory (alloc="graph") ---------------------------------------------------
     def free_later(self, ptr: int) -> None:
@@ -337,14 +356,16 @@ class Recording:
 
     def _close(self) -> None:
         with _lock:
-            recs = _ACTIVE.get(self.device)
-            if recs is not None and self in recs:
-                recs.remove(self)
-                if not recs:
-                    del _ACTIVE[self.device]
-        for stream in self.streams:
+            for device in self.devices:
+                recs = _ACTIVE.get(device)
+                if recs is not None and self in recs:
+                    recs.remove(self)
+                    if not recs:
+                        del _ACTIVE[device]
+        for stream in (*self.streams, *self.joined):
             stream._recording = None
         self.streams = [self.stream]
+        self.joined = []
         self.active = False
         drain()
 

@@ -67,6 +67,8 @@ from .base import (
     CUDA_ERROR_PEER_ACCESS_UNSUPPORTED,
     CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
     CUDA_ERROR_STREAM_CAPTURE_ISOLATION,
+    CUDA_ERROR_STREAM_CAPTURE_MERGE,
+    CUDA_ERROR_STREAM_CAPTURE_UNJOINED,
     CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
     Capabilities,
     Copy,
@@ -230,10 +232,11 @@ class _SimNode:
 class _SimGraph:
     """A recorded graph: nodes in creation order, a valid order to run them in."""
 
-    __slots__ = ("alive", "allocations", "conditions", "freed", "nodes")
+    __slots__ = ("alive", "allocations", "conditions", "freed", "nodes", "origin")
 
     def __init__(self) -> None:
         self.nodes: list[_SimNode] = []
+        self.origin: _SimStream | None = None  # the stream whose capture records it (while it does)
         self.allocations: list[int] = []  # graph-owned memory (mem_alloc nodes)
         self.freed: list[int] = []  # those a mem_free node of the graph frees
         self.conditions: list[tuple[int, int]] = []  # (handle, default) created in it
@@ -246,6 +249,18 @@ class _SimGraph:
         other.conditions = list(self.conditions)
         _own(other.conditions)
         return other
+
+
+def _ancestors(nodes: Sequence[_SimNode]) -> set[int]:
+    """The ids of ``nodes`` and of every node they depend on."""
+    seen: set[int] = set()
+    todo = list(nodes)
+    while todo:
+        node = todo.pop()
+        if id(node) not in seen:
+            seen.add(id(node))
+            todo.extend(node.deps)
+    return seen
 
 
 def _run_nodes(
@@ -365,7 +380,18 @@ class _SimStream:
 
 
 class _SimEvent:
-    __slots__ = ("alive", "captured", "ordinal", "recorded", "seq", "stream", "time", "timing")
+    __slots__ = (
+        "alive",
+        "captured",
+        "deps",
+        "graph",
+        "ordinal",
+        "recorded",
+        "seq",
+        "stream",
+        "time",
+        "timing",
+    )
 
     def __init__(self, ordinal: int, timing: bool) -> None:
         self.ordinal = ordinal
@@ -376,6 +402,8 @@ class _SimEvent:
         self.captured = False  # last recorded on a capturing stream (a wait then joins that capture)
         self.stream: _SimStream | None = None  # where it was last recorded (uncaptured)
         self.seq = 0  # and after how many of that stream's items it completes
+        self.graph: _SimGraph | None = None  # the capture it was last recorded in
+        self.deps: list[_SimNode] = []  # and the nodes a wait on it depends on
 
 
 # an H100's launch limits (the driver answers CUDA_ERROR_INVALID_VALUE beyond them)
@@ -713,6 +741,10 @@ class SimBackend:
     def _invalidate(self, streams: Sequence[_SimStream], call: str) -> None:
         for st in streams:
             st.invalidated = True
+            if st.capture is not None:  # the whole capture: its forked streams too
+                for other in self._capturing:
+                    if other.capture is st.capture:
+                        other.invalidated = True
         raise _error(
             CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, call, "operation not permitted when stream is capturing"
         )
@@ -849,7 +881,7 @@ class SimBackend:
             event.captured = False
             event.stream, event.seq = stream, self._queue(stream, work)
         else:
-            event.captured = True
+            event.captured, event.graph, event.deps = True, stream.capture, list(stream.deps)
 
     def stream_wait_event(self, stream: _SimStream, event: _SimEvent, external: bool = False) -> None:
         self._live(event, "cuStreamWaitEvent")
@@ -868,8 +900,11 @@ class SimBackend:
                 "cuStreamWaitEvent",
                 "the event was recorded outside the capture: a dependency would cross its boundary",
             )
+        if event.captured and event.graph is not None and event.graph.origin is not None:
+            self._join(stream, event)
+            return
         if stream.capture is not None or event.stream is None:
-            return  # (a capture joins through its dependencies; a never-recorded event is done)
+            return  # (an event of an ended capture, or never recorded: done)
         other, seq, run = event.stream, event.seq, self._run
 
         def wait() -> None:  # the other stream first runs up to the event
@@ -877,6 +912,30 @@ class SimBackend:
 
         self._check_context()
         self._queue(stream, wait)
+
+    def _join(self, stream: _SimStream, event: _SimEvent) -> None:
+        """A wait on an event recorded in a capture: fork ``stream`` into it, or merge deps."""
+        graph = event.graph
+        assert graph is not None
+        origin = graph.origin
+        assert origin is not None
+        if stream.capture is None:  # the fork: the stream captures into the same graph
+            stream.capture, stream.deps = graph, list(event.deps)
+            stream.mode, stream.thread, stream.invalidated = origin.mode, origin.thread, False
+            self._capturing.add(stream)
+        elif stream.capture is not graph:
+            stream.invalidated = True
+            raise _error(
+                CUDA_ERROR_STREAM_CAPTURE_MERGE,
+                "cuStreamWaitEvent",
+                "the event was recorded in another capture: two captures cannot be merged",
+            )
+        else:  # a join: the next node depends on both streams' last work
+            stream.deps = stream.deps + [n for n in event.deps if n not in stream.deps]
+
+    def _forked(self, graph: _SimGraph) -> list[_SimStream]:
+        """The streams forked into the capture of ``graph`` (its origin excluded)."""
+        return [st for st in self._capturing if st.capture is graph and st is not graph.origin]
 
     def event_elapsed_ms(self, start: _SimEvent, end: _SimEvent) -> float:
         for ev in (start, end):
@@ -1144,6 +1203,7 @@ class SimBackend:
         if stream.capture is not None:
             raise _error(CUDA_ERROR_ILLEGAL_STATE, "cuStreamBeginCapture", "stream is already capturing")
         stream.capture = graph if graph is not None else self._track(_SimGraph())
+        stream.capture.origin = stream
         stream.deps = []
         stream.mode = mode
         stream.invalidated = False
@@ -1155,9 +1215,31 @@ class SimBackend:
         graph = stream.capture
         if graph is None:
             raise _error(CUDA_ERROR_ILLEGAL_STATE, "cuStreamEndCapture", "stream is not capturing")
-        stream.capture = None
-        self._capturing.discard(stream)
-        if stream.invalidated:
+        if graph.origin is not stream:
+            raise _error(
+                CUDA_ERROR_ILLEGAL_STATE,
+                "cuStreamEndCapture",
+                "the stream was forked into a capture: end it on the stream that began it",
+            )
+        forked = self._forked(graph)
+        unjoined = [st for st in forked if not set(map(id, st.deps)) <= _ancestors(stream.deps)]
+        for st in [*forked, stream]:  # every stream of the capture leaves it
+            st.capture, st.deps = None, []
+            self._capturing.discard(st)
+        graph.origin = None
+        invalidated = any(st.invalidated for st in forked) or stream.invalidated
+        for st in forked:
+            st.invalidated = False
+        if unjoined and not invalidated:
+            stream.invalidated = False
+            self.destroy(graph)
+            raise _error(
+                CUDA_ERROR_STREAM_CAPTURE_UNJOINED,
+                "cuStreamEndCapture",
+                f"{len(unjoined)} stream(s) forked into the capture were not joined back "
+                "into the stream that began it",
+            )
+        if invalidated:
             stream.invalidated = False
             self.destroy(graph)
             raise _error(

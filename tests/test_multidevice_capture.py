@@ -1,0 +1,139 @@
+"""One capture recording work on several devices' streams, joined by events.
+
+On ``sim`` with 2 and 4 simulated devices (CI); on ``cuda`` where the machine
+has two GPUs or more (``CUDAGRAPHS_TEST_BACKENDS=cuda,sim``).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import cudagraphs as cg
+from cudagraphs import _recording
+
+
+def _fork_join_graph(devs: list[cg.Device]) -> tuple[cg.Graph, list[cg.DeviceArray], list[cg.DeviceArray]]:
+    """A graph on devs[0]'s stream: every device scales its own input and adds its neighbour's."""
+    cg.enable_peer_access()
+    n = 512
+    xs = [cg.zeros(n, "float32", device=d) for d in devs]
+    ys = [cg.full(n, -7.0, "float32", device=d) for d in devs]
+    streams = [d.create_stream() for d in devs]
+    with cg.capture(stream=streams[0]) as g:
+        for s in streams[1:]:
+            s.wait(streams[0])  # fork: s joins the capture
+        for k, (d, s) in enumerate(zip(devs, streams)):
+            nxt = xs[(k + 1) % len(devs)]
+            tmp = cg.empty(n, "float32", device=d, stream=s)  # from the capture's pool on d
+            cg.ops.copy(tmp, nxt, stream=s)
+            cg.ops.scale(3.0, xs[k], out=ys[k], stream=s)
+            cg.ops.add(ys[k], tmp, out=ys[k], stream=s)
+        for s in streams[1:]:
+            streams[0].wait(s)  # join back
+    return g, xs, ys
+
+
+def test_one_capture_records_every_devices_stream(devices: list[cg.Device]) -> None:
+    g, xs, ys = _fork_join_graph(devices)
+    assert all(y.get()[0] == -7.0 for y in ys)  # captured, not run
+    assert not any(_recording.active(d) for d in devices)  # every device left the capture
+    rng = np.random.default_rng(3)
+    for rep in range(3):
+        data = [rng.standard_normal(512).astype(np.float32) for _ in devices]
+        for x, v in zip(xs, data):
+            x.set(v)  # on each device's current stream: the replay waits for it
+        for y in ys:
+            cg.ops.fill(y, np.nan)  # poisoned before the replay (also on the current streams)
+        g.replay(devices[0].current_stream())  # (the other devices' current streams: implied)
+        for k, y in enumerate(ys):  # read on each device's current stream: after the replay
+            want = 3 * data[k] + data[(k + 1) % len(devices)]
+            np.testing.assert_allclose(y.get(), want, rtol=1e-6, err_msg=f"replay {rep}, device {k}")
+    g.close()
+
+
+def test_memory_a_joined_device_allocates_is_its_own(devices: list[cg.Device]) -> None:
+    a, b = devices[0], devices[1]
+    sa, sb = a.create_stream(), b.create_stream()
+    with cg.capture(stream=sa) as g:
+        sb.wait(sa)
+        tmp = cg.empty(256, "float32", device=b, stream=sb)
+        assert tmp.device is b
+        if b.backend_name == "sim":
+            assert b.backend._memory.owner_of(tmp.ptr) == b.index
+        cg.ops.fill(tmp, 1.0, stream=sb)
+        del tmp  # dies inside the capture: its release waits for the end on b too
+        sa.wait(sb)
+    g.replay()
+    sa.synchronize()
+    g.close()
+
+
+def test_a_stream_never_joined_back_fails_the_capture_cleanly(devices: list[cg.Device]) -> None:
+    a, b = devices[0], devices[1]
+    sa, sb = a.create_stream(), b.create_stream()
+    x = cg.zeros(64, "float32", device=b)
+    b.synchronize()  # (x's zeros are queued on b's current stream, not on sb)
+    with pytest.raises((cg.CaptureError, cg.CudaError), match=r"UNJOINED|joined"), cg.capture(stream=sa):
+        sb.wait(sa)
+        cg.ops.fill(x, 1.0, stream=sb)
+        cg.ops.fill(cg.zeros(4, "float32", device=a, stream=sa), 2.0, stream=sa)
+    # nothing is left capturing: both streams and devices work as before
+    assert sb._recording is None
+    assert sa._recording is None
+    assert not _recording.active(a)
+    assert not _recording.active(b)
+    assert cg.capture_status(sb) == "none"
+    cg.ops.fill(x, 5.0, stream=sb)
+    sb.synchronize()
+    assert (x.get() == 5.0).all()
+    b.synchronize()
+
+
+def test_a_joined_device_counts_as_capturing(devices: list[cg.Device]) -> None:
+    a, b = devices[0], devices[1]
+    sa, sb = a.create_stream(), b.create_stream()
+    with cg.capture(stream=sa) as g:
+        sb.wait(sa)
+        assert b.is_capturing(sb)
+        assert _recording.active(b)
+        cg.ops.fill(cg.zeros(8, "float32", device=b, stream=sb), 1.0, stream=sb)
+        sa.wait(sb)
+    assert g.state == "ready"
+    assert not b.is_capturing(sb)
+    assert not _recording.active(b)
+    g.close()
+    # a device-wide synchronize of the joined device is refused like one of the captured one
+    with pytest.raises(cg.CaptureInvalidatedError), cg.capture(stream=sa):
+        sb.wait(sa)
+        with pytest.raises(cg.CaptureError, match=r"Device.synchronize\(\)"):
+            b.synchronize()
+        sa.wait(sb)
+    assert not _recording.active(b)
+    b.synchronize()
+
+
+def test_forking_from_another_thread_is_refused(devices: list[cg.Device]) -> None:
+    a, b = devices[0], devices[1]
+    sa, sb = a.create_stream(), b.create_stream()
+    errors: list[BaseException] = []
+    with cg.capture(stream=sa) as g:
+        ev = sa.record()
+
+        def other() -> None:
+            try:
+                sb.wait(ev)
+            except BaseException as exc:
+                errors.append(exc)
+
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        cg.ops.fill(cg.zeros(8, "float32", device=a, stream=sa), 1.0, stream=sa)
+    assert len(errors) == 1
+    assert isinstance(errors[0], cg.CaptureError)
+    assert "fork" in str(errors[0])
+    assert sb._recording is None
+    g.close()
