@@ -23,7 +23,7 @@ MUTATIONS = [
     (
         "deferred release runs at once",
         "src/cudagraphs/_recording.py",
-        "    if device in _ACTIVE:\n        _QUEUE.append((device, fn, args))\n    else:\n        fn(*args)",
+        "    if _ACTIVE:\n        _QUEUE.append((device, fn, args))\n    else:\n        fn(*args)",
         "    fn(*args)",
     ),
     (

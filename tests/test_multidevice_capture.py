@@ -137,3 +137,26 @@ def test_forking_from_another_thread_is_refused(devices: list[cg.Device]) -> Non
     assert "fork" in str(errors[0])
     assert sb._recording is None
     g.close()
+
+
+def test_captures_on_two_devices_at_once_from_one_thread(devices: list[cg.Device]) -> None:
+    # a capture mode is a rule of the thread: while the thread captures on one device, a graph
+    # it captured on another is instantiated on first use (the driver refuses it before)
+    a, b = devices[0], devices[1]
+    sa, sb = a.create_stream(), b.create_stream()
+    xa, xb = cg.zeros(32, "float32", device=a), cg.zeros(32, "float32", device=b)
+    a.synchronize()
+    b.synchronize()
+    with cg.capture(stream=sa) as ga:
+        cg.ops.fill(xa, 1.0, stream=sa)
+        with cg.capture(stream=sb) as gb:
+            cg.ops.fill(xb, 2.0, stream=sb)
+        assert gb.state == "captured"  # not instantiated while the thread captures on a
+    assert ga.state == "ready"
+    ga.replay()
+    gb.replay()
+    sa.synchronize()
+    sb.synchronize()
+    assert (xa.get() == 1.0).all()
+    assert (xb.get() == 2.0).all()
+    assert gb.state == "ready"

@@ -455,7 +455,22 @@ def instantiate_blocked(device: Any) -> bool:
     refuses it from any thread, a thread-local one from its own thread.
     """
     me = threading.get_ident()
-    return any(r.mode == "global" or (r.mode == "thread_local" and r.thread == me) for r in active(device))
+    return any(r.mode == "global" or (r.mode == "thread_local" and r.thread == me) for r in _all_active())
+
+
+def _all_active() -> list[Recording]:
+    """Every capture in progress, on any device (once each).
+
+    A capture mode is a rule of threads, not of devices: a thread-local
+    capture on one device refuses the unsafe calls of its thread on every
+    device (measured on two H200s: a graph of device 1 could not be
+    instantiated while the thread captured on device 0).
+    """
+    with _lock:
+        out: list[Recording] = []
+        for recs in _ACTIVE.values():
+            out.extend(r for r in recs if r not in out)
+        return out
 
 
 def status(stream: Any) -> str:
@@ -477,20 +492,20 @@ def forbid(device: Any, stream: Any, what: str, *, device_wide: bool = False, hi
     synchronize is refused while any capture is active on the device (the
     driver refuses it), and breaks the captures it would break.
     """
-    recs = _ACTIVE.get(device)
-    if not recs:
+    if not _ACTIVE:
         return
     tail = f"; {hint}" if hint else ""
     rec = stream._recording if stream is not None else None
     if rec is not None:
         rec.fail(f"{what} cannot be recorded in a graph{tail}")
     me = threading.get_ident()
-    broken = [r for r in list(recs) if r.mode == "global" or (r.mode == "thread_local" and r.thread == me)]
+    broken = [r for r in _all_active() if r.mode == "global" or (r.mode == "thread_local" and r.thread == me)]
+    recs = _ACTIVE.get(device)
     for r in broken[1:]:
         r.invalid = r.invalid or f"{what} was called at {user_line()} during the capture"
     if broken:
         broken[0].fail(f"{what} cannot be recorded in a graph{tail}")
-    if device_wide:
+    if device_wide and recs:
         r = recs[0]
         raise CaptureError(
             f"{what} called at {user_line()} while stream 0x{r.stream.handle:x} is being "
@@ -510,8 +525,12 @@ _draining = threading.local()
 
 
 def release(device: Any, fn: Callable[..., Any], *args: Any) -> None:
-    """Run ``fn(*args)`` now if no capture is active on ``device``, else once none is."""
-    if device in _ACTIVE:
+    """Run ``fn(*args)`` now if no capture is active, else once none is.
+
+    (Any device's: freeing is an unsafe call, refused by a capture's mode on
+    every device, see :func:`_all_active`; ``device`` names whose it is.)
+    """
+    if _ACTIVE:
         _QUEUE.append((device, fn, args))
     else:
         fn(*args)
@@ -523,7 +542,7 @@ def later(device: Any, fn: Callable[..., Any], *args: Any) -> None:
 
 
 def drain() -> None:
-    """Run queued releases whose device has no capture in progress."""
+    """Run the queued releases once no capture is in progress."""
     if not _QUEUE or getattr(_draining, "on", False):
         return
     _draining.on = True
@@ -534,7 +553,7 @@ def drain() -> None:
                 device, fn, args = _QUEUE.popleft()
             except IndexError:  # another thread took the last one
                 break
-            if device in _ACTIVE:
+            if _ACTIVE:
                 held.append((device, fn, args))
                 continue
             try:

@@ -47,7 +47,8 @@ import random
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
+from types import GeneratorType
 from typing import Any, TypeVar
 
 import numpy as np
@@ -214,7 +215,7 @@ class _SimNode:
 
     __slots__ = ("bodies", "cond", "deps", "kind", "label", "params", "work")
 
-    def __init__(self, kind: str, label: str, work: Callable[[], None] | None, deps: list[_SimNode]) -> None:
+    def __init__(self, kind: str, label: str, work: Callable[[], Any] | None, deps: list[_SimNode]) -> None:
         self.kind, self.label, self.work, self.deps = kind, label, work, deps
         # what the driver keeps of the node: a KernelLaunch, or the addresses (first, last)
         # a copy or memset touches
@@ -263,44 +264,99 @@ def _ancestors(nodes: Sequence[_SimNode]) -> set[int]:
     return seen
 
 
+class Rendezvous:
+    """Work of several streams that completes only together.
+
+    (A collective of ``sim``'s simulated communicator.) A stream whose work
+    waits on one stops there, and the other streams run until it is
+    :attr:`done` (see :meth:`SimBackend._run`).
+    """
+
+    done: bool = False
+
+    def describe(self) -> str:
+        """What it still waits for (for the error when nothing else can run)."""
+        return "work of other streams"
+
+    def stuck(self) -> BaseException:
+        """The error raised when no stream can run to complete it (on a GPU: a hang)."""
+        return _error(CUDA_ERROR_ILLEGAL_STATE, "cuStreamSynchronize", f"waits forever for {self.describe()}")
+
+
+Waiting = Generator[Rendezvous, None, None]  # work that may stop until rendezvous are done
+
+
 def _run_nodes(
-    nodes: Sequence[_SimNode], works: dict[int, Callable[[], None]], conditions: Sequence[tuple[int, int]]
-) -> None:
-    """One execution: conditions take their defaults, then the nodes run in order."""
+    nodes: Sequence[_SimNode], works: dict[int, Callable[[], Any]], conditions: Sequence[tuple[int, int]]
+) -> Waiting:
+    """One execution: conditions take their defaults, then the nodes run in order.
+
+    A node whose work waits on a :class:`Rendezvous` lets the nodes that do
+    not depend on it run first (a graph with one collective node per device
+    completes it by itself); when none can, the execution waits with it.
+    """
     for handle, default in conditions:
         CONDITIONS[handle] = default
-    for i, node in enumerate(nodes):
-        if node.kind == "conditional":
-            _run_conditional(node)
-        elif node.kind == "child":
-            child = node.bodies[0]
-            _run_nodes(child.nodes, {}, child.conditions)
-        else:
-            work = works.get(i, node.work)
-            if work is not None:
-                work()
+    here = {id(n) for n in nodes}
+    finished: set[int] = set()
+    stopped: dict[int, Waiting] = {}  # node index -> its work, stopped at a rendezvous
+    pending = list(range(len(nodes)))
+    while pending:
+        rest: list[int] = []
+        waiting: Rendezvous | None = None
+        for i in pending:
+            node = nodes[i]
+            if any(id(d) in here and id(d) not in finished for d in node.deps):
+                rest.append(i)
+                continue
+            run = stopped.pop(i, None)
+            if run is None:
+                run = _run_node(node, works.get(i, node.work))
+            if run is not None:
+                waiting = next((rv for rv in run if not rv.done), None)
+                if waiting is not None:
+                    stopped[i] = run
+                    rest.append(i)
+                    continue
+            finished.add(id(node))
+        if waiting is not None and len(rest) == len(pending):
+            yield waiting  # nothing here can run until it is done
+        pending = rest
 
 
-def _run_conditional(node: _SimNode) -> None:
+def _run_node(node: _SimNode, work: Callable[[], Any] | None) -> Waiting | None:
+    if node.kind == "conditional":
+        return _run_conditional(node)
+    if node.kind == "child":
+        child = node.bodies[0]
+        return _run_nodes(child.nodes, {}, child.conditions)
+    if work is not None:
+        out = work()
+        if isinstance(out, GeneratorType):
+            return out
+    return None
+
+
+def _run_conditional(node: _SimNode) -> Waiting:
     assert node.cond is not None
     kind, size, handle = node.cond
     bodies = node.bodies
 
-    def run(body: _SimGraph) -> None:
-        _run_nodes(body.nodes, {}, ())
+    def run(body: _SimGraph) -> Waiting:
+        return _run_nodes(body.nodes, {}, ())
 
     if kind == "while":
         while CONDITIONS.get(handle, 0):
-            run(bodies[0])
+            yield from run(bodies[0])
     elif kind == "if":
         if CONDITIONS.get(handle, 0):
-            run(bodies[0])
+            yield from run(bodies[0])
         elif size == 2:
-            run(bodies[1])
+            yield from run(bodies[1])
     else:
         index = CONDITIONS.get(handle, 0)
         if 0 <= index < size:  # out of range: no branch runs
-            run(bodies[index])
+            yield from run(bodies[index])
 
 
 class _SimExec:
@@ -332,15 +388,13 @@ class _SimExec:
         _own(self.conditions)
         self.alive = True
 
-    def run(self) -> None:
-        _run_nodes(self.nodes, self.works, self.conditions)
-
 
 class _SimStream:
     __slots__ = (
         "address",
         "alive",
         "capture",
+        "current",
         "deps",
         "done",
         "invalidated",
@@ -350,6 +404,7 @@ class _SimStream:
         "owned",
         "queue",
         "thread",
+        "waiting",
     )
 
     def __init__(self, address: int, ordinal: int, owned: bool = True) -> None:
@@ -357,9 +412,11 @@ class _SimStream:
         self.ordinal = ordinal
         self.alive = True
         self.owned = owned
-        self.queue: collections.deque[Callable[[], None]] = collections.deque()  # pending work
+        self.queue: collections.deque[Callable[[], Any]] = collections.deque()  # pending work
         self.issued = 0  # items ever queued
         self.done = 0  # items run
+        self.current: Waiting | None = None  # the item that stopped at a rendezvous
+        self.waiting: Rendezvous | None = None  # and that rendezvous
         self.capture: _SimGraph | None = None  # the graph being recorded
         self.mode = "thread_local"
         self.invalidated = False
@@ -369,7 +426,7 @@ class _SimStream:
     def __int__(self) -> int:
         return self.address
 
-    def record(self, kind: str, label: str, work: Callable[[], None] | None) -> _SimNode:
+    def record(self, kind: str, label: str, work: Callable[[], Any] | None) -> _SimNode:
         """Add a node to the graph being captured, after the current dependencies."""
         graph = self.capture
         assert graph is not None
@@ -562,6 +619,7 @@ class SimBackend:
         self._addresses = itertools.count(0x5000, 0x10)
         self._lock = threading.Lock()
         self._capturing: set[_SimStream] = set()
+        self._stepping: set[_SimStream] = set()  # streams whose work runs (up the call stack)
         self._thread = threading.local()  # this thread's capture-mode setting
         self._streams: list[_SimStream] = []  # every live stream (for device synchronize)
         self._sticky: CudaError | None = None  # a fault that broke the context (see reset)
@@ -572,7 +630,7 @@ class SimBackend:
         self._order = random.Random(self.seed)
 
     # the queues -------------------------------------------------------------
-    def _queue(self, stream: _SimStream, work: Callable[[], None]) -> int:
+    def _queue(self, stream: _SimStream, work: Callable[[], Any]) -> int:
         """Queue ``work`` on ``stream``; returns the count its completion reaches."""
         stream.queue.append(work)
         stream.issued += 1
@@ -581,33 +639,77 @@ class SimBackend:
         return stream.issued
 
     def _run(self, stream: _SimStream, upto: int | None = None) -> None:
-        """Run ``stream``'s queued work (up to its ``upto``-th item)."""
+        """Run ``stream``'s queued work (up to its ``upto``-th item).
+
+        Work that waits on a :class:`Rendezvous` stops there while the other
+        streams run (in a seeded order) until it is done; when none of them
+        can run, the rendezvous can never complete: its error is raised (on a
+        GPU, the streams would hang).
+        """
         self._check_context()
-        queue = stream.queue
-        while queue and (upto is None or stream.done < upto):
-            work = queue.popleft()
+        while (stream.queue or stream.current is not None) and (upto is None or stream.done < upto):
+            self._step(stream)
+            rv = stream.waiting
+            if rv is not None and not rv.done:
+                self._progress(rv)
+
+    def _step(self, stream: _SimStream) -> None:
+        """Run ``stream``'s next item, or resume the one that stopped, until it stops again."""
+        self._stepping.add(stream)
+        try:
+            run = stream.current
+            if run is None:
+                work = stream.queue.popleft()
+                out = work()
+                if not isinstance(out, GeneratorType):
+                    stream.done += 1
+                    return
+                run = stream.current = out
+            elif stream.waiting is not None and not stream.waiting.done:
+                return
+            stream.waiting = next((rv for rv in run if not rv.done), None)
+            if stream.waiting is None:
+                stream.current = None
+                stream.done += 1
+        except CudaError as err:
+            stream.current = stream.waiting = None
             stream.done += 1
-            try:
-                work()
-            except CudaError as err:
-                if err.code in (CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_MISALIGNED_ADDRESS):
-                    # a device fault: the context is lost
-                    self._sticky = _error(
-                        err.code,
-                        err.call,
-                        f"an earlier kernel or copy faulted ({err}); the sim context is "
-                        "unusable until it is reset (a GPU's, until the process restarts): "
-                        "call device.backend.reset()",
-                    )
-                    for st in self._streams:
-                        st.queue.clear()
-                raise
+            if err.code in (CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_MISALIGNED_ADDRESS):
+                # a device fault: the context is lost
+                self._sticky = _error(
+                    err.code,
+                    err.call,
+                    f"an earlier kernel or copy faulted ({err}); the sim context is "
+                    "unusable until it is reset (a GPU's, until the process restarts): "
+                    "call device.backend.reset()",
+                )
+                for st in self._streams:
+                    st.queue.clear()
+                    st.current = st.waiting = None
+            raise
+        finally:
+            self._stepping.discard(stream)
+
+    def _progress(self, rv: Rendezvous) -> None:
+        """Run the other streams' work, one item at a time, until ``rv`` is done."""
+        while not rv.done:
+            ready = [
+                st
+                for st in self._streams
+                if st not in self._stepping
+                and (st.queue or st.current is not None)
+                and (st.waiting is None or st.waiting.done)
+            ]
+            if not ready:
+                raise rv.stuck()
+            st = ready[self._order.randrange(len(ready))] if len(ready) > 1 else ready[0]
+            self._step(st)
 
     def _run_device(self, ordinal: int) -> None:
         """Run every stream of the device to its end, in a seeded interleaving."""
         self._check_context()
         while True:
-            ready = [st for st in self._streams if st.ordinal == ordinal and st.queue]
+            ready = [st for st in self._streams if st.ordinal == ordinal and (st.queue or st.current)]
             if not ready:
                 return
             st = ready[self._order.randrange(len(ready))] if len(ready) > 1 else ready[0]
@@ -753,12 +855,11 @@ class SimBackend:
         """Captures on the device that an unsafe call from this thread would break."""
         if getattr(self._thread, "mode", "global") == "relaxed":
             return []
-        me = threading.get_ident()
+        me = threading.get_ident()  # (a mode is a rule of threads: captures on every device)
         return [
             st
             for st in self._capturing
-            if st.ordinal == ordinal
-            and (st.mode == "global" or (st.mode == "thread_local" and st.thread == me))
+            if st.mode == "global" or (st.mode == "thread_local" and st.thread == me)
         ]
 
     def _unsafe(self, ordinal: int, call: str) -> None:
@@ -954,7 +1055,7 @@ class SimBackend:
         call: str,
         kind: str,
         label: str,
-        work: Callable[[], None] | None,
+        work: Callable[[], Any] | None,
         params: Any = None,
     ) -> None:
         """Run ``work`` now, or record it as a node (with ``params``) when ``stream`` is capturing."""
