@@ -7,7 +7,7 @@ everything runs on the ``sim`` backend, a CPU simulation of CUDA.
 
 from __future__ import annotations
 
-from . import interop, ops, random
+from . import distributed, interop, ops, random
 from ._allocator import AllocatorStats, Block, CachingAllocator
 from ._array import (
     DeviceArray,
@@ -39,8 +39,10 @@ from ._errors import (
     BackendUnavailableError,
     CaptureError,
     CaptureInvalidatedError,
+    CollectiveTimeoutError,
     CudaError,
     CudaGraphsError,
+    DistributedError,
     KernelCompileError,
     OutOfMemoryError,
     StaleOutputError,
@@ -68,12 +70,14 @@ __all__ = [
     "CachingAllocator",
     "CaptureError",
     "CaptureInvalidatedError",
+    "CollectiveTimeoutError",
     "Condition",
     "CudaError",
     "CudaGraphsError",
     "Device",
     "DeviceArray",
     "DeviceScalar",
+    "DistributedError",
     "Event",
     "Graph",
     "GraphBuilder",
@@ -103,6 +107,7 @@ __all__ = [
     "current_device",
     "current_stream",
     "device_count",
+    "distributed",
     "empty",
     "empty_like",
     "enable_peer_access",

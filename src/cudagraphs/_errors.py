@@ -9,7 +9,9 @@
     │   └── CaptureInvalidatedError  the driver invalidated the capture
     ├── UpdateError(reason, node)    an executable graph could not be updated
     ├── KernelCompileError(log)      NVRTC rejected a kernel's source
-    └── OutOfMemoryError             (also a MemoryError) the device is full
+    ├── OutOfMemoryError             (also a MemoryError) the device is full
+    └── DistributedError             a communicator failed (NCCL, or ranks that disagree)
+        └── CollectiveTimeoutError   (also a TimeoutError) a rank never joined
 
 Bad arguments raise the built-in ``TypeError``/``ValueError``/``IndexError``
 with what was given and what is accepted.
@@ -21,8 +23,10 @@ __all__ = [
     "BackendUnavailableError",
     "CaptureError",
     "CaptureInvalidatedError",
+    "CollectiveTimeoutError",
     "CudaError",
     "CudaGraphsError",
+    "DistributedError",
     "KernelCompileError",
     "OutOfMemoryError",
     "StaleOutputError",
@@ -145,6 +149,18 @@ class OutOfMemoryError(CudaGraphsError, MemoryError):
             f"{_fmt(requested)}; {_fmt(in_use)} in use by live arrays, "
             f"{_fmt(reserved)} reserved by cudagraphs, device total {_fmt(limit)}. {note}"
         )
+
+
+class DistributedError(CudaGraphsError):
+    """A communicator failed: NCCL reported an error, or the ranks disagree."""
+
+
+class CollectiveTimeoutError(DistributedError, TimeoutError):
+    """A rank never joined a communicator or a collective within the timeout.
+
+    On a GPU the collective's streams would wait forever; the communicator
+    is aborted before this is raised, so the streams can finish.
+    """
 
 
 def _fmt(nbytes: int) -> str:

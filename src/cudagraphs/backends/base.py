@@ -136,11 +136,15 @@ class Capabilities:
         Kernels run their numpy host implementation (the simulator).
     needs_compiled_code : bool
         Kernels cannot run without a compiled image (NVRTC is required).
+    collectives : str
+        The engine of :mod:`cudagraphs.distributed`: ``"nccl"`` (NCCL through
+        nccl4py) or ``"simulated"`` (the simulator's in-process communicator).
     """
 
     shares_memory: bool
     runs_host_code: bool
     needs_compiled_code: bool
+    collectives: str = "nccl"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -610,7 +610,9 @@ class SimBackend:
     """CPU simulation of the CUDA primitives in :class:`~.base.Backend`."""
 
     name = "sim"
-    capabilities = Capabilities(shares_memory=False, runs_host_code=True, needs_compiled_code=False)
+    capabilities = Capabilities(
+        shares_memory=False, runs_host_code=True, needs_compiled_code=False, collectives="simulated"
+    )
     fastcall = False  # kernels run on the host, in stream order: every launch goes through launch()
 
     def __init__(self) -> None:
@@ -671,10 +673,13 @@ class SimBackend:
             if stream.waiting is None:
                 stream.current = None
                 stream.done += 1
-        except CudaError as err:
+        except BaseException as err:  # the item is consumed (a stopped one abandoned)
             stream.current = stream.waiting = None
             stream.done += 1
-            if err.code in (CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_MISALIGNED_ADDRESS):
+            if isinstance(err, CudaError) and err.code in (
+                CUDA_ERROR_ILLEGAL_ADDRESS,
+                CUDA_ERROR_MISALIGNED_ADDRESS,
+            ):
                 # a device fault: the context is lost
                 self._sticky = _error(
                     err.code,
@@ -1072,6 +1077,19 @@ class SimBackend:
             )
         else:
             stream.record(kind, label, work).params = params
+
+    # for the simulated communicator (cudagraphs.distributed), not the interface -----------
+    def queue_work(self, stream: _SimStream, call: str, label: str, work: Callable[[], Any]) -> None:
+        """Queue ``work`` on ``stream`` (a kernel node ``label`` when it is capturing).
+
+        ``work`` may return a generator of :class:`Rendezvous` it waits on.
+        """
+        self._submit(stream, call, "kernel", label, work)
+
+    def device_bytes(self, ptr: int, nbytes: int, call: str) -> np.ndarray:
+        """The simulated device memory ``[ptr, ptr + nbytes)`` as a writable uint8 view."""
+        buf, off = self._memory.resolve(ptr, nbytes, call)
+        return buf[off : off + nbytes]
 
     # memory -------------------------------------------------------------
     def mem_alloc(self, ordinal: int, nbytes: int, stream: _SimStream | None) -> int:

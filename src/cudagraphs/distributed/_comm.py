@@ -1,0 +1,619 @@
+"""Communicators: one rank on one device, or every local device of one process.
+
+:class:`Communicator` (one rank), :class:`LocalGroup` (every device of this
+process), and the calls that make them: :func:`init`, :func:`local_group`.
+
+Every operation goes through :func:`cudagraphs._recording.submit`, like
+any other work: inside a capture it becomes part of the graph (NCCL's
+kernels), the graph keeps its arrays and its communicator alive, and the
+capture's rules apply (another thread's capture is refused, ...).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import weakref
+from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple
+
+from .. import _recording
+from .._array import DeviceArray, empty
+from .._device import Device, Stream, device_count, resolve_stream
+from .._errors import CaptureError, CollectiveTimeoutError
+from .._recording import Work, submit
+from . import _nccl, _simulated
+from ._engine import REDUCTIONS, Engine, Op
+from ._store import exchange
+
+__all__ = ["Communicator", "LocalGroup", "engine_for", "group_calls", "init", "local_group"]
+
+DTYPES = ("int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64", "bfloat16")
+DEFAULT_TIMEOUT = 60.0
+
+_ENGINES: dict[str, Engine] = {}
+_lock = threading.Lock()
+
+
+def engine_for(device: Device) -> Engine:
+    """The engine of ``device``'s backend (made once per process)."""
+    kind = device.backend.capabilities.collectives
+    with _lock:
+        engine = _ENGINES.get(kind)
+        if engine is None:
+            engine = _simulated.SimulatedEngine() if kind == "simulated" else _nccl.NcclEngine()
+            _ENGINES[kind] = engine
+        return engine
+
+
+class _Plan(NamedTuple):
+    """One rank's checked operation: what to queue, what it reads and writes, what to return."""
+
+    op: Op
+    reads: tuple[DeviceArray, ...]
+    writes: tuple[DeviceArray, ...]
+    result: DeviceArray  # (what the call returns; a send's is its input)
+
+
+# groups -----------------------------------------------------------------------------------------
+_groups = threading.local()  # this thread's open group_calls(): [depth, {id(engine): (engine, handles)}]
+
+
+@contextlib.contextmanager
+def group_calls() -> Iterator[None]:
+    """Issue the operations of the block together (NCCL's group), when it ends.
+
+    Needed where one thread drives several ranks (one process, several
+    devices: :class:`LocalGroup` does it for its own calls), and for a send
+    and a receive that must happen at once (an exchange between two ranks):
+    outside a group, each waits for the other. Groups nest; the outermost
+    one issues.
+    """
+    state = getattr(_groups, "state", None)
+    if state is None:
+        state = _groups.state = [0, {}]
+    state[0] += 1
+    ok = False
+    try:
+        yield
+        ok = True
+    finally:
+        state[0] -= 1
+        if state[0] == 0:
+            opened, state[1] = state[1], {}
+            for engine, handles, timeout in opened.values():
+                if ok:
+                    engine.group_end(handles, timeout)
+                else:  # (the group still ends: the engine must not stay in it)
+                    with contextlib.suppress(Exception):
+                        engine.group_end(handles, timeout)
+
+
+def _join_group(comm: Communicator) -> bool:
+    """Enter ``comm``'s engine into the open group; False when no group is open."""
+    state = getattr(_groups, "state", None)
+    if state is None or state[0] == 0:
+        return False
+    entry = state[1].get(id(comm.engine))
+    if entry is None:
+        comm.engine.group_start()
+        entry = state[1][id(comm.engine)] = (comm.engine, [], comm.timeout)
+    if comm._handle not in entry[1]:
+        entry[1].append(comm._handle)
+    return True
+
+
+# one rank ---------------------------------------------------------------------------------------
+class Communicator:
+    """One rank of a communicator, on one device.
+
+    Made by :func:`init` (one process per GPU) or :func:`local_group` (every
+    device of this process). Each operation takes arrays of this rank's
+    device and queues on ``stream`` (default: the device's current stream),
+    eagerly or inside a capture; every rank must call the same collectives
+    in the same order with the same sizes.
+
+    Attributes
+    ----------
+    rank, size : int
+        This rank and how many there are.
+    device : Device
+    timeout : float
+        Seconds :meth:`synchronize` (and joining) waits before raising
+        :class:`~cudagraphs.CollectiveTimeoutError`.
+    """
+
+    def __init__(
+        self, device: Device, rank: int, size: int, engine: Engine, handle: Any, timeout: float
+    ) -> None:
+        self.device, self.rank, self.size = device, rank, size
+        self.engine, self._handle, self.timeout = engine, handle, timeout
+        self._finalizer = weakref.finalize(self, _recording.later, device, engine.destroy, handle)
+
+    # the operations --------------------------------------------------------------------------
+    def all_reduce(
+        self, x: DeviceArray, out: DeviceArray | None = None, *, op: str = "sum", stream: Stream | None = None
+    ) -> DeviceArray:
+        """Reduce ``x`` over the ranks into ``out`` on every rank (default: in place); returns ``out``."""
+        return self._run(self._plan_all_reduce(x, out, op, stream), stream)
+
+    def all_gather(
+        self, x: DeviceArray, out: DeviceArray | None = None, *, stream: Stream | None = None
+    ) -> DeviceArray:
+        """Every rank's ``x``, in rank order along a new first axis: ``out.shape == (size, *x.shape)``."""
+        return self._run(self._plan_all_gather(x, out, stream), stream)
+
+    def reduce_scatter(
+        self, x: DeviceArray, out: DeviceArray | None = None, *, op: str = "sum", stream: Stream | None = None
+    ) -> DeviceArray:
+        """Reduce ``x`` (shape ``(size, *rest)``) over the ranks; rank ``r`` gets part ``r`` in ``out``."""
+        return self._run(self._plan_reduce_scatter(x, out, op, stream), stream)
+
+    def broadcast(
+        self, x: DeviceArray, out: DeviceArray | None = None, *, root: int = 0, stream: Stream | None = None
+    ) -> DeviceArray:
+        """``root``'s ``x`` into ``out`` on every rank (default: ``x``, in place); returns ``out``."""
+        return self._run(self._plan_broadcast(x, out, root, stream), stream)
+
+    def send(self, x: DeviceArray, peer: int, *, stream: Stream | None = None) -> None:
+        """Send ``x`` to rank ``peer`` (which calls :meth:`recv` with the same size and type)."""
+        self._run(self._plan_p2p("send", x, peer), stream)
+
+    def recv(self, out: DeviceArray, peer: int, *, stream: Stream | None = None) -> DeviceArray:
+        """Receive into ``out`` what rank ``peer`` sends; returns ``out``."""
+        return self._run(self._plan_p2p("recv", out, peer), stream)
+
+    def synchronize(self, stream: Stream | None = None, *, timeout: float | None = None) -> None:
+        """Wait for the work queued so far on ``stream``, at most ``timeout`` seconds.
+
+        Raises
+        ------
+        CollectiveTimeoutError
+            If it has not finished by then (a rank that never joined an
+            operation): the communicator is aborted first, so the streams
+            can finish; make a new one to go on.
+        """
+        s = resolve_stream(stream, self.device)
+        limit = self.timeout if timeout is None else _timeout(timeout)
+        event = s.record()
+        deadline = time.monotonic() + limit
+        try:
+            while not event.query():
+                if time.monotonic() > deadline:
+                    raise CollectiveTimeoutError(
+                        f"rank {self.rank}'s work on {s} did not finish within {limit:g} s: a rank "
+                        "never joined one of its operations, or they disagree (another "
+                        "operation, size or order); the communicator was aborted"
+                    )
+                time.sleep(0.0002)
+        except CollectiveTimeoutError:
+            self.abort()
+            raise
+
+    def abort(self) -> None:
+        """Abandon the communicator now: its pending operations end without results."""
+        if self._finalizer.detach() is not None:
+            self.engine.abort(self._handle)
+
+    def close(self) -> None:
+        """Release the communicator (after the work queued on it). Idempotent."""
+        if self._finalizer.alive:
+            self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` or :meth:`abort` was called."""
+        return not self._finalizer.alive
+
+    def __enter__(self) -> Communicator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = " closed" if self.closed else ""
+        return (
+            f"<cudagraphs.distributed.Communicator rank {self.rank} of {self.size} on {self.device}{state}>"
+        )
+
+    # checks -----------------------------------------------------------------------------------
+    def _array(self, name: str, a: Any) -> DeviceArray:
+        if not isinstance(a, DeviceArray):
+            raise TypeError(f"{name} must be a cudagraphs DeviceArray, got {type(a).__name__}")
+        if a.device is not self.device:
+            raise ValueError(
+                f"{name} is on {a.device}, but rank {self.rank}'s communicator is on {self.device}: "
+                "each rank reads and writes its own device's arrays"
+            )
+        if not a.is_contiguous:
+            raise ValueError(f"{name} must be contiguous (NCCL reads dense memory); pass a copy")
+        if a.dtype.name not in DTYPES:
+            raise TypeError(f"{name} is {a.dtype}; collectives take {', '.join(DTYPES)}")
+        return a
+
+    def _out(
+        self, name: str, out: Any, like: DeviceArray, shape: tuple[int, ...], stream: Stream | None
+    ) -> DeviceArray:
+        if out is None:
+            return empty(shape, like.dtype, device=self.device, stream=self._stream(stream))
+        checked = self._array(name, out)
+        if checked.dtype != like.dtype:
+            raise TypeError(f"{name} is {checked.dtype} but the input is {like.dtype}")
+        if checked.shape != shape:
+            raise ValueError(f"{name} has shape {checked.shape}; this operation writes {shape}")
+        return checked
+
+    def _peer(self, what: str, peer: Any) -> int:
+        if not isinstance(peer, int) or isinstance(peer, bool):
+            raise TypeError(f"{what} must be an int rank, got {type(peer).__name__}")
+        if not 0 <= peer < self.size:
+            raise IndexError(f"{what} {peer} is not a rank of this communicator (0..{self.size - 1})")
+        return peer
+
+    def _stream(self, stream: Stream | None) -> Stream:
+        return resolve_stream(stream, self.device)
+
+    # plans ------------------------------------------------------------------------------------
+    def _plan_all_reduce(self, x: Any, out: Any, op: str, stream: Stream | None) -> _Plan:
+        x = self._array("x", x)
+        out = x if out is None else self._out("out", out, x, x.shape, stream)
+        return _Plan(Op("all_reduce", x.ptr, out.ptr, x.size, x.dtype, _reduction(op)), (x,), (out,), out)
+
+    def _plan_all_gather(self, x: Any, out: Any, stream: Stream | None) -> _Plan:
+        x = self._array("x", x)
+        out = self._out("out", out, x, (self.size, *x.shape), stream)
+        return _Plan(Op("all_gather", x.ptr, out.ptr, x.size, x.dtype), (x,), (out,), out)
+
+    def _plan_reduce_scatter(self, x: Any, out: Any, op: str, stream: Stream | None) -> _Plan:
+        x = self._array("x", x)
+        if x.ndim == 0 or x.shape[0] != self.size:
+            raise ValueError(
+                f"reduce_scatter takes x of shape (size, ...) = ({self.size}, ...), one part per "
+                f"rank; got {x.shape}"
+            )
+        out = self._out("out", out, x, x.shape[1:], stream)
+        return _Plan(
+            Op("reduce_scatter", x.ptr, out.ptr, out.size, x.dtype, _reduction(op)), (x,), (out,), out
+        )
+
+    def _plan_broadcast(self, x: Any, out: Any, root: Any, stream: Stream | None) -> _Plan:
+        x = self._array("x", x)
+        root = self._peer("root", root)
+        out = x if out is None else self._out("out", out, x, x.shape, stream)
+        return _Plan(Op("broadcast", x.ptr, out.ptr, x.size, x.dtype, "", root), (x,), (out,), out)
+
+    def _plan_p2p(self, kind: str, a: Any, peer: Any) -> _Plan:
+        a = self._array("x" if kind == "send" else "out", a)
+        peer = self._peer("peer", peer)
+        if peer == self.rank:
+            raise ValueError(f"rank {self.rank} cannot {kind} to itself: copy the array instead")
+        if kind == "send":
+            return _Plan(Op("send", a.ptr, 0, a.size, a.dtype, "", peer), (a,), (), a)
+        return _Plan(Op("recv", 0, a.ptr, a.size, a.dtype, "", peer), (), (a,), a)
+
+    # queueing ---------------------------------------------------------------------------------
+    def _submit(self, plan: _Plan, stream: Stream) -> None:
+        engine, handle, rank, op = self.engine, self._handle, self.rank, plan.op
+
+        def issue(raw: Any, _: Any) -> None:
+            engine.enqueue(handle, rank, op, raw)
+
+        submit(stream, Work("", issue, None, plan.reads, plan.writes, (self,), _call_name(op)))
+
+    def _run(self, plan: _Plan, stream: Stream | None) -> DeviceArray:
+        if self.closed:
+            raise ValueError(f"{self!r} is closed: make a new communicator")
+        s = self._stream(stream)
+        if _join_group(self):
+            self._submit(plan, s)
+        else:
+            self.engine.group_start()
+            try:
+                self._submit(plan, s)
+            finally:
+                self.engine.group_end([self._handle], self.timeout)
+        return plan.result
+
+
+def _call_name(op: Op) -> str:
+    return "nccl" + "".join(w.capitalize() for w in op.kind.split("_"))
+
+
+def _reduction(op: Any) -> str:
+    if op not in REDUCTIONS:
+        raise ValueError(f"op must be one of {REDUCTIONS}, got {op!r}")
+    return str(op)
+
+
+def _timeout(timeout: Any) -> float:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    return float(timeout)
+
+
+# every device of this process -----------------------------------------------------------------
+class LocalGroup(Sequence[Communicator]):
+    """One communicator over several devices of this process: rank ``i`` on ``devices[i]``.
+
+    Its operations take one array per rank (in rank order) and issue them
+    together. Eagerly, rank ``i``'s work queues on its device's current
+    stream (or ``streams[i]``). Inside a capture (one of the streams is
+    captured), the ranks whose stream is not part of that capture run on a
+    stream forked into it and joined back, so the one graph holds every
+    device's part, and one replay runs them all.
+    """
+
+    def __init__(self, comms: list[Communicator]) -> None:
+        self.comms = comms
+        self.devices = [c.device for c in comms]
+
+    def __len__(self) -> int:
+        return len(self.comms)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self.comms[i]
+
+    def __iter__(self) -> Iterator[Communicator]:
+        return iter(self.comms)
+
+    def all_reduce(
+        self,
+        xs: Sequence[DeviceArray],
+        outs: Sequence[DeviceArray] | None = None,
+        *,
+        op: str = "sum",
+        streams: Sequence[Stream | None] | None = None,
+    ) -> list[DeviceArray]:
+        """:meth:`Communicator.all_reduce` on every rank; returns the outputs."""
+        st = self._streams(streams)
+        return self._run(
+            [
+                c._plan_all_reduce(x, o, op, s)
+                for c, x, o, s in zip(self.comms, self._per("xs", xs), self._outs(outs), st)
+            ],
+            st,
+        )
+
+    def all_gather(
+        self,
+        xs: Sequence[DeviceArray],
+        outs: Sequence[DeviceArray] | None = None,
+        *,
+        streams: Sequence[Stream | None] | None = None,
+    ) -> list[DeviceArray]:
+        """:meth:`Communicator.all_gather` on every rank; returns the outputs."""
+        st = self._streams(streams)
+        return self._run(
+            [
+                c._plan_all_gather(x, o, s)
+                for c, x, o, s in zip(self.comms, self._per("xs", xs), self._outs(outs), st)
+            ],
+            st,
+        )
+
+    def reduce_scatter(
+        self,
+        xs: Sequence[DeviceArray],
+        outs: Sequence[DeviceArray] | None = None,
+        *,
+        op: str = "sum",
+        streams: Sequence[Stream | None] | None = None,
+    ) -> list[DeviceArray]:
+        """:meth:`Communicator.reduce_scatter` on every rank; returns the outputs."""
+        st = self._streams(streams)
+        return self._run(
+            [
+                c._plan_reduce_scatter(x, o, op, s)
+                for c, x, o, s in zip(self.comms, self._per("xs", xs), self._outs(outs), st)
+            ],
+            st,
+        )
+
+    def broadcast(
+        self,
+        xs: Sequence[DeviceArray],
+        outs: Sequence[DeviceArray] | None = None,
+        *,
+        root: int = 0,
+        streams: Sequence[Stream | None] | None = None,
+    ) -> list[DeviceArray]:
+        """:meth:`Communicator.broadcast` on every rank; returns the outputs."""
+        st = self._streams(streams)
+        return self._run(
+            [
+                c._plan_broadcast(x, o, root, s)
+                for c, x, o, s in zip(self.comms, self._per("xs", xs), self._outs(outs), st)
+            ],
+            st,
+        )
+
+    def synchronize(self, *, timeout: float | None = None) -> None:
+        """:meth:`Communicator.synchronize` of every rank's current stream."""
+        for c in self.comms:
+            c.synchronize(timeout=timeout)
+
+    def abort(self) -> None:
+        """Abort every rank's communicator."""
+        for c in self.comms:
+            c.abort()
+
+    def close(self) -> None:
+        """Close every rank's communicator."""
+        for c in self.comms:
+            c.close()
+
+    def __enter__(self) -> LocalGroup:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<cudagraphs.distributed.LocalGroup of {len(self)} ranks on {self.devices}>"
+
+    # helpers --------------------------------------------------------------------------------
+    def _per(self, name: str, seq: Any) -> list[Any]:
+        if isinstance(seq, DeviceArray) or not isinstance(seq, Sequence):
+            raise TypeError(f"{name} must be a list of arrays, one per rank ({len(self)})")
+        if len(seq) != len(self):
+            raise ValueError(f"{name} has {len(seq)} entries; the group has {len(self)} ranks")
+        return list(seq)
+
+    def _outs(self, outs: Any) -> list[Any]:
+        return [None] * len(self) if outs is None else self._per("outs", outs)
+
+    def _streams(self, streams: Any) -> list[Stream]:
+        given = [None] * len(self) if streams is None else self._per("streams", streams)
+        return [c._stream(s) for c, s in zip(self.comms, given)]
+
+    def _run(self, plans: list[_Plan], streams: list[Stream]) -> list[DeviceArray]:
+        if any(c.closed for c in self.comms):
+            raise ValueError(f"{self!r} has closed communicators: make a new group")
+        streams, forks = _fork(self.devices, streams)
+        try:
+            with group_calls():
+                for c, plan, s in zip(self.comms, plans, streams):
+                    _join_group(c)
+                    c._submit(plan, s)
+        finally:
+            _join(self.devices, forks)
+        return [p.result for p in plans]
+
+
+def _fork(
+    devices: list[Device], streams: list[Stream]
+) -> tuple[list[Stream], list[tuple[int, Stream, Stream]]]:
+    """Streams for each rank: inside a capture, those outside every capture are forked into it.
+
+    (Streams that are all captured, each by a capture of its own device, are
+    used as they are: a graph per device, replayed one after the other.)
+    """
+    rec = next((s._recording for s in streams if s._recording is not None), None)
+    if rec is None or all(s._recording is not None for s in streams):
+        return streams, []
+    origin = next(s for s in streams if s._recording is rec)
+    out, forks = list(streams), []
+    for i, s in enumerate(streams):
+        if s._recording is not None:
+            if s._recording is not rec:
+                raise CaptureError(
+                    f"the ranks' streams belong to two captures ({origin} and {s}) and some to "
+                    "none: capture every rank's stream, or one stream (the others join it)"
+                )
+            continue
+        spare = devices[i].spare_stream()
+        spare.wait(origin)  # forks it into the capture
+        out[i] = spare
+        forks.append((i, spare, origin))
+    return out, forks
+
+
+def _join(devices: list[Device], forks: list[tuple[int, Stream, Stream]]) -> None:
+    for i, spare, origin in forks:
+        origin.wait(spare)  # joined back: the capture can end
+        devices[i].return_spare_stream(spare)
+
+
+# making them ---------------------------------------------------------------------------------------
+def local_group(devices: Sequence[Device] | None = None, *, timeout: float = DEFAULT_TIMEOUT) -> LocalGroup:
+    """One communicator over ``devices`` (default: every device) of this process.
+
+    Warmed up before it is returned (each kind of collective once), so its
+    first use inside a capture needs no connection setup.
+    """
+    if devices is None:
+        devices = [Device(i) for i in range(device_count())]
+    devs = list(devices)
+    if not devs or not all(isinstance(d, Device) for d in devs):
+        raise TypeError("devices must be a non-empty list of cudagraphs Devices")
+    if len({id(d) for d in devs}) != len(devs):
+        raise ValueError(f"devices must be distinct, got {devs}")
+    if len({d.backend_name for d in devs}) != 1:
+        raise ValueError(f"devices must be of one backend, got {devs}")
+    limit = _timeout(timeout)
+    engine = engine_for(devs[0])
+    handles = engine.init_all(devs)
+    group = LocalGroup(
+        [Communicator(d, r, len(devs), engine, h, limit) for r, (d, h) in enumerate(zip(devs, handles))]
+    )
+    _warm_up(group.comms)
+    return group
+
+
+def init(
+    rank: int,
+    world_size: int,
+    *,
+    store: Any,
+    device: Device | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    name: str = "default",
+) -> Communicator:
+    """Join a communicator as ``rank`` of ``world_size`` (one process per device).
+
+    Rank 0 makes the communicator's id and puts it in ``store``; the other
+    ranks read it there (a :class:`~cudagraphs.distributed.FileStore`, a
+    :func:`~cudagraphs.distributed.TCPStore`, or a PyTorch store). Every
+    rank must call it; it returns once all have joined (warmed up, as
+    :func:`local_group`), or raises
+    :class:`~cudagraphs.CollectiveTimeoutError` after ``timeout`` seconds.
+
+    Parameters
+    ----------
+    rank, world_size : int
+    store : object
+        With ``set(key, value)`` and ``get(key)``, shared by every rank.
+    device : Device, optional
+        This rank's device. Default: device ``rank % device_count()``.
+    timeout : float
+    name : str
+        Tells apart several communicators made through one store.
+    """
+    for what, v in (("rank", rank), ("world_size", world_size)):
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise TypeError(f"{what} must be an int, got {type(v).__name__}")
+    if world_size < 1:
+        raise ValueError(f"world_size must be at least 1, got {world_size}")
+    if not 0 <= rank < world_size:
+        raise IndexError(f"rank {rank} is not in 0..{world_size - 1}")
+    if device is None:
+        device = Device(rank % device_count())
+    elif not isinstance(device, Device):
+        raise TypeError(f"device must be a cudagraphs Device, got {type(device).__name__}")
+    limit = _timeout(timeout)
+    engine = engine_for(device)
+    key = f"cudagraphs.distributed/{name}/unique_id"
+    uid = exchange(
+        store,
+        key,
+        engine.unique_id() if rank == 0 else None,
+        f"rank {rank} waited for rank 0's communicator id",
+    )
+    handle = engine.init_rank(uid, world_size, rank, device, limit)
+    comm = Communicator(device, rank, world_size, engine, handle, limit)
+    _warm_up([comm])
+    return comm
+
+
+def _warm_up(comms: list[Communicator]) -> None:
+    """Issue each kind of operation once (NCCL connects the ranks on first use).
+
+    A connection made inside a capture would allocate memory there, which
+    the driver refuses; after this, captures only record kernels. Nothing
+    waits here: each rank's warm-up meets the others' on their streams.
+    """
+    n = comms[0].size
+    with group_calls():
+        for c in comms:
+            _join_group(c)
+            s = c.device.current_stream()
+            x = empty((n, 1), "float32", device=c.device, stream=s)
+            c._submit(c._plan_all_reduce(x, None, "sum", s), s)
+            c._submit(c._plan_all_gather(x[0], None, s), s)
+            c._submit(c._plan_reduce_scatter(x, None, "sum", s), s)
+            c._submit(c._plan_broadcast(x, None, 0, s), s)
+            if n > 1:  # a ring of sends (each rank's neighbours)
+                c._submit(c._plan_p2p("send", x[0], (c.rank + 1) % n), s)
+                c._submit(c._plan_p2p("recv", x[1], (c.rank - 1) % n), s)

@@ -1,0 +1,288 @@
+"""The simulator's communicator: collectives in stream order across simulated devices.
+
+Each rank's operation is work on its stream (a kernel node when the stream
+is captured). When it runs, it hands in a copy of what it sends and stops
+at a :class:`~cudagraphs.backends.sim.Rendezvous` until every rank of the
+operation has handed in; the last one computes every rank's result (numpy)
+and writes it, and the stopped streams go on. The ranks' ``k``-th
+collectives meet (and a sender's ``k``-th send to a rank meets that rank's
+``k``-th receive from it), counted as they run, as NCCL matches them in the
+order they are issued. What NCCL cannot check is checked here:
+
+- ranks that disagree (another operation, size, type, reduction or root)
+  raise :class:`~cudagraphs.DistributedError` naming each rank's call;
+- an operation some rank never queues, or a send whose receive never comes,
+  can never complete: the run that waits for it raises
+  :class:`~cudagraphs.CollectiveTimeoutError` at once (on a GPU, the
+  streams would hang), and the stream stays stopped until the communicator
+  is aborted, as on a GPU.
+
+Operations in one group (``group_start`` .. ``group_end``) are one piece of
+work per stream, as NCCL fuses them: a send and a receive between two ranks
+in a group meet whatever their order.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Generator
+from typing import Any
+
+import numpy as np
+
+from .._errors import CollectiveTimeoutError, DistributedError
+from ..backends.sim import Rendezvous
+from ._engine import Op
+
+__all__ = ["SimulatedEngine"]
+
+_REDUCE = {
+    "sum": np.add.reduce,
+    "prod": np.multiply.reduce,
+    "max": np.maximum.reduce,
+    "min": np.minimum.reduce,
+}
+
+
+class _Rank:
+    """A rank's handle: its communicator, its rank, its backend."""
+
+    __slots__ = ("backend", "rank", "world")
+
+    def __init__(self, world: _World, rank: int, backend: Any) -> None:
+        self.world, self.rank, self.backend = world, rank, backend
+
+
+class _World:
+    """The ranks of one communicator."""
+
+    def __init__(self, uid: bytes, nranks: int) -> None:
+        self.uid, self.nranks = uid, nranks
+        self.devices: dict[int, int] = {}  # rank -> device ordinal
+        self.collectives = [0] * nranks  # collectives each rank has run
+        self.sent: dict[tuple[int, int], int] = {}  # (src, dst) -> sends run
+        self.received: dict[tuple[int, int], int] = {}  # (src, dst) -> receives run
+        self.meetings: dict[tuple[Any, ...], _Meeting] = {}
+        self.aborted = False
+
+    def arrive(self, rank: int, op: Op, backend: Any) -> _Meeting:
+        """Hand in ``rank``'s ``op``: the meeting it waits on (done when all have come)."""
+        if rank not in self.devices:
+            raise DistributedError(
+                f"sim: rank {rank}'s communicator was closed before this {op.describe()} ran "
+                "(a graph that uses a communicator keeps it open)"
+            )
+        if op.kind in ("send", "recv"):
+            pair = (rank, op.peer) if op.kind == "send" else (op.peer, rank)
+            counts = self.sent if op.kind == "send" else self.received
+            k = counts.get(pair, 0)
+            counts[pair] = k + 1
+            key: tuple[Any, ...] = ("p2p", *pair, k)
+            expected: tuple[int, ...] = pair
+        else:
+            k = self.collectives[rank]
+            self.collectives[rank] = k + 1
+            key, expected = ("collective", k), tuple(range(self.nranks))
+        meeting = self.meetings.get(key)
+        if meeting is None:
+            meeting = self.meetings[key] = _Meeting(self, key, expected)
+        if self.aborted:
+            meeting.done = True
+            return meeting
+        data = None
+        if op.send:
+            nbytes = op.n * op.dtype.itemsize * (self.nranks if op.kind == "reduce_scatter" else 1)
+            data = backend.device_bytes(op.send, nbytes, _call(op)).copy().view(op.dtype)
+        meeting.arrivals[(rank, op.kind)] = (op, data, backend)
+        if len(meeting.arrivals) == len(expected):
+            del self.meetings[key]
+            meeting.complete()
+        return meeting
+
+
+class _Meeting(Rendezvous):
+    """One operation of every rank it involves (the collective, or a send and its receive)."""
+
+    def __init__(self, world: _World, key: tuple[Any, ...], expected: tuple[int, ...]) -> None:
+        self.world, self.key, self.expected = world, key, expected
+        self.arrivals: dict[tuple[int, str], tuple[Op, np.ndarray | None, Any]] = {}
+        self.error: BaseException | None = None
+
+    def describe(self) -> str:
+        came = sorted(r for r, _ in self.arrivals)
+        missing = [r for r in self.expected if r not in came]
+        what = next(iter(self.arrivals.values()))[0].describe() if self.arrivals else "an operation"
+        return f"rank(s) {missing} to join {what} that rank(s) {came} queued"
+
+    def stuck(self) -> BaseException:
+        return CollectiveTimeoutError(
+            f"sim: a communicator's operation waits for {self.describe()}, and no stream "
+            "can run to bring them: on a GPU its streams would hang. Every rank must "
+            "queue the same collectives in the same order (and every send a receive); "
+            "abort the communicator to release the stopped streams"
+        )
+
+    def complete(self) -> None:
+        """Every rank came: check they agree, compute and write each one's result."""
+        self.done = True
+        ops = {rank: op for (rank, _), (op, _, _) in self.arrivals.items()}
+        if self.key[0] == "collective":
+            first = ops[0]
+            if any(
+                (op.kind, op.n, op.dtype, op.reduce, op.peer)
+                != (first.kind, first.n, first.dtype, first.reduce, first.peer)
+                for op in ops.values()
+            ):
+                calls = ", ".join(f"rank {r}: {ops[r].describe()}" for r in sorted(ops))
+                self.error = DistributedError(
+                    f"sim: the ranks' collective #{self.key[1]} disagree ({calls}); every rank must "
+                    "call the same collectives in the same order, with the same sizes, types, "
+                    "reductions and roots (on a GPU this hangs or corrupts memory)"
+                )
+                return
+            self._collective(first)
+        else:
+            (_, src, dst, _) = self.key
+            send_op, data, _ = self.arrivals[(src, "send")]
+            recv_op, _, backend = self.arrivals[(dst, "recv")]
+            if (send_op.n, send_op.dtype) != (recv_op.n, recv_op.dtype):
+                self.error = DistributedError(
+                    f"sim: rank {src} sends {send_op.n} {send_op.dtype} to rank {dst}, which "
+                    f"receives {recv_op.n} {recv_op.dtype}: a send and its receive must match"
+                )
+                return
+            assert data is not None
+            _write(backend, recv_op, data)
+
+    def _collective(self, op: Op) -> None:
+        n = self.world.nranks
+        sends: dict[int, np.ndarray] = {}
+        for (r, _), (_, d, _) in self.arrivals.items():
+            assert d is not None
+            sends[r] = d
+        kind = op.kind
+        result: dict[int, np.ndarray]
+        if kind == "broadcast":
+            result = dict.fromkeys(sends, sends[op.peer])
+        elif kind == "all_gather":
+            whole = np.concatenate([sends[r] for r in range(n)])
+            result = dict.fromkeys(sends, whole)
+        else:
+            stacked = np.stack([sends[r] for r in range(n)])
+            if op.reduce == "avg":
+                total = np.add.reduce(stacked, axis=0)
+                total = total // n if total.dtype.kind in "iu" else total / np.array(n, total.dtype)
+            else:
+                total = _REDUCE[op.reduce](stacked, axis=0)
+            total = total.astype(op.dtype, copy=False)
+            if kind == "all_reduce":
+                result = {r: total for r in sends}  # noqa: C420  (typed: one array for each)
+            else:  # reduce_scatter: rank r keeps the r-th part
+                parts = total.reshape(n, -1)
+                result = {r: parts[r] for r in sends}
+        for (r, _), (rop, _, backend) in self.arrivals.items():
+            _write(backend, rop, result[r])
+
+
+def _call(op: Op) -> str:
+    return "nccl" + "".join(w.capitalize() for w in op.kind.split("_"))
+
+
+def _write(backend: Any, op: Op, data: np.ndarray) -> None:
+    out = np.ascontiguousarray(data).view(np.uint8)
+    backend.device_bytes(op.recv, out.nbytes, _call(op))[...] = out
+
+
+class SimulatedEngine:
+    """Collectives between the simulated devices of this process."""
+
+    version = 0
+
+    def __init__(self) -> None:
+        self._worlds: dict[bytes, _World] = {}
+        self._lock = threading.Lock()
+        self._group = threading.local()  # this thread's open group: [(backend, stream, ops)]
+
+    # communicators ------------------------------------------------------------------------
+    def unique_id(self) -> bytes:
+        return os.urandom(16)
+
+    def init_rank(self, uid: bytes, nranks: int, rank: int, device: Any, timeout: float) -> Any:
+        # (joining does not wait for the others here: a rank that never joins
+        # stops the first operation instead, which raises at once)
+        with self._lock:
+            world = self._worlds.get(uid)
+            if world is None:
+                world = self._worlds[uid] = _World(uid, nranks)
+            if world.nranks != nranks:
+                raise DistributedError(
+                    f"rank {rank} joins with a world size of {nranks}, but the communicator "
+                    f"has {world.nranks} ranks: every rank must pass the same world size"
+                )
+            if rank in world.devices:
+                raise DistributedError(f"rank {rank} joined the communicator twice: give each rank its own")
+            world.devices[rank] = device.index
+        return _Rank(world, rank, device.backend)
+
+    def init_all(self, devices: list[Any]) -> list[Any]:
+        uid = self.unique_id()
+        return [self.init_rank(uid, len(devices), r, d, 0.0) for r, d in enumerate(devices)]
+
+    def abort(self, handle: Any) -> None:
+        world: _World = handle.world
+        world.aborted = True
+        for meeting in list(world.meetings.values()):
+            meeting.done = True  # the stopped streams go on, their results unwritten
+        world.meetings.clear()
+
+    def destroy(self, handle: Any) -> None:
+        world, rank = handle.world, handle.rank
+        with self._lock:
+            world.devices.pop(rank, None)
+            if not world.devices:
+                self._worlds.pop(world.uid, None)
+
+    # operations ----------------------------------------------------------------------------
+    def group_start(self) -> None:
+        depth = getattr(self._group, "depth", 0)
+        if depth == 0:
+            self._group.pending = []
+        self._group.depth = depth + 1
+
+    def group_end(self, handles: list[Any], timeout: float) -> None:
+        depth = getattr(self._group, "depth", 0)
+        if depth == 0:
+            raise DistributedError("group_end without group_start")
+        self._group.depth = depth - 1
+        if depth > 1:
+            return
+        pending: list[tuple[Any, Any, list[tuple[_World, int, Op]]]] = self._group.pending
+        self._group.pending = []
+        for backend, stream, ops in pending:
+            self._queue(backend, stream, ops)
+
+    def enqueue(self, handle: Any, rank: int, op: Op, stream: Any) -> None:
+        item = (handle.world, rank, op)
+        if getattr(self._group, "depth", 0):
+            pending = self._group.pending
+            for _, s, ops in pending:
+                if s is stream:
+                    ops.append(item)
+                    return
+            pending.append((handle.backend, stream, [item]))
+            return
+        self._queue(handle.backend, stream, [item])
+
+    def _queue(self, backend: Any, stream: Any, ops: list[tuple[_World, int, Op]]) -> None:
+        label = "ncclDevKernel_" + "_".join(op.kind for _, _, op in ops)
+
+        def work() -> Generator[Rendezvous, None, None]:
+            meetings = [world.arrive(rank, op, backend) for world, rank, op in ops]
+            for meeting in meetings:
+                if not meeting.done:
+                    yield meeting
+                if meeting.error is not None:
+                    raise meeting.error
+
+        backend.queue_work(stream, _call(ops[0][2]), label, work)

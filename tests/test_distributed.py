@@ -1,0 +1,371 @@
+"""cg.distributed: collectives between devices, eagerly and captured.
+
+On ``sim`` with 2 and 4 simulated devices (CI); on ``cuda`` through NCCL
+where the machine has two GPUs or more (``CUDAGRAPHS_TEST_BACKENDS=cuda,sim``,
+nccl4py installed), in one process and in one process per GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import cuda_device_count
+
+import cudagraphs as cg
+from cudagraphs import _recording
+from cudagraphs import distributed as dist
+
+REDUCE = {
+    "sum": lambda a: np.sum(a, axis=0),
+    "prod": lambda a: np.prod(a, axis=0),
+    "max": lambda a: np.max(a, axis=0),
+    "min": lambda a: np.min(a, axis=0),
+    "avg": lambda a: np.mean(a, axis=0),
+}
+
+
+@pytest.fixture
+def group(devices: list[cg.Device]) -> Iterator[dist.LocalGroup]:
+    g = dist.local_group(devices)
+    yield g
+    for d in devices:
+        d.synchronize()
+    g.close()
+
+
+def _data(rng: np.random.Generator, n: int, shape: tuple[int, ...], dtype: str) -> list[np.ndarray]:
+    if np.dtype(dtype).kind in "iu":
+        return [rng.integers(1, 5, shape).astype(dtype) for _ in range(n)]
+    return [rng.standard_normal(shape).astype(dtype) for _ in range(n)]
+
+
+@pytest.mark.parametrize("op", list(REDUCE))
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32"])
+def test_all_reduce_matches_numpy(
+    group: dist.LocalGroup, rng: np.random.Generator, op: str, dtype: str
+) -> None:
+    if op == "avg" and dtype == "int32":
+        pytest.skip("NCCL averages floating types")
+    data = _data(rng, len(group), (7, 33), dtype)
+    xs = [cg.asarray(v, device=d) for v, d in zip(data, group.devices)]
+    outs = [cg.full((7, 33), -99, dtype, device=d) for d in group.devices]  # poisoned
+    got = group.all_reduce(xs, outs, op=op)
+    assert all(g is o for g, o in zip(got, outs))
+    want = REDUCE[op](np.stack(data)).astype(dtype)
+    for k, o in enumerate(outs):
+        np.testing.assert_allclose(o.get(), want, rtol=1e-5, err_msg=f"rank {k}")
+    for x, v in zip(xs, data):  # the inputs are untouched
+        np.testing.assert_array_equal(x.get(), v)
+
+
+def test_in_place_gather_scatter_and_broadcast(group: dist.LocalGroup, rng: np.random.Generator) -> None:
+    n = len(group)
+    data = _data(rng, n, (5, 3), "float32")
+    xs = [cg.asarray(v, device=d) for v, d in zip(data, group.devices)]
+    group.all_reduce(xs)  # in place by default
+    for x in xs:
+        np.testing.assert_allclose(x.get(), np.sum(data, axis=0), rtol=1e-5)
+    xs = [cg.asarray(v, device=d) for v, d in zip(data, group.devices)]
+    gathered = group.all_gather(xs)
+    for g in gathered:
+        assert g.shape == (n, 5, 3)
+        np.testing.assert_array_equal(g.get(), np.stack(data))
+    parts = [rng.standard_normal((n, 4)).astype(np.float32) for _ in range(n)]
+    scattered = group.reduce_scatter(
+        [cg.asarray(p, device=d) for p, d in zip(parts, group.devices)], op="max"
+    )
+    for r, s in enumerate(scattered):
+        assert s.shape == (4,)
+        np.testing.assert_array_equal(s.get(), np.max(np.stack(parts), axis=0)[r])
+    root = n - 1
+    outs = group.broadcast(
+        xs, [cg.full((5, 3), np.nan, "float32", device=d) for d in group.devices], root=root
+    )
+    for o in outs:
+        np.testing.assert_array_equal(o.get(), data[root])
+
+
+def test_send_and_recv_in_a_ring(group: dist.LocalGroup) -> None:
+    n = len(group)
+    sent = [cg.asarray(np.arange(6, dtype=np.int64) + 100 * r, device=d) for r, d in enumerate(group.devices)]
+    got = [cg.full(6, -1, "int64", device=d) for d in group.devices]
+    with dist.group_calls():  # every rank sends and receives at once: one group
+        for r, c in enumerate(group):
+            c.send(sent[r], (r + 1) % n)
+            c.recv(got[r], (r - 1) % n)
+    for r, g in enumerate(got):
+        np.testing.assert_array_equal(g.get(), np.arange(6) + 100 * ((r - 1) % n))
+
+
+def test_one_capture_holds_every_devices_collectives(
+    group: dist.LocalGroup, rng: np.random.Generator
+) -> None:
+    n, size = len(group), 1024  # 4 KiB of float32
+    xs = [cg.zeros(size, "float32", device=d) for d in group.devices]
+    for d in group.devices:
+        d.synchronize()
+    s = group.devices[0].create_stream()
+    with cg.capture(stream=s) as g:
+        for _ in range(20):
+            group.all_reduce(xs, streams=[s] + [None] * (n - 1))  # the others fork into the capture
+    for rep in range(3):
+        data = [(rng.standard_normal(size) * 1e-3).astype(np.float32) for _ in range(n)]
+        for x, v in zip(xs, data):
+            x.set(v)
+        g.replay(group.devices[0].current_stream())
+        want = np.sum(data, axis=0) * n**19
+        for k, x in enumerate(xs):
+            np.testing.assert_allclose(x.get(), want, rtol=1e-3, err_msg=f"replay {rep}, rank {k}")
+    g.close()
+
+
+def test_a_graph_per_device(group: dist.LocalGroup, rng: np.random.Generator) -> None:
+    n = len(group)
+    xs = [cg.zeros(256, "float32", device=d) for d in group.devices]
+    for d in group.devices:
+        d.synchronize()
+    streams = [d.create_stream() for d in group.devices]
+    sessions = [cg.capture(stream=s) for s in streams]
+    graphs = [ctx.__enter__() for ctx in sessions]
+    try:
+        group.all_reduce(xs, streams=streams)
+        group.all_reduce(xs, op="max", streams=streams)
+    finally:
+        for ctx in reversed(sessions):
+            ctx.__exit__(None, None, None)
+    data = [rng.standard_normal(256).astype(np.float32) for _ in range(n)]
+    for x, v, s in zip(xs, data, streams):
+        x.set(v, stream=s)
+    for g, s in zip(graphs, streams):
+        g.replay(s)
+    for x, s in zip(xs, streams):
+        s.synchronize()
+        np.testing.assert_allclose(x.get(stream=s), np.sum(data, axis=0), rtol=1e-5)
+
+
+def test_a_graph_keeps_its_communicator(devices: list[cg.Device]) -> None:
+    group = dist.local_group(devices)
+    xs = [cg.ones(16, "float32", device=d) for d in devices]
+    for d in devices:
+        d.synchronize()
+    s = devices[0].create_stream()
+    with cg.capture(stream=s) as g:
+        group.all_reduce(xs, streams=[s] + [None] * (len(devices) - 1))
+    del group  # the graph holds the communicators
+    gc.collect()
+    _recording.drain()  # (where the releases that collections queue run)
+    g.replay(devices[0].current_stream())
+    assert (xs[-1].get() == len(devices)).all()
+    g.close()
+
+
+def test_argument_errors(group: dist.LocalGroup) -> None:
+    d0, d1 = group.devices[0], group.devices[1]
+    c0 = group[0]
+    x = cg.zeros(8, "float32", device=d0)
+    with pytest.raises(ValueError, match=r"is on .*rank 0.s communicator is on"):
+        c0.all_reduce(cg.zeros(8, "float32", device=d1))
+    with pytest.raises(ValueError, match="contiguous"):
+        c0.all_reduce(cg.zeros((8, 2), "float32", device=d0)[:, 0])
+    with pytest.raises(TypeError, match="collectives take"):
+        c0.all_reduce(cg.zeros(8, "complex64", device=d0))
+    with pytest.raises(TypeError, match="DeviceArray"):
+        c0.all_reduce(np.zeros(8, np.float32))
+    with pytest.raises(ValueError, match="op must be one of"):
+        c0.all_reduce(x, op="mean")
+    with pytest.raises(ValueError, match=r"shape \(4,\); this operation writes \(8,\)"):
+        c0.all_reduce(x, cg.zeros(4, "float32", device=d0))
+    with pytest.raises(TypeError, match="is int32 but the input is float32"):
+        c0.all_reduce(x, cg.zeros(8, "int32", device=d0))
+    with pytest.raises(IndexError, match="not a rank"):
+        c0.broadcast(x, root=len(group))
+    with pytest.raises(ValueError, match="to itself"):
+        c0.send(x, 0)
+    with pytest.raises(ValueError, match=r"shape \(size, \.\.\.\)"):
+        c0.reduce_scatter(cg.zeros(len(group) + 1, "float32", device=d0))
+    with pytest.raises(ValueError, match="entries; the group has"):
+        group.all_reduce([x])
+    with pytest.raises(TypeError, match="list of arrays"):
+        group.all_reduce(x)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="timeout"):
+        c0.synchronize(timeout=0)
+    with pytest.raises(TypeError, match="devices must be"):
+        dist.local_group([])
+
+
+# what only the simulator can check (on a GPU: a hang, or corrupt memory) --------------------------
+@pytest.fixture
+def sim_group() -> Iterator[dist.LocalGroup]:
+    with cg.override(backend="sim", sim_devices=2):
+        devs = [cg.Device(0), cg.Device(1)]
+        g = dist.local_group(devs)
+        for d in devs:
+            d.synchronize()
+        yield g
+        g.abort()  # (what a test left stopped goes on; what it left raising raises here)
+        for _ in range(3):
+            for d in devs:
+                with contextlib.suppress(cg.DistributedError):
+                    d.synchronize()
+
+
+def test_sim_ranks_that_disagree_raise(sim_group: dist.LocalGroup) -> None:
+    d0, d1 = sim_group.devices
+    with dist.group_calls():
+        sim_group[0].all_reduce(cg.zeros(8, "float32", device=d0))
+        sim_group[1].all_reduce(cg.zeros(4, "float32", device=d1))
+    errors = []
+    for _ in range(4):  # each rank's stream raises once (in the order the streams run)
+        for d in (d0, d1):
+            try:
+                d.synchronize()
+            except cg.DistributedError as exc:
+                errors.append(str(exc))
+    assert len(errors) == 2
+    assert all("rank 0: all_reduce(8 float32, sum), rank 1: all_reduce(4 float32, sum)" in e for e in errors)
+
+
+def test_sim_a_rank_that_never_joins_times_out_and_abort_frees_the_stream(sim_group: dist.LocalGroup) -> None:
+    d0 = sim_group.devices[0]
+    x = cg.ones(8, "float32", device=d0)
+    sim_group[0].all_reduce(x)
+    with pytest.raises(cg.CollectiveTimeoutError, match=r"rank\(s\) \[1\] to join all_reduce"):
+        sim_group[0].synchronize(timeout=5)
+    assert sim_group[0].closed  # aborted
+    d0.synchronize()  # the stopped stream went on (its result unwritten)
+    assert (x.get() == 1).all()
+    with pytest.raises(ValueError, match="closed"):
+        sim_group.all_reduce([x, cg.ones(8, "float32", device=sim_group.devices[1])])
+
+
+def test_sim_a_send_and_its_recv_must_match(sim_group: dist.LocalGroup) -> None:
+    d0, d1 = sim_group.devices
+    with dist.group_calls():
+        sim_group[0].send(cg.zeros(8, "float32", device=d0), 1)
+        sim_group[1].recv(cg.zeros(8, "int32", device=d1), 0)
+    with pytest.raises(cg.DistributedError, match="sends 8 float32 to rank 1, which receives 8 int32"):
+        d1.synchronize()
+
+
+def test_sim_an_ungrouped_exchange_deadlocks_as_on_a_gpu(sim_group: dist.LocalGroup) -> None:
+    d0, d1 = sim_group.devices
+    a0, a1 = cg.zeros(4, "float32", device=d0), cg.zeros(4, "float32", device=d1)
+    sim_group[0].send(a0, 1)  # each rank sends first, then receives: both wait forever
+    sim_group[1].send(a1, 0)
+    sim_group[0].recv(a0, 1)
+    sim_group[1].recv(a1, 0)
+    with pytest.raises(cg.CollectiveTimeoutError, match="send"):
+        d0.synchronize()
+    sim_group.abort()
+    d0.synchronize()
+    d1.synchronize()
+
+
+# one rank per call of init(): the store ------------------------------------------------------------
+def test_init_through_a_file_store_on_sim(tmp_path: Path, rng: np.random.Generator) -> None:
+    with cg.override(backend="sim", sim_devices=2):
+        store = dist.FileStore(tmp_path / "store")
+        # (sim: joining does not wait, so one thread can make both ranks)
+        comms = [dist.init(r, 2, store=store, device=cg.Device(r), name="t") for r in range(2)]
+        data = [rng.standard_normal(10).astype(np.float32) for _ in range(2)]
+        xs = [cg.asarray(v, device=c.device) for v, c in zip(data, comms)]
+        with dist.group_calls():
+            for c, x in zip(comms, xs):
+                c.all_reduce(x)
+        for x in xs:
+            np.testing.assert_allclose(x.get(), data[0] + data[1], rtol=1e-6)
+        assert "rank 1 of 2" in repr(comms[1])
+        for c in comms:
+            c.close()
+            c.close()  # idempotent
+
+
+def test_init_argument_and_store_errors(tmp_path: Path) -> None:
+    store = dist.FileStore(tmp_path, timeout=0.2)
+    with pytest.raises(IndexError, match=r"rank 2 is not in 0\.\.1"):
+        dist.init(2, 2, store=store)
+    with pytest.raises(ValueError, match="world_size must be at least 1"):
+        dist.init(0, 0, store=store)
+    with pytest.raises(TypeError, match="rank must be an int"):
+        dist.init("0", 2, store=store)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"set\(key, value\) and get\(key\)"):
+        dist.init(1, 2, store=object())
+    with pytest.raises(cg.CollectiveTimeoutError, match="start the rank that publishes it"):
+        dist.init(1, 2, store=store)  # rank 0 never comes
+    with pytest.raises(ValueError, match="positive"):
+        dist.FileStore(tmp_path, timeout=0)
+
+
+# one process per GPU ---------------------------------------------------------------------------------
+_RANK = textwrap.dedent(
+    """
+    import sys, numpy as np, cudagraphs as cg
+    from cudagraphs import distributed as dist
+    rank, path, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    comm = dist.init(rank, 2, store=dist.FileStore(path), device=cg.Device(rank), timeout=30)
+    d = comm.device
+    if mode == "late" and rank == 1:
+        sys.exit(0)  # joined, then never calls the collective
+    x = cg.asarray(np.arange(1024, dtype=np.float32) * (rank + 1), device=d)
+    comm.all_reduce(x)
+    if mode == "late":
+        try:
+            comm.synchronize(timeout=3)
+        except cg.CollectiveTimeoutError as exc:
+            print("TIMEOUT", exc)
+            sys.exit(0)
+        sys.exit(1)
+    assert (x.get() == np.arange(1024) * 3).all(), x.get()[:4]
+    s = d.create_stream()
+    y = cg.zeros(1024, "float32", device=d)
+    d.synchronize()
+    with cg.capture(stream=s) as g:
+        for _ in range(10):
+            comm.all_reduce(y, stream=s)
+    y.set(np.full(1024, rank + 1, np.float32), stream=s)
+    g.replay(s)
+    s.synchronize()
+    assert (y.get(stream=s) == 3 * 2**9).all(), y.get(stream=s)[:4]
+    out = comm.all_gather(cg.full(4, rank, "int32", device=d))
+    assert (out.get() == np.array([[0] * 4, [1] * 4])).all()
+    print("RANK OK", rank)
+    comm.close()
+    """
+)
+
+
+@pytest.mark.skipif(
+    cuda_device_count() < 2, reason="GPU test: needs two GPUs and CUDAGRAPHS_TEST_BACKENDS=cuda,sim"
+)
+@pytest.mark.parametrize("mode", ["ok", "late"])
+def test_one_process_per_gpu(tmp_path: Path, mode: str) -> None:
+    script = tmp_path / "rank.py"
+    script.write_text(_RANK)
+    env = {**os.environ, "CUDAGRAPHS_BACKEND": "cuda"}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(r), str(tmp_path / "store"), mode],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(2)
+    ]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    for r, (p, out) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0, f"rank {r}:\n{out}"
+    if mode == "ok":
+        assert all(f"RANK OK {r}" in out for r, out in enumerate(outs)), outs
+    else:
+        assert "TIMEOUT" in outs[0], outs[0]
+        assert "aborted" in outs[0], outs[0]
