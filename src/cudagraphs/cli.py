@@ -145,6 +145,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_bench = sub.add_parser("bench", help="benchmarks against raw CUDA C and the Python peers")
     p_bench.add_argument("--quick", action="store_true", help="a one-minute run")
     p_bench.add_argument("--out", help="directory for bench.json, bench.md and PNG plots")
+    p_bench.add_argument(
+        "--devices",
+        action="store_true",
+        help="several devices instead: a data-parallel step and all-reduce latency (NCCL, PyTorch)",
+    )
     p_show = sub.add_parser("show", help="capture a function or a demo graph and save its picture")
     p_show.add_argument("target", nargs="?", help="FILE.py:function (called with no arguments)")
     p_show.add_argument("--example", help="a demo graph: jacobi or mlp")
@@ -157,9 +162,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return demo_main()
     if args.command == "bench":
+        from .bench.multigpu import main as devices_main
         from .bench.runner import main as bench_main
 
-        return bench_main((["--quick"] if args.quick else []) + (["--out", args.out] if args.out else []))
+        run = devices_main if args.devices else bench_main
+        return run((["--quick"] if args.quick else []) + (["--out", args.out] if args.out else []))
     return show(args.target, args.example, args.out)
 
 
