@@ -342,17 +342,8 @@ _PROCESS_SCRIPT = textwrap.dedent(
     import numpy as np
     rank, store_path, sizes = int(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
     n, per_graph = int(sys.argv[4]), int(sys.argv[5])
+    from cudagraphs.bench.multigpu import _timed as timed
     out = {}
-    def timed(call, sync, n):
-        rounds = []
-        call(); sync()
-        for _ in range(5):
-            t0 = time.perf_counter()
-            for _ in range(n):
-                call()
-            sync()
-            rounds.append((time.perf_counter() - t0) / n * 1e6)
-        return float(np.median(rounds))
     import torch, torch.distributed as td
     torch.cuda.set_device(rank)
     td.init_process_group("nccl", init_method="file://" + store_path + ".torch", rank=rank,

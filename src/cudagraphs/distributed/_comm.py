@@ -15,7 +15,7 @@ import contextlib
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from .. import _recording
@@ -367,14 +367,7 @@ class LocalGroup(Sequence[Communicator]):
         streams: Sequence[Stream | None] | None = None,
     ) -> list[DeviceArray]:
         """:meth:`Communicator.all_reduce` on every rank; returns the outputs."""
-        st = self._streams(streams)
-        return self._run(
-            [
-                c._plan_all_reduce(x, o, op, s)
-                for c, x, o, s in zip(self.comms, self._per("xs", xs), self._outs(outs), st)
-            ],
-            st,
-        )
+        return self._each(lambda c, x, o, s: c._plan_all_reduce(x, o, op, s), xs, outs, streams)
 
     def all_gather(
         self,
@@ -384,14 +377,7 @@ class LocalGroup(Sequence[Communicator]):
         streams: Sequence[Stream | None] | None = None,
     ) -> list[DeviceArray]:
         """:meth:`Communicator.all_gather` on every rank; returns the outputs."""
-        st = self._streams(streams)
-        return self._run(
-            [
-                c._plan_all_gather(x, o, s)
-                for c, x, o, s in zip(self.comms, self._per("xs", xs), self._outs(outs), st)
-            ],
-            st,
-        )
+        return self._each(lambda c, x, o, s: c._plan_all_gather(x, o, s), xs, outs, streams)
 
     def reduce_scatter(
         self,
@@ -402,14 +388,7 @@ class LocalGroup(Sequence[Communicator]):
         streams: Sequence[Stream | None] | None = None,
     ) -> list[DeviceArray]:
         """:meth:`Communicator.reduce_scatter` on every rank; returns the outputs."""
-        st = self._streams(streams)
-        return self._run(
-            [
-                c._plan_reduce_scatter(x, o, op, s)
-                for c, x, o, s in zip(self.comms, self._per("xs", xs), self._outs(outs), st)
-            ],
-            st,
-        )
+        return self._each(lambda c, x, o, s: c._plan_reduce_scatter(x, o, op, s), xs, outs, streams)
 
     def broadcast(
         self,
@@ -420,14 +399,7 @@ class LocalGroup(Sequence[Communicator]):
         streams: Sequence[Stream | None] | None = None,
     ) -> list[DeviceArray]:
         """:meth:`Communicator.broadcast` on every rank; returns the outputs."""
-        st = self._streams(streams)
-        return self._run(
-            [
-                c._plan_broadcast(x, o, root, s)
-                for c, x, o, s in zip(self.comms, self._per("xs", xs), self._outs(outs), st)
-            ],
-            st,
-        )
+        return self._each(lambda c, x, o, s: c._plan_broadcast(x, o, root, s), xs, outs, streams)
 
     def synchronize(self, *, timeout: float | None = None) -> None:
         """:meth:`Communicator.synchronize` of every rank's current stream."""
@@ -467,6 +439,20 @@ class LocalGroup(Sequence[Communicator]):
     def _streams(self, streams: Any) -> list[Stream]:
         given = [None] * len(self) if streams is None else self._per("streams", streams)
         return [c._stream(s) for c, s in zip(self.comms, given)]
+
+    def _each(
+        self,
+        plan: Callable[[Communicator, Any, Any, Stream], _Plan],
+        xs: Any,
+        outs: Any,
+        streams: Any,
+    ) -> list[DeviceArray]:
+        """Check every rank's arguments (``plan``), then issue them together."""
+        st = self._streams(streams)
+        plans = [
+            plan(c, x, o, s) for c, x, o, s in zip(self.comms, self._per("xs", xs), self._outs(outs), st)
+        ]
+        return self._run(plans, st)
 
     def _run(self, plans: list[_Plan], streams: list[Stream]) -> list[DeviceArray]:
         if any(c.closed for c in self.comms):

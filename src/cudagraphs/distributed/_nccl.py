@@ -41,6 +41,14 @@ _DTYPES = {
     "float64": "Float64",
     "bfloat16": "Bfloat16",
 }
+_CALLS = {
+    "all_reduce": "ncclAllReduce",
+    "all_gather": "ncclAllGather",
+    "reduce_scatter": "ncclReduceScatter",
+    "broadcast": "ncclBroadcast",
+    "send": "ncclSend",
+    "recv": "ncclRecv",
+}
 _REDUCE = {"sum": "Sum", "prod": "Prod", "max": "Max", "min": "Min", "avg": "Avg"}
 
 
@@ -107,41 +115,20 @@ class NcclEngine:
         self._settle(handles, timeout, "the group's operations were not issued")
 
     def enqueue(self, handle: Any, rank: int, op: Op, stream: Any) -> None:
-        nc, s = self.nc, int(stream)
-        dt = self._dtype(op.dtype)
+        nc, s, dt = self.nc, int(stream), self._dtype(op.dtype)
         kind = op.kind
-        if kind == "all_reduce":
-            self._check(
-                "ncclAllReduce",
-                nc.all_reduce,
-                op.send,
-                op.recv,
-                op.n,
-                dt,
-                self._reduce[op.reduce],
-                handle,
-                s,
-            )
+        if kind in ("all_reduce", "reduce_scatter"):  # (same arguments)
+            fn = nc.all_reduce if kind == "all_reduce" else nc.reduce_scatter
+            args: tuple[Any, ...] = (op.send, op.recv, op.n, dt, self._reduce[op.reduce])
         elif kind == "all_gather":
-            self._check("ncclAllGather", nc.all_gather, op.send, op.recv, op.n, dt, handle, s)
-        elif kind == "reduce_scatter":
-            self._check(
-                "ncclReduceScatter",
-                nc.reduce_scatter,
-                op.send,
-                op.recv,
-                op.n,
-                dt,
-                self._reduce[op.reduce],
-                handle,
-                s,
-            )
+            fn, args = nc.all_gather, (op.send, op.recv, op.n, dt)
         elif kind == "broadcast":
-            self._check("ncclBroadcast", nc.broadcast, op.send, op.recv, op.n, dt, op.peer, handle, s)
+            fn, args = nc.broadcast, (op.send, op.recv, op.n, dt, op.peer)
         elif kind == "send":
-            self._check("ncclSend", nc.send, op.send, op.n, dt, op.peer, handle, s)
+            fn, args = nc.send, (op.send, op.n, dt, op.peer)
         else:
-            self._check("ncclRecv", nc.recv, op.recv, op.n, dt, op.peer, handle, s)
+            fn, args = nc.recv, (op.recv, op.n, dt, op.peer)
+        self._check(_CALLS[kind], fn, *args, handle, s)
 
     # helpers --------------------------------------------------------------------------------
     def _dtype(self, dtype: np.dtype) -> int:
