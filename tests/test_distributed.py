@@ -397,3 +397,37 @@ def test_bench_devices_cli_on_sim() -> None:
     assert "data-parallel MLP step (2 devices)" in r.stdout
     assert "ok (against numpy" in r.stdout
     assert "cudagraphs graph" in r.stdout
+
+
+# one rank: every backend, one device (on a GPU: NCCL's calls, its capture, its non-blocking init)
+def test_a_communicator_of_one_rank(device: cg.Device, rng: np.random.Generator, tmp_path: Path) -> None:
+    group = dist.local_group([device])
+    v = rng.standard_normal((3, 5)).astype(np.float32)
+    x = cg.asarray(v, device=device)
+    out = cg.full((3, 5), np.nan, "float32", device=device)
+    group.all_reduce([x], [out], op="max")
+    np.testing.assert_array_equal(out.get(), v)
+    (g,) = group.all_gather([x])
+    assert g.shape == (1, 3, 5)
+    np.testing.assert_array_equal(g.get()[0], v)
+    (r,) = group.reduce_scatter([cg.asarray(v[None], device=device)])
+    np.testing.assert_array_equal(r.get(), v)
+    s = device.create_stream()
+    y = cg.zeros(256, "float32", device=device)
+    device.synchronize()
+    with cg.capture(stream=s) as graph:
+        for _ in range(5):
+            group.all_reduce([y], streams=[s])
+            cg.ops.scale(2.0, y, out=y, stream=s)
+    y.set(np.ones(256, np.float32), stream=s)
+    graph.replay(s)
+    s.synchronize()
+    np.testing.assert_array_equal(y.get(stream=s), np.full(256, 32.0))
+    graph.close()
+    group.close()
+    comm = dist.init(0, 1, store=dist.FileStore(tmp_path), device=device, name="one")
+    z = cg.asarray(v, device=device)
+    o = comm.broadcast(z, cg.zeros((3, 5), "float32", device=device))
+    comm.synchronize(timeout=30)
+    np.testing.assert_array_equal(o.get(), v)
+    comm.close()
