@@ -34,6 +34,8 @@ def doctor() -> int:
         "ml_dtypes",
         "cupy-cuda13x",
         "torch",
+        "nccl4py",
+        "nvidia-nccl-cu13",
     ):
         print(f"  {dist:18} {_version(dist)}")
     print(f"GPU available: {cg.is_cuda_available()}")
