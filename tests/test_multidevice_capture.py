@@ -160,3 +160,28 @@ def test_captures_on_two_devices_at_once_from_one_thread(devices: list[cg.Device
     assert (xa.get() == 1.0).all()
     assert (xb.get() == 2.0).all()
     assert gb.state == "ready"
+
+
+@pytest.mark.parametrize(("mode", "refused"), [("thread_local", True), ("relaxed", False)])
+def test_a_capture_mode_binds_the_thread_on_every_device(
+    devices: list[cg.Device], mode: str, refused: bool
+) -> None:
+    # the driver itself (no cudagraphs rule in the way): a synchronize of device 1's stream
+    # while this thread captures on device 0
+    a, b = devices[0], devices[1]
+    sa, sb = a.create_stream(), b.create_stream()
+    backend = a.backend
+    backend.capture_begin(sa._raw, mode)
+    try:
+        if refused:
+            with pytest.raises(cg.CudaError, match="STREAM_CAPTURE_UNSUPPORTED"):
+                backend.synchronize(sb._raw)
+        else:
+            backend.synchronize(sb._raw)
+    finally:
+        try:
+            graph = backend.capture_end(sa._raw)
+        except cg.CudaError:
+            assert refused  # (the refused call invalidated the capture)
+        else:
+            backend.destroy(graph)
