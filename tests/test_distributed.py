@@ -431,3 +431,107 @@ def test_a_communicator_of_one_rank(device: cg.Device, rng: np.random.Generator,
     comm.synchronize(timeout=30)
     np.testing.assert_array_equal(o.get(), v)
     comm.close()
+
+
+# the simulator's scheduling (found in review: each of these failed once) ------------------------
+def test_per_device_graphs_with_work_around_the_collective(group: dist.LocalGroup) -> None:
+    xs = [cg.zeros(4, "float32", device=d) for d in group.devices]
+    for d in group.devices:
+        d.synchronize()
+    streams = [d.create_stream() for d in group.devices]
+    sessions = [cg.capture(stream=s) for s in streams]
+    graphs = [c.__enter__() for c in sessions]
+    for x, s in zip(xs, streams):
+        cg.ops.scale(2.0, x, out=x, stream=s)
+    group.all_reduce(xs, streams=streams)
+    for x, s in zip(xs, streams):
+        cg.ops.scale(3.0, x, out=x, stream=s)
+    for c in reversed(sessions):
+        c.__exit__(None, None, None)
+    for r, (x, s) in enumerate(zip(xs, streams)):
+        x.set(np.full(4, 10.0**r, np.float32), stream=s)
+    for g, s in zip(graphs, streams):
+        g.replay(s)
+    want = 3 * 2 * sum(10.0**r for r in range(len(group)))
+    for x, s in zip(xs, streams):
+        s.synchronize()
+        np.testing.assert_array_equal(x.get(stream=s), np.full(4, want))
+
+
+def test_a_graph_waits_on_whichever_of_its_collectives_can_finish(sim_group: dist.LocalGroup) -> None:
+    d0, d1 = sim_group.devices
+    xs = [cg.ones(4, "float32", device=d) for d in (d0, d1)]
+    b, a = cg.zeros(4, "float32", device=d0), cg.full(4, 7.0, "float32", device=d1)
+    for d in (d0, d1):
+        d.synchronize()
+    s0, s1 = d0.create_stream(), d1.create_stream()
+    with cg.capture(stream=s0) as g:
+        s1.wait(s0)
+        sim_group[0].recv(b, 1, stream=s0)  # its send comes from outside the graph
+        sim_group.all_reduce(xs, streams=[s0, s1])
+        s0.wait(s1)
+    sim_group[1].send(a, 0, stream=d1.create_stream())
+    g.replay(s0)
+    s0.synchronize()
+    assert (b.get(stream=s0) == 7).all()
+    assert (xs[0].get(stream=s0) == 2).all()
+
+
+def test_ranks_meet_in_the_order_they_issue_not_the_order_streams_run(sim_group: dist.LocalGroup) -> None:
+    devs = sim_group.devices
+    for seed in range(8):
+        devs[0].backend.reseed(seed)
+        a = [cg.full(4, 1.0, "float32", device=d) for d in devs]
+        b = [cg.full(4, 100.0, "float32", device=d) for d in devs]
+        for d in devs:
+            d.synchronize()
+        first, second = [d.create_stream() for d in devs], [d.create_stream() for d in devs]
+        sim_group.all_reduce(a, streams=first)
+        sim_group.all_reduce(b, streams=second)
+        for d in devs:
+            d.synchronize()
+        assert [a[0].get()[0], b[0].get()[0], a[1].get()[0], b[1].get()[0]] == [2, 200, 2, 200], seed
+
+
+def test_group_calls_inside_a_capture_join_the_forked_streams_at_its_end(sim_group: dist.LocalGroup) -> None:
+    d0, d1 = sim_group.devices
+    xs = [cg.ones(4, "float32", device=d) for d in (d0, d1)]
+    ys = [cg.ones(4, "float32", device=d) for d in (d0, d1)]
+    for d in (d0, d1):
+        d.synchronize()
+    s0 = d0.create_stream()
+    with cg.capture(stream=s0) as g, dist.group_calls():
+        sim_group.all_reduce(xs, streams=[s0, None])
+        sim_group.all_reduce(ys, streams=[s0, None])
+    g.replay(d0.current_stream())
+    assert (xs[1].get() == 2).all()
+    assert (ys[1].get() == 2).all()
+
+
+def test_many_eager_collectives_fill_the_queues_without_a_false_timeout(sim_group: dist.LocalGroup) -> None:
+    from cudagraphs.backends.sim import _MAX_PENDING
+
+    d0, d1 = sim_group.devices
+    x0, x1 = cg.zeros(1, "float32", device=d0), cg.zeros(1, "float32", device=d1)
+    for _ in range(_MAX_PENDING + 10):  # rank 0's queue overflows before rank 1 has queued
+        sim_group[0].all_reduce(x0)
+    for _ in range(_MAX_PENDING + 10):
+        sim_group[1].all_reduce(x1)
+    d0.synchronize()
+    d1.synchronize()
+
+
+def test_closing_keeps_the_communicator_for_its_graphs(sim_group: dist.LocalGroup) -> None:
+    d0, d1 = sim_group.devices
+    xs = [cg.ones(4, "float32", device=d) for d in (d0, d1)]
+    for d in (d0, d1):
+        d.synchronize()
+    s0 = d0.create_stream()
+    with cg.capture(stream=s0) as g:
+        sim_group.all_reduce(xs, streams=[s0, None])
+    sim_group.close()
+    _recording.drain()
+    g.replay(d0.current_stream())
+    assert (xs[1].get() == 2).all()
+    with pytest.raises(ValueError, match="closed"):
+        sim_group.all_reduce(xs)

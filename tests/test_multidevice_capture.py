@@ -185,3 +185,21 @@ def test_a_capture_mode_binds_the_thread_on_every_device(
             assert refused  # (the refused call invalidated the capture)
         else:
             backend.destroy(graph)
+
+
+def test_graph_memory_of_a_joined_device_is_freed_after_its_work(devices: list[cg.Device]) -> None:
+    a, b = devices[0], devices[1]
+    sa, sb = a.create_stream(), b.create_stream()
+    with cg.capture(stream=sa, alloc="graph") as g:
+        sb.wait(sa)
+        tmp = cg.empty(64, "float32", device=b, stream=sb)
+        cg.ops.fill(tmp, 3.0, stream=sb)
+        del tmp  # its free node goes on sb, after the fill
+        cg.ops.fill(cg.zeros(4, "float32", device=a, stream=sa), 1.0, stream=sa)  # (frees it here)
+        sa.wait(sb)
+    nodes, edges = a.backend.graph_topology(g._res.graph)
+    kinds = [n.type for n in nodes]
+    fill = next(i for i, n in enumerate(nodes) if n.type == "kernel")
+    free = kinds.index("mem_free")
+    assert (fill, free) in edges, (kinds, edges)
+    g.close()

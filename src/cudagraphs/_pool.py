@@ -226,12 +226,14 @@ class GraphMemory(PoolMemory):
         self.rec = rec
         self.live: set[int] = set()
         self.pending: collections.deque[int] = collections.deque()
+        self._streams: dict[int, Stream] = {}  # live block -> the stream that allocated it
 
     def allocate(self, rec: Recording, nbytes: int, stream: Stream) -> tuple[int, Any]:
         self.rec = rec
         on = rec.streams[-1] if stream.device is rec.device else stream  # (bodies: the innermost)
         ptr = on.device.backend.mem_alloc(on.device.index, nbytes, on._raw)
         self.live.add(ptr)
+        self._streams[ptr] = on
         return ptr, self
 
     def release(self, ptr: int, streams: object) -> None:
@@ -242,3 +244,8 @@ class GraphMemory(PoolMemory):
 
     def freed(self, ptr: int) -> None:
         self.live.discard(ptr)
+        self._streams.pop(ptr, None)
+
+    def stream_of(self, ptr: int) -> Stream | None:
+        """The stream that allocated the live block at ``ptr`` (its free node goes there)."""
+        return self._streams.get(ptr)

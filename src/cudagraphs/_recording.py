@@ -271,12 +271,22 @@ class Recording:
         """A graph-memory block died (maybe in another thread): free it in the graph."""
         self.frees.append(ptr)
 
-    def flush_frees(self) -> None:
-        """Record the free nodes of graph-memory blocks that died (capturing thread only)."""
-        raw = self.streams[-1]._raw
+    def flush_frees(self, at_end: bool = False) -> None:
+        """Record the free nodes of graph-memory blocks that died (capturing thread only).
+
+        During the capture each goes on the stream that allocated it while
+        that stream is still in the capture (a stream forked in from another
+        device: after its work there); at the end (``at_end``: the forked
+        streams have joined back), and otherwise, on the innermost captured
+        stream, which the joins ordered after every stream's work.
+        """
+        stream_of = None if at_end else getattr(self.memory, "stream_of", None)
         while self.frees:
             ptr = self.frees.popleft()
-            self.device.backend.mem_free(ptr, raw)
+            stream = stream_of(ptr) if stream_of is not None else None
+            if stream is None or stream._recording is not self:
+                stream = self.streams[-1]
+            stream.device.backend.mem_free(ptr, stream._raw)
             self.memory.freed(ptr)
 
     # bodies of conditional nodes --------------------------------------------------------
@@ -295,7 +305,7 @@ class Recording:
 
     def exit_body(self, stream: Any) -> None:
         """End the capture of a body started by :meth:`enter_body`."""
-        self.flush_frees()
+        self.flush_frees(at_end=True)
         try:
             self.device.backend.capture_end(stream._raw)
         except CudaError as err:  # an invalid body invalidates the whole capture
@@ -320,7 +330,7 @@ class Recording:
         backend = self.device.backend
         graph, error = None, None
         try:
-            self.flush_frees()
+            self.flush_frees(at_end=True)
             graph = backend.capture_end(self.stream._raw)
         except CudaError as err:
             error = err

@@ -283,6 +283,23 @@ class Rendezvous:
         return _error(CUDA_ERROR_ILLEGAL_STATE, "cuStreamSynchronize", f"waits forever for {self.describe()}")
 
 
+class _AnyOf(Rendezvous):
+    """Done when any of several rendezvous is (a graph whose branches all stopped)."""
+
+    def __init__(self, parts: list[Rendezvous]) -> None:
+        self.parts = parts
+
+    @property
+    def done(self) -> bool:  # type: ignore[override]
+        return any(rv.done for rv in self.parts)
+
+    def describe(self) -> str:
+        return " or ".join(rv.describe() for rv in self.parts)
+
+    def stuck(self) -> BaseException:
+        return self.parts[0].stuck()
+
+
 Waiting = Generator[Rendezvous, None, None]  # work that may stop until rendezvous are done
 
 
@@ -299,28 +316,33 @@ def _run_nodes(
         CONDITIONS[handle] = default
     here = {id(n) for n in nodes}
     finished: set[int] = set()
-    stopped: dict[int, Waiting] = {}  # node index -> its work, stopped at a rendezvous
+    stopped: dict[int, tuple[Waiting, Rendezvous]] = {}  # node index -> its work, where it stopped
     pending = list(range(len(nodes)))
     while pending:
         rest: list[int] = []
-        waiting: Rendezvous | None = None
+        progressed = False
         for i in pending:
             node = nodes[i]
             if any(id(d) in here and id(d) not in finished for d in node.deps):
                 rest.append(i)
                 continue
-            run = stopped.pop(i, None)
-            if run is None:
-                run = _run_node(node, works.get(i, node.work))
+            entry = stopped.pop(i, None)
+            if entry is not None and not entry[1].done:
+                stopped[i] = entry  # still waiting: not resumed
+                rest.append(i)
+                continue
+            run = entry[0] if entry is not None else _run_node(node, works.get(i, node.work))
             if run is not None:
                 waiting = next((rv for rv in run if not rv.done), None)
                 if waiting is not None:
-                    stopped[i] = run
+                    stopped[i] = (run, waiting)
                     rest.append(i)
                     continue
             finished.add(id(node))
-        if waiting is not None and len(rest) == len(pending):
-            yield waiting  # nothing here can run until it is done
+            progressed = True
+        if rest and not progressed:  # nothing here can run until one of them is done
+            parts = [rv for _, rv in stopped.values()]
+            yield parts[0] if len(parts) == 1 else _AnyOf(parts)
         pending = rest
 
 
@@ -637,10 +659,10 @@ class SimBackend:
         stream.queue.append(work)
         stream.issued += 1
         if len(stream.queue) > _MAX_PENDING:  # memory pressure: the device catches up
-            self._run(stream)
+            self._run(stream, wait=False)  # (up to work that waits on other streams' work)
         return stream.issued
 
-    def _run(self, stream: _SimStream, upto: int | None = None) -> None:
+    def _run(self, stream: _SimStream, upto: int | None = None, wait: bool = True) -> None:
         """Run ``stream``'s queued work (up to its ``upto``-th item).
 
         Work that waits on a :class:`Rendezvous` stops there while the other
@@ -653,6 +675,8 @@ class SimBackend:
             self._step(stream)
             rv = stream.waiting
             if rv is not None and not rv.done:
+                if not wait:
+                    return
                 self._progress(rv)
 
     def _step(self, stream: _SimStream) -> None:
@@ -790,6 +814,7 @@ class SimBackend:
         self._sticky = None
         for st in self._streams:
             st.queue.clear()
+            st.current = st.waiting = None
             st.done = st.issued
 
     # devices ------------------------------------------------------------

@@ -72,7 +72,7 @@ def group_calls() -> Iterator[None]:
     """
     state = getattr(_groups, "state", None)
     if state is None:
-        state = _groups.state = [0, {}]
+        state = _groups.state = [0, {}, []]
     state[0] += 1
     ok = False
     try:
@@ -82,12 +82,22 @@ def group_calls() -> Iterator[None]:
         state[0] -= 1
         if state[0] == 0:
             opened, state[1] = state[1], {}
-            for engine, handles, timeout in opened.values():
-                if ok:
-                    engine.group_end(handles, timeout)
-                else:  # (the group still ends: the engine must not stay in it)
-                    with contextlib.suppress(Exception):
+            joins, state[2] = state[2], []
+            try:
+                for engine, handles, timeout in opened.values():
+                    if ok:
                         engine.group_end(handles, timeout)
+                    else:  # (the group still ends: the engine must not stay in it)
+                        with contextlib.suppress(Exception):
+                            engine.group_end(handles, timeout)
+            finally:
+                for origin, side in joins:  # streams forked into a capture join it back
+                    origin.wait(side)
+
+
+def _join_later(origin: Stream, side: Stream) -> None:
+    """Join ``side`` back into ``origin``'s capture once the open group has issued."""
+    _groups.state[2].append((origin, side))
 
 
 def _join_group(comm: Communicator) -> bool:
@@ -129,6 +139,8 @@ class Communicator:
     ) -> None:
         self.device, self.rank, self.size = device, rank, size
         self.engine, self._handle, self.timeout = engine, handle, timeout
+        self._closed = False
+        # NCCL's resources go once nothing holds the communicator (a graph that uses it does)
         self._finalizer = weakref.finalize(self, _recording.later, device, engine.destroy, handle)
 
     # the operations --------------------------------------------------------------------------
@@ -193,18 +205,22 @@ class Communicator:
 
     def abort(self) -> None:
         """Abandon the communicator now: its pending operations end without results."""
+        self._closed = True
         if self._finalizer.detach() is not None:
             self.engine.abort(self._handle)
 
     def close(self) -> None:
-        """Release the communicator (after the work queued on it). Idempotent."""
-        if self._finalizer.alive:
-            self._finalizer()
+        """No more operations on this communicator. Idempotent.
+
+        Its NCCL resources are released once nothing holds it: at once when
+        you drop it, after the last graph that uses it otherwise.
+        """
+        self._closed = True
 
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` or :meth:`abort` was called."""
-        return not self._finalizer.alive
+        return self._closed
 
     def __enter__(self) -> Communicator:
         return self
@@ -308,12 +324,16 @@ class Communicator:
         s = self._stream(stream)
         if _join_group(self):
             self._submit(plan, s)
-        else:
-            self.engine.group_start()
+            return plan.result
+        self.engine.group_start()
+        try:
+            self._submit(plan, s)
+        finally:
             try:
-                self._submit(plan, s)
-            finally:
                 self.engine.group_end([self._handle], self.timeout)
+            except CollectiveTimeoutError:
+                self.abort()
+                raise
         return plan.result
 
 
@@ -348,6 +368,7 @@ class LocalGroup(Sequence[Communicator]):
     def __init__(self, comms: list[Communicator]) -> None:
         self.comms = comms
         self.devices = [c.device for c in comms]
+        self._side: dict[int, Stream] = {}  # rank -> its stream forked into captures
 
     def __len__(self) -> int:
         return len(self.comms)
@@ -402,9 +423,17 @@ class LocalGroup(Sequence[Communicator]):
         return self._each(lambda c, x, o, s: c._plan_broadcast(x, o, root, s), xs, outs, streams)
 
     def synchronize(self, *, timeout: float | None = None) -> None:
-        """:meth:`Communicator.synchronize` of every rank's current stream."""
-        for c in self.comms:
-            c.synchronize(timeout=timeout)
+        """:meth:`Communicator.synchronize` of every rank's current stream.
+
+        On a timeout every rank's communicator is aborted (the others' streams
+        wait for the same operations).
+        """
+        try:
+            for c in self.comms:
+                c.synchronize(timeout=timeout)
+        except CollectiveTimeoutError:
+            self.abort()
+            raise
 
     def abort(self) -> None:
         """Abort every rank's communicator."""
@@ -457,49 +486,45 @@ class LocalGroup(Sequence[Communicator]):
     def _run(self, plans: list[_Plan], streams: list[Stream]) -> list[DeviceArray]:
         if any(c.closed for c in self.comms):
             raise ValueError(f"{self!r} has closed communicators: make a new group")
-        streams, forks = _fork(self.devices, streams)
-        try:
-            with group_calls():
+        with group_calls():  # (joins the forked streams back when the outermost group ends)
+            streams = self._fork(streams)
+            try:
                 for c, plan, s in zip(self.comms, plans, streams):
                     _join_group(c)
                     c._submit(plan, s)
-        finally:
-            _join(self.devices, forks)
+            except CollectiveTimeoutError:
+                self.abort()
+                raise
         return [p.result for p in plans]
 
+    def _fork(self, streams: list[Stream]) -> list[Stream]:
+        """Each rank's stream: inside a capture, those outside every capture fork into it.
 
-def _fork(
-    devices: list[Device], streams: list[Stream]
-) -> tuple[list[Stream], list[tuple[int, Stream, Stream]]]:
-    """Streams for each rank: inside a capture, those outside every capture are forked into it.
-
-    (Streams that are all captured, each by a capture of its own device, are
-    used as they are: a graph per device, replayed one after the other.)
-    """
-    rec = next((s._recording for s in streams if s._recording is not None), None)
-    if rec is None or all(s._recording is not None for s in streams):
-        return streams, []
-    origin = next(s for s in streams if s._recording is rec)
-    out, forks = list(streams), []
-    for i, s in enumerate(streams):
-        if s._recording is not None:
-            if s._recording is not rec:
-                raise CaptureError(
-                    f"the ranks' streams belong to two captures ({origin} and {s}) and some to "
-                    "none: capture every rank's stream, or one stream (the others join it)"
-                )
-            continue
-        spare = devices[i].spare_stream()
-        spare.wait(origin)  # forks it into the capture
-        out[i] = spare
-        forks.append((i, spare, origin))
-    return out, forks
-
-
-def _join(devices: list[Device], forks: list[tuple[int, Stream, Stream]]) -> None:
-    for i, spare, origin in forks:
-        origin.wait(spare)  # joined back: the capture can end
-        devices[i].return_spare_stream(spare)
+        (Streams that are all captured, each by a capture of its own device,
+        are used as they are: a graph per device.) A forked rank runs on a
+        stream of the group's own, which joins the capture back when the
+        group has issued.
+        """
+        rec = next((s._recording for s in streams if s._recording is not None), None)
+        if rec is None or all(s._recording is not None for s in streams):
+            return streams
+        origin = next(s for s in streams if s._recording is rec)
+        out = list(streams)
+        for i, s in enumerate(streams):
+            if s._recording is not None:
+                if s._recording is not rec:
+                    raise CaptureError(
+                        f"the ranks' streams belong to two captures ({origin} and {s}) and some "
+                        "to none: capture every rank's stream, or one stream (the others join it)"
+                    )
+                continue
+            side = self._side.get(i)
+            if side is None or side._recording not in (None, rec):  # (busy in another capture)
+                side = self._side[i] = self.devices[i].create_stream()
+            side.wait(origin)  # forks it into the capture (or orders it there again)
+            _join_later(origin, side)
+            out[i] = side
+        return out
 
 
 # making them ---------------------------------------------------------------------------------------

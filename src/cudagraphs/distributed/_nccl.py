@@ -89,6 +89,7 @@ class NcclEngine:
         self._settle(
             [comm],
             timeout,
+            True,
             f"rank {rank} of {nranks} waited {timeout:g} s for the other ranks to join the "
             "communicator: start every rank with the same world size and store",
         )
@@ -112,7 +113,7 @@ class NcclEngine:
 
     def group_end(self, handles: list[Any], timeout: float) -> None:
         self._check("ncclGroupEnd", self.nc.group_end)
-        self._settle(handles, timeout, "the group's operations were not issued")
+        self._settle(handles, timeout, False, "the group's operations were not issued")
 
     def enqueue(self, handle: Any, rank: int, op: Op, stream: Any) -> None:
         nc, s, dt = self.nc, int(stream), self._dtype(op.dtype)
@@ -148,8 +149,12 @@ class NcclEngine:
         except Exception:
             return "NCCL gave no detail"
 
-    def _settle(self, handles: list[Any], timeout: float, what: str) -> None:
-        """Wait until no communicator of ``handles`` is in progress (non-blocking ones)."""
+    def _settle(self, handles: list[Any], timeout: float, abort: bool, what: str) -> None:
+        """Wait until no communicator of ``handles`` is in progress (non-blocking ones).
+
+        On a timeout, ``abort`` says whether to abort them here (a joining
+        rank's, which no Communicator holds yet); otherwise their holders do.
+        """
         deadline = None
         for comm in handles:
             while True:
@@ -163,7 +168,10 @@ class NcclEngine:
                 if deadline is None:
                     deadline = time.monotonic() + timeout
                 elif time.monotonic() > deadline:
-                    for c in handles:
-                        self.nc.comm_abort(c)
-                    raise CollectiveTimeoutError(f"{what} (the communicator was aborted)")
+                    if abort:
+                        for c in handles:
+                            self.nc.comm_abort(c)
+                    raise CollectiveTimeoutError(
+                        f"{what} within {timeout:g} s (the communicator was aborted)"
+                    )
                 time.sleep(0.0005)

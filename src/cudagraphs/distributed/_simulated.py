@@ -66,13 +66,13 @@ class _World:
         self.meetings: dict[tuple[Any, ...], _Meeting] = {}
         self.aborted = False
 
-    def arrive(self, rank: int, op: Op, backend: Any) -> _Meeting:
-        """Hand in ``rank``'s ``op``: the meeting it waits on (done when all have come)."""
-        if rank not in self.devices:
-            raise DistributedError(
-                f"sim: rank {rank}'s communicator was closed before this {op.describe()} ran "
-                "(a graph that uses a communicator keeps it open)"
-            )
+    def stamp(self, rank: int, op: Op) -> tuple[tuple[Any, ...], tuple[int, ...]]:
+        """The meeting ``rank``'s ``op`` belongs to: its key and the ranks it waits for.
+
+        Taken when the operation is issued (queued eagerly) or, for a graph's
+        node, each time it runs (a graph's operations are issued by its
+        launch, in order).
+        """
         if op.kind in ("send", "recv"):
             pair = (rank, op.peer) if op.kind == "send" else (op.peer, rank)
             counts = self.sent if op.kind == "send" else self.received
@@ -84,12 +84,23 @@ class _World:
             k = self.collectives[rank]
             self.collectives[rank] = k + 1
             key, expected = ("collective", k), tuple(range(self.nranks))
+        return key, expected
+
+    def arrive(self, rank: int, op: Op, backend: Any, stamp: Any = None) -> _Meeting:
+        """Hand in ``rank``'s ``op``: the meeting it waits on (done when all have come)."""
+        if self.aborted:  # (work queued before the abort ends without its result, as NCCL's)
+            aborted = _Meeting(self, ("aborted",), ())
+            aborted.done = True
+            return aborted
+        if rank not in self.devices:
+            raise DistributedError(
+                f"sim: rank {rank}'s communicator was destroyed before this {op.describe()} ran "
+                "(a graph that uses a communicator keeps it alive)"
+            )
+        key, expected = stamp if stamp is not None else self.stamp(rank, op)
         meeting = self.meetings.get(key)
         if meeting is None:
             meeting = self.meetings[key] = _Meeting(self, key, expected)
-        if self.aborted:
-            meeting.done = True
-            return meeting
         data = None
         if op.send:
             nbytes = op.n * op.dtype.itemsize * (self.nranks if op.kind == "reduce_scatter" else 1)
@@ -231,10 +242,11 @@ class SimulatedEngine:
 
     def abort(self, handle: Any) -> None:
         world: _World = handle.world
-        world.aborted = True
+        world.aborted = True  # (every rank's: NCCL's abort ends the operations of them all)
         for meeting in list(world.meetings.values()):
             meeting.done = True  # the stopped streams go on, their results unwritten
         world.meetings.clear()
+        self.destroy(handle)
 
     def destroy(self, handle: Any) -> None:
         world, rank = handle.world, handle.rank
@@ -263,6 +275,11 @@ class SimulatedEngine:
             self._queue(backend, stream, ops)
 
     def enqueue(self, handle: Any, rank: int, op: Op, stream: Any) -> None:
+        if handle.world.aborted:
+            raise DistributedError(
+                f"sim: rank {rank}'s communicator was aborted (by another rank's timeout or "
+                "abort): make a new one"
+            )
         item = (handle.world, rank, op)
         if getattr(self._group, "depth", 0):
             pending = self._group.pending
@@ -277,10 +294,15 @@ class SimulatedEngine:
     def _queue(self, backend: Any, stream: Any, ops: list[tuple[_World, int, Op]]) -> None:
         label = "ncclDevKernel_" + "_".join(op.kind for _, _, op in ops)
 
+        # matched in the order the ranks issue them: stamped now when queued eagerly, as a
+        # graph's node when it runs (each launch issues the graph's operations anew)
+        eager = getattr(stream, "capture", None) is None
+        stamps = [world.stamp(rank, op) if eager else None for world, rank, op in ops]
+
         def work() -> Generator[Rendezvous, None, None]:
-            meetings = [world.arrive(rank, op, backend) for world, rank, op in ops]
+            meetings = [w.arrive(r, op, backend, st) for (w, r, op), st in zip(ops, stamps)]
             for meeting in meetings:
-                if not meeting.done:
+                while not meeting.done:
                     yield meeting
                 if meeting.error is not None:
                     raise meeting.error
