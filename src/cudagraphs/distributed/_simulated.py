@@ -147,7 +147,8 @@ class _Meeting(Rendezvous):
             ):
                 calls = ", ".join(f"rank {r}: {ops[r].describe()}" for r in sorted(ops))
                 self.error = DistributedError(
-                    f"sim: the ranks' collective #{self.key[1]} disagree ({calls}); every rank must "
+                    f"sim: the ranks' collective #{self.key[1]} (counting the warm-up's 4) disagree "
+                    f"({calls}); every rank must "
                     "call the same collectives in the same order, with the same sizes, types, "
                     "reductions and roots (on a GPU this hangs or corrupts memory)"
                 )
