@@ -535,3 +535,19 @@ def test_closing_keeps_the_communicator_for_its_graphs(sim_group: dist.LocalGrou
     assert (xs[1].get() == 2).all()
     with pytest.raises(ValueError, match="closed"):
         sim_group.all_reduce(xs)
+
+
+def test_tcp_store_is_pytorchs() -> None:
+    pytest.importorskip("torch.distributed", reason="TCPStore needs PyTorch (the GPU machine has it)")
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    store = dist.TCPStore("127.0.0.1", port, world_size=1, is_master=True, timeout=1.0)
+    from cudagraphs.distributed._store import exchange
+
+    assert exchange(store, "k", b"\x00id\xff", "publish") == b"\x00id\xff"
+    assert exchange(store, "k", None, "read") == b"\x00id\xff"
+    with pytest.raises(cg.CollectiveTimeoutError):
+        exchange(store, "never-set", None, "rank 1 waited for rank 0")
