@@ -139,8 +139,8 @@ def _ordered_launch(device: Device, others: list[Device]) -> Callable[..., None]
         if upload:
             backend.graph_launch(exec_, raw, upload=True)
             return
-        for d, ev in before:
-            s = d.current_stream()
+        current = [d.current_stream() for d, _ in before]
+        for (d, ev), s in zip(before, current):
             if s._recording is not None:
                 raise CaptureError(
                     f"a graph with work on {d} replayed while {d}'s current stream is being "
@@ -150,8 +150,8 @@ def _ordered_launch(device: Device, others: list[Device]) -> Callable[..., None]
             backend.stream_wait_event(raw, ev._raw)
         backend.graph_launch(exec_, raw)
         backend.event_record(done._raw, raw)
-        for d, _ in before:
-            backend.stream_wait_event(d.current_stream()._raw, done._raw)
+        for s in current:
+            backend.stream_wait_event(s._raw, done._raw)
 
     return launch
 
