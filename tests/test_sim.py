@@ -6,6 +6,7 @@ on sim only; the library's behaviour on both backends is tested elsewhere.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -14,6 +15,7 @@ import pytest
 import cudagraphs as cg
 from cudagraphs._errors import CudaError
 from cudagraphs.backends.base import CUDA_ERROR_ILLEGAL_ADDRESS, Copy
+from cudagraphs.backends.sim import Rendezvous
 
 
 @pytest.fixture
@@ -204,3 +206,58 @@ def test_graph_memory_left_unfreed_needs_auto_free_to_relaunch(device: cg.Device
         backend.destroy(exec_)
         backend.destroy(graph)
     s.close()
+
+
+class _Outside(Rendezvous):
+    """Work another process completes (as a collective with ranks in other processes)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.deadline = time.monotonic() + seconds
+        self.came = False
+
+    def poll(self) -> bool:
+        self.done = self.done or self.came
+        return self.done
+
+    def stuck(self) -> BaseException:
+        return TimeoutError("the other process never came")
+
+
+def test_work_waiting_for_another_process_is_waited_for_but_only_looked_at_by_a_query(sim: cg.Device) -> None:
+    a, b = sim.create_stream(), sim.create_stream()
+    rv = _Outside(3.0)
+
+    ran: list[bool] = []
+
+    def waiting() -> Iterator[Rendezvous]:
+        while not rv.done:
+            yield rv
+        ran.append(True)
+
+    sim.backend.queue_work(a._live(), "test", "outside", waiting)
+    b.wait(a.record())  # b waits for a's work: through another stream
+    t0 = time.monotonic()
+    assert not a.query()  # nothing came: a query returns at once
+    assert not b.query()
+    assert not b.record().query()
+    assert time.monotonic() - t0 < 2  # (not the 3 s until its deadline)
+    assert ran == []
+    rv.came = True  # the other process hands in its part
+    assert b.query()
+    assert ran == [True]
+    # a blocking wait waits until the deadline, then the stream stays stopped
+    late = _Outside(0.2)
+
+    def never() -> Iterator[Rendezvous]:
+        while not late.done:
+            yield late
+
+    sim.backend.queue_work(a._live(), "test", "outside", never)
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError, match="never came"):
+        a.synchronize()
+    assert 0.15 < time.monotonic() - t0 < 10
+    late.came = True
+    a.synchronize()
+    a.close()
+    b.close()

@@ -273,6 +273,13 @@ class Rendezvous:
     """
 
     done: bool = False
+    #: Set where work of another process can complete it (a collective with
+    #: ranks in other processes): the time after which it never will.
+    deadline: float | None = None
+
+    def poll(self) -> bool:
+        """Whether it is done, taking in what other processes handed in."""
+        return self.done
 
     def describe(self) -> str:
         """What it still waits for (for the error when nothing else can run)."""
@@ -292,6 +299,15 @@ class _AnyOf(Rendezvous):
     @property
     def done(self) -> bool:  # type: ignore[override]
         return any(rv.done for rv in self.parts)
+
+    @property
+    def deadline(self) -> float | None:  # type: ignore[override]
+        times = [rv.deadline for rv in self.parts if rv.deadline is not None]
+        return max(times) if times else None
+
+    def poll(self) -> bool:
+        polled = [rv.poll() for rv in self.parts]  # (each takes in what came)
+        return any(polled)
 
     def describe(self) -> str:
         return " or ".join(rv.describe() for rv in self.parts)
@@ -419,6 +435,7 @@ class _SimStream:
         "current",
         "deps",
         "done",
+        "failed",
         "invalidated",
         "issued",
         "mode",
@@ -439,6 +456,7 @@ class _SimStream:
         self.done = 0  # items run
         self.current: Waiting | None = None  # the item that stopped at a rendezvous
         self.waiting: Rendezvous | None = None  # and that rendezvous
+        self.failed: BaseException | None = None  # work started early raised it (see start)
         self.capture: _SimGraph | None = None  # the graph being recorded
         self.mode = "thread_local"
         self.invalidated = False
@@ -644,6 +662,7 @@ class SimBackend:
         self._lock = threading.Lock()
         self._capturing: set[_SimStream] = set()
         self._stepping: set[_SimStream] = set()  # streams whose work runs (up the call stack)
+        self._querying = 0  # > 0 in a query: work waiting for other processes is not waited for
         self._thread = threading.local()  # this thread's capture-mode setting
         self._streams: list[_SimStream] = []  # every live stream (for device synchronize)
         self._sticky: CudaError | None = None  # a fault that broke the context (see reset)
@@ -662,22 +681,26 @@ class SimBackend:
             self._run(stream, wait=False)  # (up to work that waits on other streams' work)
         return stream.issued
 
-    def _run(self, stream: _SimStream, upto: int | None = None, wait: bool = True) -> None:
+    def _run(self, stream: _SimStream, upto: int | None = None, wait: bool = True) -> bool:
         """Run ``stream``'s queued work (up to its ``upto``-th item).
 
         Work that waits on a :class:`Rendezvous` stops there while the other
         streams run (in a seeded order) until it is done; when none of them
         can run, the rendezvous can never complete: its error is raised (on a
-        GPU, the streams would hang).
+        GPU, the streams would hang). Returns whether it got there: not
+        without ``wait``, or in a query, when the work waits on another
+        process's.
         """
         self._check_context()
+        if stream.failed is not None:  # (raised where the host next looks at the stream)
+            err, stream.failed = stream.failed, None
+            raise err
         while (stream.queue or stream.current is not None) and (upto is None or stream.done < upto):
             self._step(stream)
             rv = stream.waiting
-            if rv is not None and not rv.done:
-                if not wait:
-                    return
-                self._progress(rv)
+            if rv is not None and not rv.done and not (wait and self._progress(rv)):
+                return False
+        return True
 
     def _step(self, stream: _SimStream) -> None:
         """Run ``stream``'s next item, or resume the one that stopped, until it stops again."""
@@ -719,8 +742,13 @@ class SimBackend:
         finally:
             self._stepping.discard(stream)
 
-    def _progress(self, rv: Rendezvous) -> None:
-        """Run the other streams' work, one item at a time, until ``rv`` is done."""
+    def _progress(self, rv: Rendezvous) -> bool:
+        """Run the other streams' work, one item at a time, until ``rv`` is done.
+
+        When none can run, what other processes hand in may complete a stopped
+        one: waited for until its deadline (in a query, only looked at: False
+        if nothing came).
+        """
         while not rv.done:
             ready = [
                 st
@@ -729,16 +757,43 @@ class SimBackend:
                 and (st.queue or st.current is not None)
                 and (st.waiting is None or st.waiting.done)
             ]
-            if not ready:
+            if ready:
+                st = ready[self._order.randrange(len(ready))] if len(ready) > 1 else ready[0]
+                self._step(st)
+                continue
+            outside = [
+                st.waiting
+                for st in self._streams
+                if st.waiting is not None and not st.waiting.done and st.waiting.deadline is not None
+            ]
+            if not outside:
                 raise rv.stuck()
-            st = ready[self._order.randrange(len(ready))] if len(ready) > 1 else ready[0]
-            self._step(st)
+            if not self._await_outside(outside):
+                if self._querying:
+                    return False
+                raise rv.stuck()
+        return True
+
+    def _await_outside(self, waits: list[Rendezvous]) -> bool:
+        """Wait until another process's work completes one of ``waits`` (False: their deadlines passed)."""
+        last = max(rv.deadline or 0.0 for rv in waits)
+        pause = 1e-4
+        while True:
+            polled = [rv.poll() for rv in waits]  # (each takes in what came)
+            if any(polled):
+                return True
+            if self._querying or time.monotonic() > last:
+                return False
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)
 
     def _run_device(self, ordinal: int) -> None:
         """Run every stream of the device to its end, in a seeded interleaving."""
         self._check_context()
         while True:
-            ready = [st for st in self._streams if st.ordinal == ordinal and (st.queue or st.current)]
+            ready = [
+                st for st in self._streams if st.ordinal == ordinal and (st.queue or st.current or st.failed)
+            ]
             if not ready:
                 return
             st = ready[self._order.randrange(len(ready))] if len(ready) > 1 else ready[0]
@@ -814,7 +869,7 @@ class SimBackend:
         self._sticky = None
         for st in self._streams:
             st.queue.clear()
-            st.current = st.waiting = None
+            st.current = st.waiting = st.failed = None
             st.done = st.issued
 
     # devices ------------------------------------------------------------
@@ -982,15 +1037,20 @@ class SimBackend:
                 self._invalidate([target], call)
             if block:
                 self._unsafe(target.ordinal, call)
-            self._run(target)  # a query forces the work too (the device makes progress)
-            return True
+            return self._forced(block, target)  # a query forces the work too (the device makes progress)
         call = "cuEventSynchronize" if block else "cuEventQuery"
         self._live(target, call)
         if block:
             self._unsafe(target.ordinal, call)
-        if target.stream is not None:
-            self._run(target.stream, target.seq)
-        return True
+        return target.stream is None or self._forced(block, target.stream, target.seq)
+
+    def _forced(self, block: bool, stream: _SimStream, upto: int | None = None) -> bool:
+        """Run ``stream`` (to its ``upto``-th item); a query does not wait for other processes."""
+        self._querying += not block
+        try:
+            return self._run(stream, upto)
+        finally:
+            self._querying -= not block
 
     def event_record(self, event: _SimEvent, stream: _SimStream, external: bool = False) -> None:
         self._live(event, "cuEventRecord")
@@ -1038,8 +1098,10 @@ class SimBackend:
             return  # (an event of an ended capture, or never recorded: done)
         other, seq, run = event.stream, event.seq, self._run
 
-        def wait() -> None:  # the other stream first runs up to the event
-            run(other, seq)
+        def wait() -> Waiting:  # the other stream first runs up to the event
+            while not run(other, seq):  # (in a query, it waits for another process's work)
+                assert other.waiting is not None
+                yield other.waiting
 
         self._check_context()
         self._queue(stream, wait)
@@ -1110,6 +1172,20 @@ class SimBackend:
         ``work`` may return a generator of :class:`Rendezvous` it waits on.
         """
         self._submit(stream, call, "kernel", label, work)
+
+    def start(self, stream: _SimStream) -> None:
+        """Run ``stream``'s queued work now, up to work that waits (a GPU starts it once queued).
+
+        What the work raises is raised where the host next waits for or
+        queries the stream, not here.
+        """
+        self._querying += 1
+        try:
+            self._run(stream, wait=False)
+        except BaseException as err:  # (kept for later)
+            stream.failed = err
+        finally:
+            self._querying -= 1
 
     def device_bytes(self, ptr: int, nbytes: int, call: str) -> np.ndarray:
         """The simulated device memory ``[ptr, ptr + nbytes)`` as a writable uint8 view."""
