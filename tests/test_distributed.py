@@ -12,7 +12,10 @@ import gc
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -271,22 +274,49 @@ def test_sim_an_ungrouped_exchange_deadlocks_as_on_a_gpu(sim_group: dist.LocalGr
 
 
 # one rank per call of init(): the store ------------------------------------------------------------
-def test_init_through_a_file_store_on_sim(tmp_path: Path, rng: np.random.Generator) -> None:
+def test_init_waits_for_every_rank(device: cg.Device, tmp_path: Path) -> None:
+    # rank 1 never starts: rank 0's init times out instead of hanging (NCCL's and sim's alike)
+    store = dist.FileStore(tmp_path / "store")
+    t0 = time.monotonic()
+    with pytest.raises(cg.CollectiveTimeoutError, match="rank"):
+        dist.init(0, 2, store=store, device=device, timeout=0.5)
+    assert time.monotonic() - t0 < 30
+    # nothing is left behind: the device works, and the same store makes another communicator
+    x = cg.ones(4, "float32", device=device)
+    cg.ops.scale(2.0, x, out=x)
+    assert (x.get() == 2).all()
+    comm = dist.init(0, 1, store=store, device=device, name="again")
+    comm.all_reduce(x)
+    assert (x.get() == 2).all()
+    comm.close()
+
+
+def test_sim_refuses_two_ranks_of_one_communicator_in_one_process(tmp_path: Path) -> None:
+    # on sim, init() is one rank per process (a thread per rank would share one simulator)
     with cg.override(backend="sim", sim_devices=2):
         store = dist.FileStore(tmp_path / "store")
-        # (sim: joining does not wait, so one thread can make both ranks)
-        comms = [dist.init(r, 2, store=store, device=cg.Device(r), name="t") for r in range(2)]
-        data = [rng.standard_normal(10).astype(np.float32) for _ in range(2)]
-        xs = [cg.asarray(v, device=c.device) for v, c in zip(data, comms)]
-        with dist.group_calls():
-            for c, x in zip(comms, xs):
-                c.all_reduce(x)
-        for x in xs:
-            np.testing.assert_allclose(x.get(), data[0] + data[1], rtol=1e-6)
-        assert "rank 1 of 2" in repr(comms[1])
-        for c in comms:
-            c.close()
-            c.close()  # idempotent
+        errors: list[BaseException] = []
+
+        def rank0() -> None:
+            try:
+                dist.init(0, 2, store=store, device=cg.Device(0), timeout=2)
+            except BaseException as exc:  # (checked below)
+                errors.append(exc)
+
+        boxes = Path(tempfile.gettempdir()) / "cudagraphs-sim"
+        before = set(boxes.glob("*/joined.0"))
+        t = threading.Thread(target=rank0)
+        t.start()
+        deadline = time.monotonic() + 10
+        while not set(boxes.glob("*/joined.0")) - before:
+            assert time.monotonic() < deadline, "rank 0 never joined"
+            time.sleep(0.01)
+        with pytest.raises(cg.DistributedError, match="one rank per process"):
+            dist.init(1, 2, store=store, device=cg.Device(1), timeout=2)
+        t.join()
+        assert len(errors) == 1
+        assert isinstance(errors[0], cg.CollectiveTimeoutError)
+        assert "rank(s) [1] to join" in str(errors[0])
 
 
 def test_init_argument_and_store_errors(tmp_path: Path) -> None:
@@ -305,23 +335,42 @@ def test_init_argument_and_store_errors(tmp_path: Path) -> None:
         dist.FileStore(tmp_path, timeout=0)
 
 
-# one process per GPU ---------------------------------------------------------------------------------
+# one process per GPU (on sim: per simulated GPU) ------------------------------------------------
 _RANK = textwrap.dedent(
     """
     import sys, numpy as np, cudagraphs as cg
     from cudagraphs import distributed as dist
     rank, path, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-    comm = dist.init(rank, 2, store=dist.FileStore(path), device=cg.Device(rank), timeout=30)
+    comm = dist.init(rank, 2, store=dist.FileStore(path), device=cg.Device(rank),
+                     timeout=4 if mode == "block" else 30)
     d = comm.device
-    if mode == "late" and rank == 1:
+    if mode in ("late", "block") and rank == 1:
         sys.exit(0)  # joined, then never calls the collective
+    if mode == "abort" and rank == 1:
+        comm.abort()
+        sys.exit(0)
     x = cg.asarray(np.arange(1024, dtype=np.float32) * (rank + 1), device=d)
-    comm.all_reduce(x)
-    if mode == "late":
+    if mode == "disagree":
         try:
-            comm.synchronize(timeout=3)
+            comm.all_reduce(x[: 1024 - 512 * rank])  # rank 1 sends half as much
+            comm.synchronize(timeout=10)
+        except cg.DistributedError as exc:
+            print("DISAGREE", type(exc).__name__, exc)
+            sys.exit(0)
+        sys.exit(1)
+    comm.all_reduce(x)
+    if mode == "block":
+        try:
+            x.get()  # waits as long as the communicator's timeout (4 s), then raises
         except cg.CollectiveTimeoutError as exc:
             print("TIMEOUT", exc)
+            sys.exit(0)
+        sys.exit(1)
+    if mode in ("late", "abort"):
+        try:
+            comm.synchronize(timeout=3)
+        except cg.DistributedError as exc:  # (a CollectiveTimeoutError is one)
+            print("TIMEOUT" if isinstance(exc, cg.CollectiveTimeoutError) else "ABORTED", exc)
             sys.exit(0)
         sys.exit(1)
     assert (x.get() == np.arange(1024) * 3).all(), x.get()[:4]
@@ -337,20 +386,34 @@ _RANK = textwrap.dedent(
     assert (y.get(stream=s) == 3 * 2**9).all(), y.get(stream=s)[:4]
     out = comm.all_gather(cg.full(4, rank, "int32", device=d))
     assert (out.get() == np.array([[0] * 4, [1] * 4])).all()
+    peer = 1 - rank
+    a = cg.full(8, rank + 5, "float64", device=d)
+    b = cg.zeros(8, "float64", device=d)
+    with dist.group_calls():
+        comm.send(a, peer)
+        comm.recv(b, peer)
+    assert (b.get() == peer + 5).all(), b.get()
     print("RANK OK", rank)
     comm.close()
     """
 )
 
+_PROCESS_BACKENDS = [
+    "sim",
+    pytest.param(
+        "cuda",
+        marks=pytest.mark.skipif(
+            cuda_device_count() < 2, reason="GPU test: needs two GPUs and CUDAGRAPHS_TEST_BACKENDS=cuda,sim"
+        ),
+    ),
+]
 
-@pytest.mark.skipif(
-    cuda_device_count() < 2, reason="GPU test: needs two GPUs and CUDAGRAPHS_TEST_BACKENDS=cuda,sim"
-)
-@pytest.mark.parametrize("mode", ["ok", "late"])
-def test_one_process_per_gpu(tmp_path: Path, mode: str) -> None:
+
+def _two_ranks(tmp_path: Path, backend: str, mode: str) -> list[str]:
+    tmp_path.mkdir(exist_ok=True)
     script = tmp_path / "rank.py"
     script.write_text(_RANK)
-    env = {**os.environ, "CUDAGRAPHS_BACKEND": "cuda"}
+    env = {**os.environ, "CUDAGRAPHS_BACKEND": backend, "CUDAGRAPHS_SIM_DEVICES": "2"}
     procs = [
         subprocess.Popen(
             [sys.executable, str(script), str(r), str(tmp_path / "store"), mode],
@@ -364,11 +427,40 @@ def test_one_process_per_gpu(tmp_path: Path, mode: str) -> None:
     outs = [p.communicate(timeout=120)[0] for p in procs]
     for r, (p, out) in enumerate(zip(procs, outs)):
         assert p.returncode == 0, f"rank {r}:\n{out}"
-    if mode == "ok":
-        assert all(f"RANK OK {r}" in out for r, out in enumerate(outs)), outs
-    else:
-        assert "TIMEOUT" in outs[0], outs[0]
-        assert "aborted" in outs[0], outs[0]
+    return outs
+
+
+@pytest.mark.parametrize("backend", _PROCESS_BACKENDS)
+def test_one_process_per_gpu(tmp_path: Path, backend: str) -> None:
+    outs = _two_ranks(tmp_path, backend, "ok")
+    assert all(f"RANK OK {r}" in out for r, out in enumerate(outs)), outs
+
+
+@pytest.mark.parametrize("backend", _PROCESS_BACKENDS)
+def test_one_process_per_gpu_rank_that_never_calls(tmp_path: Path, backend: str) -> None:
+    out = _two_ranks(tmp_path, backend, "late")[0]
+    assert "TIMEOUT" in out, out
+    assert "aborted" in out, out
+
+
+def test_one_process_per_gpu_errors_on_sim(tmp_path: Path) -> None:
+    # where a GPU hangs or corrupts memory, sim's processes raise, each naming the ranks' calls
+    boxes = Path(tempfile.gettempdir()) / "cudagraphs-sim"
+    before = set(boxes.iterdir()) if boxes.is_dir() else set()
+    for r, out in enumerate(_two_ranks(tmp_path / "disagree", "sim", "disagree")):
+        assert "DISAGREE DistributedError" in out, out
+        assert "rank 0: all_reduce(1024 float32, sum), rank 1: all_reduce(512 float32, sum)" in out, (r, out)
+    out = _two_ranks(tmp_path / "abort", "sim", "abort")[0]
+    assert "ABORTED" in out, out
+    assert "rank 1 (another process) aborted the communicator" in out, out
+    t0 = time.monotonic()
+    out = _two_ranks(tmp_path / "block", "sim", "block")[0]
+    assert "TIMEOUT" in out, out
+    assert "waited 4 s for rank(s) [1] to join all_reduce(1024 float32, sum)" in out, out
+    assert "rank(s) [1] closed their communicator" in out, out
+    assert time.monotonic() - t0 < 60
+    # every run's mailbox was removed by the last of its ranks to leave
+    assert (set(boxes.iterdir()) if boxes.is_dir() else set()) <= before
 
 
 # the data-parallel step of the benchmark -----------------------------------------------------------

@@ -20,12 +20,21 @@ order they are issued. What NCCL cannot check is checked here:
 Operations in one group (``group_start`` .. ``group_end``) are one piece of
 work per stream, as NCCL fuses them: a send and a receive between two ranks
 in a group meet whatever their order.
+
+Ranks in other processes (:func:`~cudagraphs.distributed.init`, one process
+per simulated GPU) hand in their operations through a
+:class:`~._mailbox.Mailbox`; a stream that waits for them waits until the
+communicator's timeout, then raises :class:`~cudagraphs.CollectiveTimeoutError`
+(a query, as ``Communicator.synchronize`` makes, only looks). Eager
+operations of such a communicator start at once, as on a GPU, so a process
+that never synchronizes still hands in its part.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Generator
 from typing import Any
 
@@ -34,6 +43,7 @@ import numpy as np
 from .._errors import CollectiveTimeoutError, DistributedError
 from ..backends.sim import Rendezvous
 from ._engine import Op
+from ._mailbox import Mailbox
 
 __all__ = ["SimulatedEngine"]
 
@@ -57,14 +67,22 @@ class _Rank:
 class _World:
     """The ranks of one communicator."""
 
-    def __init__(self, uid: bytes, nranks: int) -> None:
+    def __init__(self, uid: bytes, nranks: int, mailbox: Mailbox | None = None, timeout: float = 0.0) -> None:
         self.uid, self.nranks = uid, nranks
-        self.devices: dict[int, int] = {}  # rank -> device ordinal
+        self.mailbox, self.timeout = mailbox, timeout  # (for ranks in other processes)
+        self.devices: dict[int, int] = {}  # rank -> device ordinal, of this process's ranks
         self.collectives = [0] * nranks  # collectives each rank has run
         self.sent: dict[tuple[int, int], int] = {}  # (src, dst) -> sends run
         self.received: dict[tuple[int, int], int] = {}  # (src, dst) -> receives run
         self.meetings: dict[tuple[Any, ...], _Meeting] = {}
         self.aborted = False
+
+    def end(self) -> None:
+        """Aborted: every pending operation ends, its result unwritten (NCCL's abort)."""
+        self.aborted = True
+        for meeting in list(self.meetings.values()):
+            meeting.done = True  # (the stopped streams go on)
+        self.meetings.clear()
 
     def stamp(self, rank: int, op: Op) -> tuple[tuple[Any, ...], tuple[int, ...]]:
         """The meeting ``rank``'s ``op`` belongs to: its key and the ranks it waits for.
@@ -106,9 +124,9 @@ class _World:
             nbytes = op.n * op.dtype.itemsize * (self.nranks if op.kind == "reduce_scatter" else 1)
             data = backend.device_bytes(op.send, nbytes, _call(op)).copy().view(op.dtype)
         meeting.arrivals[(rank, op.kind)] = (op, data, backend)
-        if len(meeting.arrivals) == len(expected):
-            del self.meetings[key]
-            meeting.complete()
+        if self.mailbox is not None:
+            self.mailbox.post(meeting.name, rank, op, data)
+        meeting.poll()
         return meeting
 
 
@@ -117,8 +135,38 @@ class _Meeting(Rendezvous):
 
     def __init__(self, world: _World, key: tuple[Any, ...], expected: tuple[int, ...]) -> None:
         self.world, self.key, self.expected = world, key, expected
+        # (rank, kind) -> its op, what it sends, its backend (None: a rank of another process)
         self.arrivals: dict[tuple[int, str], tuple[Op, np.ndarray | None, Any]] = {}
         self.error: BaseException | None = None
+        self.name = "-".join(str(k) for k in key)  # (its files' name in the mailbox)
+        self.remote = [r for r in expected if r not in world.devices] if world.mailbox else []
+        if self.remote:
+            self.deadline = time.monotonic() + world.timeout
+
+    def poll(self) -> bool:
+        """Take in what ranks of other processes handed in; complete once every rank came."""
+        box = self.world.mailbox
+        if not self.done and box is not None:
+            came = {r for r, _ in self.arrivals}
+            for r in self.remote:
+                if r in came:
+                    continue
+                got = box.fetch(self.name, r)
+                if got is not None:
+                    self.arrivals[(r, got[0].kind)] = (got[0], got[1], None)
+                elif box.state(r) == "aborted":
+                    error = DistributedError(
+                        f"sim: rank {r} (another process) aborted the communicator while this "
+                        f"operation waited for {self.describe()}: the operations end without "
+                        "results; make a new communicator"
+                    )
+                    self.world.end()
+                    self.error = error
+                    return True
+        if not self.done and len(self.arrivals) == len(self.expected):
+            self.world.meetings.pop(self.key, None)
+            self.complete()
+        return self.done
 
     def describe(self) -> str:
         came = sorted(r for r, _ in self.arrivals)
@@ -127,6 +175,18 @@ class _Meeting(Rendezvous):
         return f"rank(s) {missing} to join {what} that rank(s) {came} queued"
 
     def stuck(self) -> BaseException:
+        if self.remote:
+            box = self.world.mailbox
+            assert box is not None
+            gone = [r for r in self.remote if box.state(r) == "closed"]
+            return CollectiveTimeoutError(
+                f"sim: a communicator's operation waited {self.world.timeout:g} s for "
+                f"{self.describe()} (ranks of other processes"
+                + (f"; rank(s) {gone} closed their communicator" if gone else "")
+                + "): on a GPU its streams would hang. Every rank must queue the same "
+                "collectives in the same order (and every send a receive); abort the "
+                "communicator to release the stopped streams"
+            )
         return CollectiveTimeoutError(
             f"sim: a communicator's operation waits for {self.describe()}, and no stream "
             "can run to bring them: on a GPU its streams would hang. Every rank must "
@@ -165,7 +225,8 @@ class _Meeting(Rendezvous):
                 )
                 return
             assert data is not None
-            _write(backend, recv_op, data)
+            if backend is not None:  # (the receiver is a rank of this process)
+                _write(backend, recv_op, data)
 
     def _collective(self, op: Op) -> None:
         n = self.world.nranks
@@ -194,7 +255,8 @@ class _Meeting(Rendezvous):
                 parts = total.reshape(n, -1)
                 result = {r: parts[r] for r in sends}
         for (r, _), (rop, _, backend) in self.arrivals.items():
-            _write(backend, rop, result[r])
+            if backend is not None:  # (a rank of this process)
+                _write(backend, rop, result[r])
 
 
 def _call(op: Op) -> str:
@@ -221,38 +283,54 @@ class SimulatedEngine:
         return os.urandom(16)
 
     def init_rank(self, uid: bytes, nranks: int, rank: int, device: Any, timeout: float) -> Any:
-        # (joining does not wait for the others here: a rank that never joins
-        # stops the first operation instead, which raises at once)
+        """Join as one rank of a communicator whose other ranks are other processes.
+
+        Waits (up to ``timeout``) until every rank has joined, as NCCL's
+        ``ncclCommInitRank``: ranks of one communicator in one process
+        (threads, or calls one after the other) are refused, as they would
+        wait for each other forever here.
+        """
         with self._lock:
             world = self._worlds.get(uid)
-            if world is None:
-                world = self._worlds[uid] = _World(uid, nranks)
-            if world.nranks != nranks:
+            if world is not None:
                 raise DistributedError(
-                    f"rank {rank} joins with a world size of {nranks}, but the communicator "
-                    f"has {world.nranks} ranks: every rank must pass the same world size"
+                    f"sim: rank {rank} joins a communicator that rank(s) {sorted(world.devices)} "
+                    "of this process joined already: on sim, init() makes one rank per "
+                    "process (start a process per rank); local_group() makes every rank of "
+                    "one process"
                 )
-            if rank in world.devices:
-                raise DistributedError(f"rank {rank} joined the communicator twice: give each rank its own")
+            mailbox = Mailbox(uid) if nranks > 1 else None
+            world = self._worlds[uid] = _World(uid, nranks, mailbox, timeout)
             world.devices[rank] = device.index
+        if mailbox is not None:
+            try:
+                mailbox.join(rank, nranks, timeout)
+            except BaseException:
+                with self._lock:
+                    self._worlds.pop(uid, None)
+                raise
         return _Rank(world, rank, device.backend)
 
     def init_all(self, devices: list[Any]) -> list[Any]:
         uid = self.unique_id()
-        return [self.init_rank(uid, len(devices), r, d, 0.0) for r, d in enumerate(devices)]
+        world = _World(uid, len(devices))
+        with self._lock:
+            self._worlds[uid] = world
+            world.devices.update((r, d.index) for r, d in enumerate(devices))
+        return [_Rank(world, r, d.backend) for r, d in enumerate(devices)]
 
     def abort(self, handle: Any) -> None:
         world: _World = handle.world
-        world.aborted = True  # (every rank's: NCCL's abort ends the operations of them all)
-        for meeting in list(world.meetings.values()):
-            meeting.done = True  # the stopped streams go on, their results unwritten
-        world.meetings.clear()
+        world.end()  # (every rank's here: NCCL's abort ends the operations of them all)
+        if world.mailbox is not None:
+            world.mailbox.abort(handle.rank)
         self.destroy(handle)
 
     def destroy(self, handle: Any) -> None:
         world, rank = handle.world, handle.rank
         with self._lock:
-            world.devices.pop(rank, None)
+            if world.devices.pop(rank, None) is not None and world.mailbox is not None:
+                world.mailbox.leave(rank, world.nranks)
             if not world.devices:
                 self._worlds.pop(world.uid, None)
 
@@ -309,3 +387,5 @@ class SimulatedEngine:
                     raise meeting.error
 
         backend.queue_work(stream, _call(ops[0][2]), label, work)
+        if eager and any(world.mailbox is not None for world, _, _ in ops):
+            backend.start(stream)  # (hands in its part now: the other processes wait for it)

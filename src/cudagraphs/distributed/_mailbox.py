@@ -1,0 +1,157 @@
+"""How the ranks of one simulated communicator in several processes meet.
+
+On ``sim``, ranks made by :func:`~cudagraphs.distributed.init` in separate
+processes (one per simulated GPU, as on a machine with GPUs) hand each other
+their operations through files in a directory named after the
+communicator's id, on this machine's temporary directory: a file per rank
+and operation, written whole (a rename) so a reader never sees half of one.
+No file is trusted to be code: a header of JSON and the raw bytes.
+
+A rank joins by writing its ``joined`` file and waits until every rank
+has; it leaves by writing its ``closed`` file (when its communicator is
+released, or when its process exits), and the last to leave removes the
+directory (by then no rank reads any more). An abort leaves an ``aborted``
+file, so the others stop waiting for that rank's operations. Directories
+left by processes that were killed are removed a day later.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .._dtypes import normalize_dtype
+from .._errors import CollectiveTimeoutError, DistributedError
+from ._engine import Op
+
+__all__ = ["Mailbox"]
+
+_HEADER = 4  # bytes of the header's length, then the header (JSON), then the data
+_STALE = 86400.0  # seconds after which a directory nobody wrote to is a killed run's
+
+
+def _root() -> Path:
+    return Path(tempfile.gettempdir()) / "cudagraphs-sim"
+
+
+def _sweep() -> None:
+    """Remove the directories of runs whose processes were killed (nobody wrote there for a day)."""
+    old = time.time() - _STALE
+    try:
+        stale = [p for p in _root().iterdir() if p.is_dir() and p.stat().st_mtime < old]
+    except OSError:
+        return
+    for p in stale:
+        shutil.rmtree(p, ignore_errors=True)
+
+
+class Mailbox:
+    """The shared directory of one communicator's ranks on this machine.
+
+    Parameters
+    ----------
+    uid : bytes
+        The communicator's id (rank 0 made it; the store gave it to the others).
+    """
+
+    def __init__(self, uid: bytes) -> None:
+        self.path = _root() / uid.hex()
+
+    # joining and leaving ------------------------------------------------------------------
+    def join(self, rank: int, nranks: int, timeout: float) -> None:
+        """Say ``rank`` is here and wait until all ``nranks`` are.
+
+        Raises
+        ------
+        DistributedError
+            If another process joined as ``rank`` already.
+        CollectiveTimeoutError
+            If some rank has not joined within ``timeout`` seconds.
+        """
+        _sweep()
+        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(self.path / f"joined.{rank}", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            raise DistributedError(
+                f"sim: rank {rank} joined the communicator twice (another process joined as "
+                f"rank {rank}): give each process its own rank"
+            ) from None
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        atexit.register(self.leave, rank, nranks)  # (a process that ends leaves)
+        deadline = time.monotonic() + timeout
+        pause = 1e-3
+        while True:
+            missing = [r for r in range(nranks) if not (self.path / f"joined.{r}").exists()]
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                self.leave(rank, nranks)
+                raise CollectiveTimeoutError(
+                    f"sim: rank {rank} waited {timeout:g} s for rank(s) {missing} to join the "
+                    "communicator: start every rank (the same world size, the same store and name)"
+                )
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+
+    def leave(self, rank: int, nranks: int) -> None:
+        """``rank`` reads nothing more; the last rank to leave removes the directory."""
+        atexit.unregister(self.leave)
+        self._mark("closed", rank)
+        if all((self.path / f"closed.{r}").exists() for r in range(nranks) if r != rank):
+            shutil.rmtree(self.path, ignore_errors=True)
+
+    def abort(self, rank: int) -> None:
+        """``rank`` aborted: the others stop waiting for its operations."""
+        self._mark("aborted", rank)
+
+    def state(self, rank: int) -> str:
+        """``"aborted"``, ``"closed"`` or ``""``: what ``rank`` (of another process) did."""
+        for what in ("aborted", "closed"):
+            if (self.path / f"{what}.{rank}").exists():
+                return what
+        return ""
+
+    def _mark(self, what: str, rank: int) -> None:
+        if self.path.is_dir():
+            (self.path / f"{what}.{rank}").touch()
+
+    # operations -----------------------------------------------------------------------------
+    def post(self, key: str, rank: int, op: Op, data: np.ndarray | None) -> None:
+        """Hand in ``rank``'s ``op`` of meeting ``key`` (and what it sends)."""
+        header = json.dumps(
+            {
+                "kind": op.kind,
+                "n": op.n,
+                "dtype": op.dtype.name,
+                "reduce": op.reduce,
+                "peer": op.peer,
+                "data": data is not None,
+            }
+        ).encode()
+        body = b"" if data is None else np.ascontiguousarray(data).tobytes()
+        final = self.path / f"{key}.{rank}"
+        partial = final.with_name(f".{final.name}.{os.getpid()}")
+        partial.write_bytes(len(header).to_bytes(_HEADER, "little") + header + body)
+        os.replace(partial, final)  # (readers see all of it or nothing)
+
+    def fetch(self, key: str, rank: int) -> tuple[Op, np.ndarray | None] | None:
+        """``rank``'s op of meeting ``key`` and what it sends, once handed in (else None)."""
+        try:
+            raw = (self.path / f"{key}.{rank}").read_bytes()
+        except FileNotFoundError:
+            return None
+        size = int.from_bytes(raw[:_HEADER], "little")
+        h = json.loads(raw[_HEADER : _HEADER + size])
+        dtype = normalize_dtype(h["dtype"])
+        op = Op(h["kind"], 0, 0, int(h["n"]), dtype, h["reduce"], int(h["peer"]))
+        data = np.frombuffer(raw[_HEADER + size :], dtype=dtype).copy() if h["data"] else None
+        return op, data
