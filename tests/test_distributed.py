@@ -277,10 +277,13 @@ def test_sim_an_ungrouped_exchange_deadlocks_as_on_a_gpu(sim_group: dist.LocalGr
 def test_init_waits_for_every_rank(device: cg.Device, tmp_path: Path) -> None:
     # rank 1 never starts: rank 0's init times out instead of hanging (NCCL's and sim's alike)
     store = dist.FileStore(tmp_path / "store")
+    boxes = Path(tempfile.gettempdir()) / "cudagraphs-sim"
+    before = set(boxes.iterdir()) if boxes.is_dir() else set()
     t0 = time.monotonic()
     with pytest.raises(cg.CollectiveTimeoutError, match="rank"):
         dist.init(0, 2, store=store, device=device, timeout=0.5)
     assert time.monotonic() - t0 < 30
+    assert (set(boxes.iterdir()) if boxes.is_dir() else set()) <= before  # (sim: no mailbox left)
     # nothing is left behind: the device works, and the same store makes another communicator
     x = cg.ones(4, "float32", device=device)
     cg.ops.scale(2.0, x, out=x)

@@ -18,6 +18,7 @@ left by processes that were killed are removed a day later.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import shutil
@@ -94,7 +95,7 @@ class Mailbox:
             if not missing:
                 return
             if time.monotonic() > deadline:
-                self.leave(rank, nranks)
+                self._withdraw(rank)
                 raise CollectiveTimeoutError(
                     f"sim: rank {rank} waited {timeout:g} s for rank(s) {missing} to join the "
                     "communicator: start every rank (the same world size, the same store and name)"
@@ -108,6 +109,13 @@ class Mailbox:
         self._mark("closed", rank)
         if all((self.path / f"closed.{r}").exists() for r in range(nranks) if r != rank):
             shutil.rmtree(self.path, ignore_errors=True)
+
+    def _withdraw(self, rank: int) -> None:
+        """``rank`` gave up joining: as if it never came (the directory goes if it was alone)."""
+        atexit.unregister(self.leave)
+        (self.path / f"joined.{rank}").unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            self.path.rmdir()  # (only when empty: no other rank came)
 
     def abort(self, rank: int) -> None:
         """``rank`` aborted: the others stop waiting for its operations."""
