@@ -73,7 +73,7 @@ def launch() -> None:
         codes = [p.wait(timeout=300) for p in procs]
     if any(codes):
         sys.exit(f"a rank failed: exit codes {codes}")
-    print(f"OK ({world} processes, backend {cg.backend()})")
+    print(f"OK ({world} process{'es' if world > 1 else ''}, backend {cg.backend()})")
 
 
 if __name__ == "__main__":
