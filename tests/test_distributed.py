@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -526,6 +527,84 @@ def test_a_communicator_of_one_rank(device: cg.Device, rng: np.random.Generator,
     comm.synchronize(timeout=30)
     np.testing.assert_array_equal(o.get(), v)
     comm.close()
+
+
+# other libraries' arrays (torch, CuPy): used in place, returned as given -------------------------
+class _Foreign:
+    """Another library's CUDA array, as far as cudagraphs can tell (it speaks CAI)."""
+
+    def __init__(self, a: cg.DeviceArray) -> None:
+        self.a = a
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        return {"shape": self.a.shape, "typestr": self.a.dtype.str, "data": (self.a.ptr, False), "version": 3}
+
+
+def test_collectives_refuse_what_is_not_a_device_array(device: cg.Device) -> None:
+    group = dist.local_group([device])
+    with pytest.raises(TypeError, match=r"x must be a device array .* got ndarray; copy host data"):
+        group.all_reduce([np.ones(4, np.float32)])
+    if not device.backend.capabilities.shares_memory:  # sim: real GPU memory is out of reach
+        with pytest.raises(TypeError, match="in real GPU memory, which the sim backend cannot read"):
+            group[0].all_reduce(_Foreign(cg.ones(4, "float32", device=device)))
+    group.close()
+
+
+def _gpu(device: cg.Device) -> None:
+    if not device.backend.capabilities.shares_memory:
+        pytest.skip("GPU test: torch and CuPy arrays live in real GPU memory")
+
+
+def test_torch_and_cupy_arrays_in_place_eager_and_captured(
+    device: cg.Device, rng: np.random.Generator
+) -> None:
+    _gpu(device)
+    torch = pytest.importorskip("torch")
+    cp = pytest.importorskip("cupy")
+    group = dist.local_group([device])
+    comm = group[0]
+    v = rng.standard_normal((4, 8)).astype(np.float32)
+    t = torch.from_numpy(v).to(f"cuda:{device.index}")
+    torch.cuda.synchronize()  # (torch's stream before ours)
+    assert comm.all_reduce(t, op="max") is t  # in place, returned as given
+    g = torch.full((1, 4, 8), float("nan"), device=f"cuda:{device.index}")
+    assert comm.all_gather(t, g) is g
+    c = cp.zeros((4, 8), dtype=cp.float32)
+    assert comm.broadcast(t, c, root=0) is c
+    device.synchronize()
+    np.testing.assert_array_equal(t.cpu().numpy(), v)
+    np.testing.assert_array_equal(g.cpu().numpy()[0], v)
+    np.testing.assert_array_equal(cp.asnumpy(c), v)
+    # captured: the graph replays on the tensor's memory
+    y = torch.ones(256, device=f"cuda:{device.index}")
+    s = device.create_stream()
+    torch.cuda.synchronize()
+    with cg.capture(stream=s) as graph:
+        for _ in range(3):
+            comm.all_reduce(y, stream=s)
+            cg.ops.scale(2.0, cg.asarray(y), out=cg.asarray(y), stream=s)
+    graph.replay(s)
+    graph.replay(s)
+    s.synchronize()
+    np.testing.assert_array_equal(y.cpu().numpy(), np.full(256, 64.0))
+    graph.close()
+    group.close()
+
+
+def test_torch_tensors_on_every_gpu(devices: list[cg.Device], rng: np.random.Generator) -> None:
+    _gpu(devices[0])
+    torch = pytest.importorskip("torch")
+    group = dist.local_group(devices)
+    data = [rng.standard_normal(1000).astype(np.float32) for _ in devices]
+    ts = [torch.from_numpy(v).to(f"cuda:{d.index}") for v, d in zip(data, devices)]
+    torch.cuda.synchronize()
+    outs = group.all_reduce(ts, op="avg")
+    assert all(o is t for o, t in zip(outs, ts))
+    group.synchronize(timeout=30)
+    for t in ts:
+        np.testing.assert_allclose(t.cpu().numpy(), np.mean(data, axis=0), rtol=1e-5, atol=1e-6)
+    group.close()
 
 
 # the simulator's scheduling (found in review: each of these failed once) ------------------------

@@ -36,6 +36,7 @@ __all__ = [
     "full",
     "full_like",
     "ones",
+    "operand",
     "zeros",
     "zeros_like",
 ]
@@ -671,6 +672,42 @@ def foreign_view(obj: Any, device: Device | int | None) -> DeviceArray | None:
     lo, hi = _extent(shape, strides, dtype.itemsize)
     block = new_block(dev, ptr + lo, hi - lo, Borrowed(keep, dev))
     return DeviceArray._wrap(block, ptr, shape, strides, dtype)
+
+
+def operand(x: Any, what: str) -> DeviceArray:
+    """``x`` as a DeviceArray: itself, or a zero-copy view of another library's CUDA array.
+
+    For the operations that take any CUDA array (a torch tensor, a CuPy
+    array: ``__cuda_array_interface__`` or DLPack) and use it in place.
+
+    Parameters
+    ----------
+    x : object
+    what : str
+        Names ``x`` in the errors (``"matmul: a"``).
+
+    Raises
+    ------
+    TypeError
+        For anything else (host data included), or another library's array
+        on a backend that cannot read real GPU memory (the simulator).
+    """
+    if isinstance(x, DeviceArray):
+        x._view_spec()  # a subclass's own check (an expired graph output raises here)
+        return x
+    view = None if isinstance(x, np.ndarray) else foreign_view(x, None)
+    if view is None:
+        raise TypeError(
+            f"{what} must be a device array (a cudagraphs DeviceArray, or another "
+            f"library's CUDA array such as a torch tensor or a CuPy array), got "
+            f"{type(x).__name__}; copy host data to the device with cg.asarray() first"
+        )
+    if not view.device.backend.capabilities.shares_memory:
+        raise TypeError(
+            f"{what} is a {type(x).__name__} in real GPU memory, which the "
+            f"{view.device.backend.name} backend cannot read; use the cuda backend"
+        )
+    return view
 
 
 def _like(a: Any, dtype: Any, device: Device | int | None) -> tuple[tuple[int, ...], Any, Any]:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from .. import _recording
-from .._array import DeviceArray, empty
+from .._array import DeviceArray, empty, operand
 from .._device import Device, Stream, device_count, resolve_stream
 from .._errors import CaptureError, CollectiveTimeoutError
 from .._recording import Work, submit
@@ -29,6 +29,7 @@ from ._store import exchange
 
 __all__ = ["Communicator", "LocalGroup", "engine_for", "group_calls", "init", "local_group"]
 
+Array = Any  # a cudagraphs DeviceArray, or another library's CUDA array (torch, CuPy): used in place
 DTYPES = ("int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64", "bfloat16")
 DEFAULT_TIMEOUT = 60.0
 
@@ -53,7 +54,7 @@ class _Plan(NamedTuple):
     op: Op
     reads: tuple[DeviceArray, ...]
     writes: tuple[DeviceArray, ...]
-    result: DeviceArray  # (what the call returns; a send's is its input)
+    result: Any  # (what the call returns, as it was given; a send's is its input)
 
 
 # groups -----------------------------------------------------------------------------------------
@@ -122,7 +123,11 @@ class Communicator:
     device of this process). Each operation takes arrays of this rank's
     device and queues on ``stream`` (default: the device's current stream),
     eagerly or inside a capture; every rank must call the same collectives
-    in the same order with the same sizes.
+    in the same order with the same sizes. An array is a cudagraphs
+    ``DeviceArray`` or another library's CUDA array (a torch tensor, a CuPy
+    array), used in place without a copy and returned as it was given; the
+    library's own work on it must be ordered with ``stream`` (as for any
+    cudagraphs operation on another library's memory).
 
     Attributes
     ----------
@@ -145,34 +150,32 @@ class Communicator:
 
     # the operations --------------------------------------------------------------------------
     def all_reduce(
-        self, x: DeviceArray, out: DeviceArray | None = None, *, op: str = "sum", stream: Stream | None = None
-    ) -> DeviceArray:
+        self, x: Array, out: Array | None = None, *, op: str = "sum", stream: Stream | None = None
+    ) -> Array:
         """Reduce ``x`` over the ranks into ``out`` on every rank (default: in place); returns ``out``."""
         return self._run(self._plan_all_reduce(x, out, op, stream), stream)
 
-    def all_gather(
-        self, x: DeviceArray, out: DeviceArray | None = None, *, stream: Stream | None = None
-    ) -> DeviceArray:
+    def all_gather(self, x: Array, out: Array | None = None, *, stream: Stream | None = None) -> Array:
         """Every rank's ``x``, in rank order along a new first axis: ``out.shape == (size, *x.shape)``."""
         return self._run(self._plan_all_gather(x, out, stream), stream)
 
     def reduce_scatter(
-        self, x: DeviceArray, out: DeviceArray | None = None, *, op: str = "sum", stream: Stream | None = None
-    ) -> DeviceArray:
+        self, x: Array, out: Array | None = None, *, op: str = "sum", stream: Stream | None = None
+    ) -> Array:
         """Reduce ``x`` (shape ``(size, *rest)``) over the ranks; rank ``r`` gets part ``r`` in ``out``."""
         return self._run(self._plan_reduce_scatter(x, out, op, stream), stream)
 
     def broadcast(
-        self, x: DeviceArray, out: DeviceArray | None = None, *, root: int = 0, stream: Stream | None = None
-    ) -> DeviceArray:
+        self, x: Array, out: Array | None = None, *, root: int = 0, stream: Stream | None = None
+    ) -> Array:
         """``root``'s ``x`` into ``out`` on every rank (default: ``x``, in place); returns ``out``."""
         return self._run(self._plan_broadcast(x, out, root, stream), stream)
 
-    def send(self, x: DeviceArray, peer: int, *, stream: Stream | None = None) -> None:
+    def send(self, x: Array, peer: int, *, stream: Stream | None = None) -> None:
         """Send ``x`` to rank ``peer`` (which calls :meth:`recv` with the same size and type)."""
         self._run(self._plan_p2p("send", x, peer), stream)
 
-    def recv(self, out: DeviceArray, peer: int, *, stream: Stream | None = None) -> DeviceArray:
+    def recv(self, out: Array, peer: int, *, stream: Stream | None = None) -> Array:
         """Receive into ``out`` what rank ``peer`` sends; returns ``out``."""
         return self._run(self._plan_p2p("recv", out, peer), stream)
 
@@ -235,9 +238,8 @@ class Communicator:
         )
 
     # checks -----------------------------------------------------------------------------------
-    def _array(self, name: str, a: Any) -> DeviceArray:
-        if not isinstance(a, DeviceArray):
-            raise TypeError(f"{name} must be a cudagraphs DeviceArray, got {type(a).__name__}")
+    def _array(self, name: str, given: Any) -> DeviceArray:
+        a = operand(given, name)
         if a.device is not self.device:
             raise ValueError(
                 f"{name} is on {a.device}, but rank {self.rank}'s communicator is on {self.device}: "
@@ -273,41 +275,42 @@ class Communicator:
 
     # plans ------------------------------------------------------------------------------------
     def _plan_all_reduce(self, x: Any, out: Any, op: str, stream: Stream | None) -> _Plan:
-        x = self._array("x", x)
-        out = x if out is None else self._out("out", out, x, x.shape, stream)
-        return _Plan(Op("all_reduce", x.ptr, out.ptr, x.size, x.dtype, _reduction(op)), (x,), (out,), out)
+        xa = self._array("x", x)
+        oa = xa if out is None else self._out("out", out, xa, xa.shape, stream)
+        red = _reduction(op)
+        return _Plan(Op("all_reduce", xa.ptr, oa.ptr, xa.size, xa.dtype, red), (xa,), (oa,), _given(out, x))
 
     def _plan_all_gather(self, x: Any, out: Any, stream: Stream | None) -> _Plan:
-        x = self._array("x", x)
-        out = self._out("out", out, x, (self.size, *x.shape), stream)
-        return _Plan(Op("all_gather", x.ptr, out.ptr, x.size, x.dtype), (x,), (out,), out)
+        xa = self._array("x", x)
+        oa = self._out("out", out, xa, (self.size, *xa.shape), stream)
+        return _Plan(Op("all_gather", xa.ptr, oa.ptr, xa.size, xa.dtype), (xa,), (oa,), _given(out, oa))
 
     def _plan_reduce_scatter(self, x: Any, out: Any, op: str, stream: Stream | None) -> _Plan:
-        x = self._array("x", x)
-        if x.ndim == 0 or x.shape[0] != self.size:
+        xa = self._array("x", x)
+        if xa.ndim == 0 or xa.shape[0] != self.size:
             raise ValueError(
                 f"reduce_scatter takes x of shape (size, ...) = ({self.size}, ...), one part per "
-                f"rank; got {x.shape}"
+                f"rank; got {xa.shape}"
             )
-        out = self._out("out", out, x, x.shape[1:], stream)
-        return _Plan(
-            Op("reduce_scatter", x.ptr, out.ptr, out.size, x.dtype, _reduction(op)), (x,), (out,), out
-        )
+        oa = self._out("out", out, xa, xa.shape[1:], stream)
+        op_ = Op("reduce_scatter", xa.ptr, oa.ptr, oa.size, xa.dtype, _reduction(op))
+        return _Plan(op_, (xa,), (oa,), _given(out, oa))
 
     def _plan_broadcast(self, x: Any, out: Any, root: Any, stream: Stream | None) -> _Plan:
-        x = self._array("x", x)
+        xa = self._array("x", x)
         root = self._peer("root", root)
-        out = x if out is None else self._out("out", out, x, x.shape, stream)
-        return _Plan(Op("broadcast", x.ptr, out.ptr, x.size, x.dtype, "", root), (x,), (out,), out)
+        oa = xa if out is None else self._out("out", out, xa, xa.shape, stream)
+        op = Op("broadcast", xa.ptr, oa.ptr, xa.size, xa.dtype, "", root)
+        return _Plan(op, (xa,), (oa,), _given(out, x))
 
     def _plan_p2p(self, kind: str, a: Any, peer: Any) -> _Plan:
-        a = self._array("x" if kind == "send" else "out", a)
+        aa = self._array("x" if kind == "send" else "out", a)
         peer = self._peer("peer", peer)
         if peer == self.rank:
             raise ValueError(f"rank {self.rank} cannot {kind} to itself: copy the array instead")
         if kind == "send":
-            return _Plan(Op("send", a.ptr, 0, a.size, a.dtype, "", peer), (a,), (), a)
-        return _Plan(Op("recv", 0, a.ptr, a.size, a.dtype, "", peer), (), (a,), a)
+            return _Plan(Op("send", aa.ptr, 0, aa.size, aa.dtype, "", peer), (aa,), (), a)
+        return _Plan(Op("recv", 0, aa.ptr, aa.size, aa.dtype, "", peer), (), (aa,), a)
 
     # queueing ---------------------------------------------------------------------------------
     def _submit(self, plan: _Plan, stream: Stream) -> None:
@@ -318,7 +321,7 @@ class Communicator:
 
         submit(stream, Work("", issue, None, plan.reads, plan.writes, (self,), _call_name(op)))
 
-    def _run(self, plan: _Plan, stream: Stream | None) -> DeviceArray:
+    def _run(self, plan: _Plan, stream: Stream | None) -> Array:
         if self.closed:
             raise ValueError(f"{self!r} is closed: make a new communicator")
         s = self._stream(stream)
@@ -335,6 +338,11 @@ class Communicator:
                 self.abort()
                 raise
         return plan.result
+
+
+def _given(out: Any, default: Any) -> Any:
+    """What an operation returns: ``out`` as given (a torch tensor stays one), else ``default``."""
+    return default if out is None else out
 
 
 def _call_name(op: Op) -> str:
@@ -381,44 +389,44 @@ class LocalGroup(Sequence[Communicator]):
 
     def all_reduce(
         self,
-        xs: Sequence[DeviceArray],
-        outs: Sequence[DeviceArray] | None = None,
+        xs: Sequence[Array],
+        outs: Sequence[Array] | None = None,
         *,
         op: str = "sum",
         streams: Sequence[Stream | None] | None = None,
-    ) -> list[DeviceArray]:
+    ) -> list[Array]:
         """:meth:`Communicator.all_reduce` on every rank; returns the outputs."""
         return self._each(lambda c, x, o, s: c._plan_all_reduce(x, o, op, s), xs, outs, streams)
 
     def all_gather(
         self,
-        xs: Sequence[DeviceArray],
-        outs: Sequence[DeviceArray] | None = None,
+        xs: Sequence[Array],
+        outs: Sequence[Array] | None = None,
         *,
         streams: Sequence[Stream | None] | None = None,
-    ) -> list[DeviceArray]:
+    ) -> list[Array]:
         """:meth:`Communicator.all_gather` on every rank; returns the outputs."""
         return self._each(lambda c, x, o, s: c._plan_all_gather(x, o, s), xs, outs, streams)
 
     def reduce_scatter(
         self,
-        xs: Sequence[DeviceArray],
-        outs: Sequence[DeviceArray] | None = None,
+        xs: Sequence[Array],
+        outs: Sequence[Array] | None = None,
         *,
         op: str = "sum",
         streams: Sequence[Stream | None] | None = None,
-    ) -> list[DeviceArray]:
+    ) -> list[Array]:
         """:meth:`Communicator.reduce_scatter` on every rank; returns the outputs."""
         return self._each(lambda c, x, o, s: c._plan_reduce_scatter(x, o, op, s), xs, outs, streams)
 
     def broadcast(
         self,
-        xs: Sequence[DeviceArray],
-        outs: Sequence[DeviceArray] | None = None,
+        xs: Sequence[Array],
+        outs: Sequence[Array] | None = None,
         *,
         root: int = 0,
         streams: Sequence[Stream | None] | None = None,
-    ) -> list[DeviceArray]:
+    ) -> list[Array]:
         """:meth:`Communicator.broadcast` on every rank; returns the outputs."""
         return self._each(lambda c, x, o, s: c._plan_broadcast(x, o, root, s), xs, outs, streams)
 
@@ -475,7 +483,7 @@ class LocalGroup(Sequence[Communicator]):
         xs: Any,
         outs: Any,
         streams: Any,
-    ) -> list[DeviceArray]:
+    ) -> list[Array]:
         """Check every rank's arguments (``plan``), then issue them together."""
         st = self._streams(streams)
         plans = [
@@ -483,7 +491,7 @@ class LocalGroup(Sequence[Communicator]):
         ]
         return self._run(plans, st)
 
-    def _run(self, plans: list[_Plan], streams: list[Stream]) -> list[DeviceArray]:
+    def _run(self, plans: list[_Plan], streams: list[Stream]) -> list[Array]:
         if any(c.closed for c in self.comms):
             raise ValueError(f"{self!r} has closed communicators: make a new group")
         with group_calls():  # (joins the forked streams back when the outermost group ends)

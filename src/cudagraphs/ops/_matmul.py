@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from .. import _blas
-from .._array import DeviceArray, _extent, empty, foreign_view
+from .._array import DeviceArray, _extent, empty, operand
 from .._builtin import Scratch, fill_view, layout, run, scratch
 from .._device import Device, Stream, resolve_stream
 from .._recording import Work, submit
@@ -187,22 +187,7 @@ def _runs_host_code(device: Device) -> bool:
 # validation ---------------------------------------------------------------------------
 def _operand(name: str, x: Any) -> DeviceArray:
     """``x`` as a DeviceArray: itself, or a zero-copy view of another library's CUDA array."""
-    if isinstance(x, DeviceArray):
-        x._view_spec()  # a subclass's own check (an expired graph output raises here)
-        return x
-    view = None if isinstance(x, np.ndarray) else foreign_view(x, None)
-    if view is None:
-        raise TypeError(
-            f"matmul: {name} must be a device array (a cudagraphs DeviceArray, or another "
-            f"library's CUDA array such as a torch tensor or a CuPy array), got "
-            f"{type(x).__name__}; copy host data to the device with cg.asarray() first"
-        )
-    if not view.device.backend.capabilities.shares_memory:
-        raise TypeError(
-            f"matmul: {name} is a {type(x).__name__} in real GPU memory, which the "
-            f"{view.device.backend.name} backend cannot read; use the cuda backend"
-        )
-    return view
+    return operand(x, f"matmul: {name}")
 
 
 def _real(name: str, value: Any) -> float:
