@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import contextlib
 import ctypes
 import dataclasses
 import itertools
@@ -47,7 +48,7 @@ import random
 import threading
 import time
 import weakref
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from types import GeneratorType
 from typing import Any, TypeVar
 
@@ -274,8 +275,9 @@ class Rendezvous:
 
     done: bool = False
     #: Set where work of another process can complete it (a collective with
-    #: ranks in other processes): the time after which it never will.
-    deadline: float | None = None
+    #: ranks in other processes): how many seconds a wait for the host waits
+    #: for that work before it gives up (from when the host starts waiting).
+    patience: float | None = None
 
     def poll(self) -> bool:
         """Whether it is done, taking in what other processes handed in."""
@@ -301,8 +303,8 @@ class _AnyOf(Rendezvous):
         return any(rv.done for rv in self.parts)
 
     @property
-    def deadline(self) -> float | None:  # type: ignore[override]
-        times = [rv.deadline for rv in self.parts if rv.deadline is not None]
+    def patience(self) -> float | None:  # type: ignore[override]
+        times = [rv.patience for rv in self.parts if rv.patience is not None]
         return max(times) if times else None
 
     def poll(self) -> bool:
@@ -662,7 +664,7 @@ class SimBackend:
         self._lock = threading.Lock()
         self._capturing: set[_SimStream] = set()
         self._stepping: set[_SimStream] = set()  # streams whose work runs (up the call stack)
-        self._querying = 0  # > 0 in a query: work waiting for other processes is not waited for
+        self._query = threading.local()  # .depth > 0 in a query of this thread (see _looking)
         self._thread = threading.local()  # this thread's capture-mode setting
         self._streams: list[_SimStream] = []  # every live stream (for device synchronize)
         self._sticky: CudaError | None = None  # a fault that broke the context (see reset)
@@ -746,7 +748,7 @@ class SimBackend:
         """Run the other streams' work, one item at a time, until ``rv`` is done.
 
         When none can run, what other processes hand in may complete a stopped
-        one: waited for until its deadline (in a query, only looked at: False
+        one: waited for as long as its patience (in a query, only looked at: False
         if nothing came).
         """
         while not rv.done:
@@ -764,25 +766,25 @@ class SimBackend:
             outside = [
                 st.waiting
                 for st in self._streams
-                if st.waiting is not None and not st.waiting.done and st.waiting.deadline is not None
+                if st.waiting is not None and not st.waiting.done and st.waiting.patience is not None
             ]
             if not outside:
                 raise rv.stuck()
             if not self._await_outside(outside):
-                if self._querying:
+                if self._querying():
                     return False
                 raise rv.stuck()
         return True
 
     def _await_outside(self, waits: list[Rendezvous]) -> bool:
-        """Wait until another process's work completes one of ``waits`` (False: their deadlines passed)."""
-        last = max(rv.deadline or 0.0 for rv in waits)
+        """Wait until another process's work completes one of ``waits`` (False: it did not in time)."""
+        last = time.monotonic() + max(rv.patience or 0.0 for rv in waits)
         pause = 1e-4
         while True:
             polled = [rv.poll() for rv in waits]  # (each takes in what came)
             if any(polled):
                 return True
-            if self._querying or time.monotonic() > last:
+            if self._querying() or time.monotonic() > last:
                 return False
             time.sleep(pause)
             pause = min(pause * 2, 0.01)
@@ -1046,11 +1048,22 @@ class SimBackend:
 
     def _forced(self, block: bool, stream: _SimStream, upto: int | None = None) -> bool:
         """Run ``stream`` (to its ``upto``-th item); a query does not wait for other processes."""
-        self._querying += not block
-        try:
+        if block:
             return self._run(stream, upto)
+        with self._looking():
+            return self._run(stream, upto)
+
+    @contextlib.contextmanager
+    def _looking(self) -> Iterator[None]:
+        """In this thread, until the end: work that waits for other processes is only looked at."""
+        self._query.depth = self._querying() + 1
+        try:
+            yield
         finally:
-            self._querying -= not block
+            self._query.depth -= 1
+
+    def _querying(self) -> int:
+        return int(getattr(self._query, "depth", 0))
 
     def event_record(self, event: _SimEvent, stream: _SimStream, external: bool = False) -> None:
         self._live(event, "cuEventRecord")
@@ -1099,7 +1112,7 @@ class SimBackend:
         other, seq, run = event.stream, event.seq, self._run
 
         def wait() -> Waiting:  # the other stream first runs up to the event
-            while not run(other, seq):  # (in a query, it waits for another process's work)
+            while not run(other, seq, wait=False):  # (stopped: this stream waits with it)
                 assert other.waiting is not None
                 yield other.waiting
 
@@ -1179,13 +1192,11 @@ class SimBackend:
         What the work raises is raised where the host next waits for or
         queries the stream, not here.
         """
-        self._querying += 1
-        try:
-            self._run(stream, wait=False)
-        except BaseException as err:  # (kept for later)
-            stream.failed = err
-        finally:
-            self._querying -= 1
+        with self._looking():
+            try:
+                self._run(stream, wait=False)
+            except Exception as err:  # (kept for later; an interrupt is raised now)
+                stream.failed = err
 
     def device_bytes(self, ptr: int, nbytes: int, call: str) -> np.ndarray:
         """The simulated device memory ``[ptr, ptr + nbytes)`` as a writable uint8 view."""
