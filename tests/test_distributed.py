@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -342,15 +343,17 @@ def test_init_argument_and_store_errors(tmp_path: Path) -> None:
 # one process per GPU (on sim: per simulated GPU) ------------------------------------------------
 _RANK = textwrap.dedent(
     """
-    import sys, numpy as np, cudagraphs as cg
+    import sys, tempfile, numpy as np, cudagraphs as cg
+    from pathlib import Path
     from cudagraphs import distributed as dist
     rank, path, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-    comm = dist.init(rank, 2, store=dist.FileStore(path), device=cg.Device(rank),
-                     timeout=4 if mode == "block" else 30)
+    store = dist.FileStore(path)
+    comm = dist.init(rank, 2, store=store, device=cg.Device(rank), timeout=4 if mode == "block" else 30)
     d = comm.device
     if mode in ("late", "block") and rank == 1:
         sys.exit(0)  # joined, then never calls the collective
     if mode == "abort" and rank == 1:
+        store.get("queued")  # once rank 0 has two operations waiting for this rank
         comm.abort()
         sys.exit(0)
     x = cg.asarray(np.arange(1024, dtype=np.float32) * (rank + 1), device=d)
@@ -370,13 +373,26 @@ _RANK = textwrap.dedent(
             print("TIMEOUT", exc)
             sys.exit(0)
         sys.exit(1)
-    if mode in ("late", "abort"):
+    if mode == "late":
         try:
             comm.synchronize(timeout=3)
-        except cg.DistributedError as exc:  # (a CollectiveTimeoutError is one)
-            print("TIMEOUT" if isinstance(exc, cg.CollectiveTimeoutError) else "ABORTED", exc)
+        except cg.CollectiveTimeoutError as exc:
+            print("TIMEOUT", exc)
             sys.exit(0)
         sys.exit(1)
+    if mode == "abort":  # rank 1 aborted: every operation waiting for it raises
+        s2 = d.create_stream()
+        x2 = cg.ones(4, "float32", device=d, stream=s2)
+        comm.all_reduce(x2, stream=s2)
+        store.set("queued", b"1")
+        raised = []
+        for arr, st in ((x, None), (x2, s2)):
+            try:
+                arr.get(stream=st)
+            except cg.DistributedError as exc:
+                raised.append(str(exc))
+        print("ABORTED", len(raised), raised[:1])
+        sys.exit(0)
     assert (x.get() == np.arange(1024) * 3).all(), x.get()[:4]
     s = d.create_stream()
     y = cg.zeros(1024, "float32", device=d)
@@ -397,6 +413,10 @@ _RANK = textwrap.dedent(
         comm.send(a, peer)
         comm.recv(b, peer)
     assert (b.get() == peer + 5).all(), b.get()
+    if cg.backend() == "sim":  # what was sent to this rank was removed once read
+        comm.synchronize(timeout=30)
+        left = list((Path(tempfile.gettempdir()) / "cudagraphs-sim").glob(f"*/*-*.*-{rank}"))
+        assert not left, left
     print("RANK OK", rank)
     comm.close()
     """
@@ -455,7 +475,7 @@ def test_one_process_per_gpu_errors_on_sim(tmp_path: Path) -> None:
         assert "DISAGREE DistributedError" in out, out
         assert "rank 0: all_reduce(1024 float32, sum), rank 1: all_reduce(512 float32, sum)" in out, (r, out)
     out = _two_ranks(tmp_path / "abort", "sim", "abort")[0]
-    assert "ABORTED" in out, out
+    assert "ABORTED 2" in out, out
     assert "rank 1 (another process) aborted the communicator" in out, out
     t0 = time.monotonic()
     out = _two_ranks(tmp_path / "block", "sim", "block")[0]
@@ -465,6 +485,61 @@ def test_one_process_per_gpu_errors_on_sim(tmp_path: Path) -> None:
     assert time.monotonic() - t0 < 60
     # every run's mailbox was removed by the last of its ranks to leave
     assert (set(boxes.iterdir()) if boxes.is_dir() else set()) <= before
+
+
+def _forked_rank(rank: int, path: str) -> None:
+    with cg.override(backend="sim", sim_devices=2):
+        comm = dist.init(rank, 2, store=dist.FileStore(path), device=cg.Device(rank), timeout=30)
+        x = cg.full(8, rank + 1, "float32", device=comm.device)
+        comm.all_reduce(x)
+        assert (x.get() == 3).all()
+        # (no close: the child ends through os._exit, which runs no atexit handler)
+
+
+def test_ranks_in_multiprocessing_children_leave_no_mailbox(tmp_path: Path) -> None:
+    ctx = multiprocessing.get_context("fork")
+    boxes = Path(tempfile.gettempdir()) / "cudagraphs-sim"
+    before = set(boxes.iterdir()) if boxes.is_dir() else set()
+    procs = [ctx.Process(target=_forked_rank, args=(r, str(tmp_path / "store"))) for r in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0]
+    assert (set(boxes.iterdir()) if boxes.is_dir() else set()) <= before
+
+
+def test_the_per_process_example_of_the_docs_runs_on_sim(tmp_path: Path) -> None:
+    text = (Path(__file__).parent.parent / "docs" / "distributed.md").read_text()
+    start = text.index("# rank.py: python rank.py 0")
+    script = text[start : text.index("```", start)].replace("/tmp/job-42", str(tmp_path / "store"))
+    (tmp_path / "rank.py").write_text(script)
+    env = {**os.environ, "CUDAGRAPHS_BACKEND": "sim", "CUDAGRAPHS_SIM_DEVICES": "2"}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(tmp_path / "rank.py"), str(r)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(2)
+    ]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert all("[6. 6. 6. 6.]" in out for out in outs), outs
+
+
+def test_integer_average_truncates_toward_zero(devices: list[cg.Device]) -> None:
+    group = dist.local_group(devices[:2])
+    vals = [np.array([1, -2, 7, -7, 3], np.int32), np.array([-2, 1, 0, 0, 4], np.int32)]
+    xs = [cg.asarray(v, device=d) for v, d in zip(vals, group.devices)]
+    group.all_reduce(xs, op="avg")
+    group.synchronize(timeout=30)
+    want = np.trunc((vals[0] + vals[1]) / 2).astype(np.int32)  # [0, 0, 3, -3, 3]: C's division
+    for x in xs:
+        np.testing.assert_array_equal(x.get(), want)
+    group.close()
 
 
 # the data-parallel step of the benchmark -----------------------------------------------------------

@@ -3,23 +3,26 @@
 On ``sim``, ranks made by :func:`~cudagraphs.distributed.init` in separate
 processes (one per simulated GPU, as on a machine with GPUs) hand each other
 their operations through files in a directory named after the
-communicator's id, on this machine's temporary directory: a file per rank
-and operation, written whole (a rename) so a reader never sees half of one.
-No file is trusted to be code: a header of JSON and the raw bytes.
+communicator's id, on this machine's temporary directory: a file per
+operation, sender and receiver, written whole (a rename) so a reader never
+sees half of one, and removed by its receiver once read (a long run keeps
+only the operations in flight). No file is trusted to be code: a header of
+JSON and the raw bytes.
 
 A rank joins by writing its ``joined`` file and waits until every rank
 has; it leaves by writing its ``closed`` file (when its communicator is
-released, or when its process exits), and the last to leave removes the
-directory (by then no rank reads any more). An abort leaves an ``aborted``
-file, so the others stop waiting for that rank's operations. Directories
-left by processes that were killed are removed a day later.
+released, or when its process exits, ``multiprocessing``'s children
+included), and the last to leave removes the directory (by then no rank
+reads any more). An abort leaves an ``aborted`` file, so the others stop
+waiting for that rank's operations. Directories left by processes that
+were killed are removed a week later.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
+import multiprocessing.util
 import os
 import shutil
 import tempfile
@@ -35,7 +38,7 @@ from ._engine import Op
 __all__ = ["Mailbox"]
 
 _HEADER = 4  # bytes of the header's length, then the header (JSON), then the data
-_STALE = 86400.0  # seconds after which a directory nobody wrote to is a killed run's
+_STALE = 7 * 86400.0  # seconds after which a directory nobody wrote to is a killed run's
 
 
 def _root() -> Path:
@@ -64,6 +67,7 @@ class Mailbox:
 
     def __init__(self, uid: bytes) -> None:
         self.path = _root() / uid.hex()
+        self._exit: multiprocessing.util.Finalize | None = None
 
     # joining and leaving ------------------------------------------------------------------
     def join(self, rank: int, nranks: int, timeout: float) -> None:
@@ -77,17 +81,23 @@ class Mailbox:
             If some rank has not joined within ``timeout`` seconds.
         """
         _sweep()
-        self.path.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(self.path / f"joined.{rank}", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            raise DistributedError(
-                f"sim: rank {rank} joined the communicator twice (another process joined as "
-                f"rank {rank}): give each process its own rank"
-            ) from None
+        for attempt in range(3):  # (a rank that gave up may remove the directory meanwhile)
+            self.path.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(self.path / f"joined.{rank}", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                break
+            except FileExistsError:
+                raise DistributedError(
+                    f"sim: rank {rank} joined the communicator twice (another process joined as "
+                    f"rank {rank}): give each process its own rank"
+                ) from None
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
         os.write(fd, str(os.getpid()).encode())
         os.close(fd)
-        atexit.register(self.leave, rank, nranks)  # (a process that ends leaves)
+        # a process that ends leaves: at exit, or at the end of a multiprocessing child
+        self._exit = multiprocessing.util.Finalize(None, self.leave, (rank, nranks), exitpriority=0)
         deadline = time.monotonic() + timeout
         pause = 1e-3
         while True:
@@ -105,17 +115,22 @@ class Mailbox:
 
     def leave(self, rank: int, nranks: int) -> None:
         """``rank`` reads nothing more; the last rank to leave removes the directory."""
-        atexit.unregister(self.leave)
+        self._forget_exit()
         self._mark("closed", rank)
         if all((self.path / f"closed.{r}").exists() for r in range(nranks) if r != rank):
             shutil.rmtree(self.path, ignore_errors=True)
 
     def _withdraw(self, rank: int) -> None:
         """``rank`` gave up joining: as if it never came (the directory goes if it was alone)."""
-        atexit.unregister(self.leave)
+        self._forget_exit()
         (self.path / f"joined.{rank}").unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             self.path.rmdir()  # (only when empty: no other rank came)
+
+    def _forget_exit(self) -> None:
+        if self._exit is not None:
+            self._exit.cancel()
+            self._exit = None
 
     def abort(self, rank: int) -> None:
         """``rank`` aborted: the others stop waiting for its operations."""
@@ -133,8 +148,8 @@ class Mailbox:
             (self.path / f"{what}.{rank}").touch()
 
     # operations -----------------------------------------------------------------------------
-    def post(self, key: str, rank: int, op: Op, data: np.ndarray | None) -> None:
-        """Hand in ``rank``'s ``op`` of meeting ``key`` (and what it sends)."""
+    def post(self, key: str, rank: int, op: Op, data: np.ndarray | None, to: list[int]) -> None:
+        """Hand ``rank``'s ``op`` of meeting ``key`` (and what it sends) to the ranks ``to``."""
         header = json.dumps(
             {
                 "kind": op.kind,
@@ -145,18 +160,22 @@ class Mailbox:
                 "data": data is not None,
             }
         ).encode()
-        body = b"" if data is None else np.ascontiguousarray(data).tobytes()
-        final = self.path / f"{key}.{rank}"
-        partial = final.with_name(f".{final.name}.{os.getpid()}")
-        partial.write_bytes(len(header).to_bytes(_HEADER, "little") + header + body)
-        os.replace(partial, final)  # (readers see all of it or nothing)
+        raw = len(header).to_bytes(_HEADER, "little") + header
+        raw += b"" if data is None else np.ascontiguousarray(data).tobytes()
+        for r in to:
+            final = self.path / f"{key}.{rank}-{r}"
+            partial = final.with_name(f".{final.name}.{os.getpid()}")
+            partial.write_bytes(raw)
+            os.replace(partial, final)  # (readers see all of it or nothing)
 
-    def fetch(self, key: str, rank: int) -> tuple[Op, np.ndarray | None] | None:
-        """``rank``'s op of meeting ``key`` and what it sends, once handed in (else None)."""
+    def fetch(self, key: str, rank: int, me: int) -> tuple[Op, np.ndarray | None] | None:
+        """``rank``'s op of meeting ``key`` and what it sends to ``me``, once handed in (else None)."""
+        path = self.path / f"{key}.{rank}-{me}"
         try:
-            raw = (self.path / f"{key}.{rank}").read_bytes()
+            raw = path.read_bytes()
         except FileNotFoundError:
             return None
+        path.unlink()  # (read once: only this rank reads it)
         size = int.from_bytes(raw[:_HEADER], "little")
         h = json.loads(raw[_HEADER : _HEADER + size])
         dtype = normalize_dtype(h["dtype"])

@@ -25,16 +25,16 @@ Ranks in other processes (:func:`~cudagraphs.distributed.init`, one process
 per simulated GPU) hand in their operations through a
 :class:`~._mailbox.Mailbox`; a stream that waits for them waits until the
 communicator's timeout, then raises :class:`~cudagraphs.CollectiveTimeoutError`
-(a query, as ``Communicator.synchronize`` makes, only looks). Eager
-operations of such a communicator start at once, as on a GPU, so a process
-that never synchronizes still hands in its part.
+(a query, as ``Communicator.synchronize`` makes, only looks). An eager
+operation of such a communicator starts at once (its stream runs up to it),
+so the others get this rank's part though its host never waits; work queued
+behind an operation that waits runs when the host next looks at a stream.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Generator
 from typing import Any
 
@@ -76,12 +76,17 @@ class _World:
         self.received: dict[tuple[int, int], int] = {}  # (src, dst) -> receives run
         self.meetings: dict[tuple[Any, ...], _Meeting] = {}
         self.aborted = False
+        self.error: BaseException | None = None  # why (another process's abort), raised by each operation
 
-    def end(self) -> None:
-        """Aborted: every pending operation ends, its result unwritten (NCCL's abort)."""
-        self.aborted = True
+    def end(self, error: BaseException | None = None) -> None:
+        """Aborted: every pending operation ends, its result unwritten (NCCL's abort).
+
+        With ``error`` (another process aborted), each of them raises it, and
+        so does every operation that runs later.
+        """
+        self.aborted, self.error = True, error
         for meeting in list(self.meetings.values()):
-            meeting.done = True  # (the stopped streams go on)
+            meeting.done, meeting.error = True, error  # (the stopped streams go on)
         self.meetings.clear()
 
     def stamp(self, rank: int, op: Op) -> tuple[tuple[Any, ...], tuple[int, ...]]:
@@ -108,7 +113,7 @@ class _World:
         """Hand in ``rank``'s ``op``: the meeting it waits on (done when all have come)."""
         if self.aborted:  # (work queued before the abort ends without its result, as NCCL's)
             aborted = _Meeting(self, ("aborted",), ())
-            aborted.done = True
+            aborted.done, aborted.error = True, self.error
             return aborted
         if rank not in self.devices:
             raise DistributedError(
@@ -125,7 +130,7 @@ class _World:
             data = backend.device_bytes(op.send, nbytes, _call(op)).copy().view(op.dtype)
         meeting.arrivals[(rank, op.kind)] = (op, data, backend)
         if self.mailbox is not None:
-            self.mailbox.post(meeting.name, rank, op, data)
+            self.mailbox.post(meeting.name, rank, op, data, meeting.remote)
         meeting.poll()
         return meeting
 
@@ -141,27 +146,28 @@ class _Meeting(Rendezvous):
         self.name = "-".join(str(k) for k in key)  # (its files' name in the mailbox)
         self.remote = [r for r in expected if r not in world.devices] if world.mailbox else []
         if self.remote:
-            self.deadline = time.monotonic() + world.timeout
+            self.patience = world.timeout
 
     def poll(self) -> bool:
         """Take in what ranks of other processes handed in; complete once every rank came."""
         box = self.world.mailbox
         if not self.done and box is not None:
             came = {r for r, _ in self.arrivals}
+            me = next(r for r in self.expected if r in self.world.devices)  # (this process's rank)
             for r in self.remote:
                 if r in came:
                     continue
-                got = box.fetch(self.name, r)
+                got = box.fetch(self.name, r, me)
                 if got is not None:
                     self.arrivals[(r, got[0].kind)] = (got[0], got[1], None)
                 elif box.state(r) == "aborted":
-                    error = DistributedError(
-                        f"sim: rank {r} (another process) aborted the communicator while this "
-                        f"operation waited for {self.describe()}: the operations end without "
-                        "results; make a new communicator"
+                    self.world.end(
+                        DistributedError(
+                            f"sim: rank {r} (another process) aborted the communicator: its "
+                            "operations end without results (this one waited for "
+                            f"{self.describe()}); make a new communicator"
+                        )
                     )
-                    self.world.end()
-                    self.error = error
                     return True
         if not self.done and len(self.arrivals) == len(self.expected):
             self.world.meetings.pop(self.key, None)
@@ -244,8 +250,14 @@ class _Meeting(Rendezvous):
         else:
             stacked = np.stack([sends[r] for r in range(n)])
             if op.reduce == "avg":
-                total = np.add.reduce(stacked, axis=0)
-                total = total // n if total.dtype.kind in "iu" else total / np.array(n, total.dtype)
+                total = np.add.reduce(stacked, axis=0, dtype=op.dtype)  # (wraps, as NCCL's sum)
+                if total.dtype.kind == "i":  # NCCL divides as C does: toward zero
+                    wide = total.astype(np.int64)
+                    total = np.sign(wide) * (np.abs(wide) // n)
+                elif total.dtype.kind == "u":
+                    total = total // n
+                else:
+                    total = total / np.array(n, total.dtype)
             else:
                 total = _REDUCE[op.reduce](stacked, axis=0)
             total = total.astype(op.dtype, copy=False)
