@@ -346,9 +346,9 @@ _RANK = textwrap.dedent(
     import sys, tempfile, numpy as np, cudagraphs as cg
     from pathlib import Path
     from cudagraphs import distributed as dist
-    rank, path, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    rank, path, mode, n = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
     store = dist.FileStore(path)
-    comm = dist.init(rank, 2, store=store, device=cg.Device(rank), timeout=4 if mode == "block" else 30)
+    comm = dist.init(rank, n, store=store, device=cg.Device(rank), timeout=4 if mode == "block" else 30)
     d = comm.device
     if mode in ("late", "block") and rank == 1:
         sys.exit(0)  # joined, then never calls the collective
@@ -393,7 +393,8 @@ _RANK = textwrap.dedent(
                 raised.append(str(exc))
         print("ABORTED", len(raised), raised[:1])
         sys.exit(0)
-    assert (x.get() == np.arange(1024) * 3).all(), x.get()[:4]
+    total = n * (n + 1) // 2  # (the ranks' rank + 1, summed)
+    assert (x.get() == np.arange(1024) * total).all(), x.get()[:4]
     s = d.create_stream()
     y = cg.zeros(1024, "float32", device=d)
     d.synchronize()
@@ -403,16 +404,15 @@ _RANK = textwrap.dedent(
     y.set(np.full(1024, rank + 1, np.float32), stream=s)
     g.replay(s)
     s.synchronize()
-    assert (y.get(stream=s) == 3 * 2**9).all(), y.get(stream=s)[:4]
+    assert (y.get(stream=s) == total * n**9).all(), y.get(stream=s)[:4]
     out = comm.all_gather(cg.full(4, rank, "int32", device=d))
-    assert (out.get() == np.array([[0] * 4, [1] * 4])).all()
-    peer = 1 - rank
+    assert (out.get() == np.repeat(np.arange(n), 4).reshape(n, 4)).all()
     a = cg.full(8, rank + 5, "float64", device=d)
     b = cg.zeros(8, "float64", device=d)
-    with dist.group_calls():
-        comm.send(a, peer)
-        comm.recv(b, peer)
-    assert (b.get() == peer + 5).all(), b.get()
+    with dist.group_calls():  # a ring: to the next rank, from the previous one
+        comm.send(a, (rank + 1) % n)
+        comm.recv(b, (rank - 1) % n)
+    assert (b.get() == (rank - 1) % n + 5).all(), b.get()
     if cg.backend() == "sim":  # what was sent to this rank was removed once read
         comm.synchronize(timeout=30)
         left = list((Path(tempfile.gettempdir()) / "cudagraphs-sim").glob(f"*/*-*.*-{rank}"))
@@ -433,20 +433,20 @@ _PROCESS_BACKENDS = [
 ]
 
 
-def _two_ranks(tmp_path: Path, backend: str, mode: str) -> list[str]:
+def _ranks(tmp_path: Path, backend: str, mode: str, n: int = 2) -> list[str]:
     tmp_path.mkdir(exist_ok=True)
     script = tmp_path / "rank.py"
     script.write_text(_RANK)
-    env = {**os.environ, "CUDAGRAPHS_BACKEND": backend, "CUDAGRAPHS_SIM_DEVICES": "2"}
+    env = {**os.environ, "CUDAGRAPHS_BACKEND": backend, "CUDAGRAPHS_SIM_DEVICES": str(n)}
     procs = [
         subprocess.Popen(
-            [sys.executable, str(script), str(r), str(tmp_path / "store"), mode],
+            [sys.executable, str(script), str(r), str(tmp_path / "store"), mode, str(n)],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
         )
-        for r in range(2)
+        for r in range(n)
     ]
     outs = [p.communicate(timeout=120)[0] for p in procs]
     for r, (p, out) in enumerate(zip(procs, outs)):
@@ -456,13 +456,18 @@ def _two_ranks(tmp_path: Path, backend: str, mode: str) -> list[str]:
 
 @pytest.mark.parametrize("backend", _PROCESS_BACKENDS)
 def test_one_process_per_gpu(tmp_path: Path, backend: str) -> None:
-    outs = _two_ranks(tmp_path, backend, "ok")
+    outs = _ranks(tmp_path, backend, "ok")
+    assert all(f"RANK OK {r}" in out for r, out in enumerate(outs)), outs
+
+
+def test_four_processes_on_sim(tmp_path: Path) -> None:
+    outs = _ranks(tmp_path, "sim", "ok", n=4)
     assert all(f"RANK OK {r}" in out for r, out in enumerate(outs)), outs
 
 
 @pytest.mark.parametrize("backend", _PROCESS_BACKENDS)
 def test_one_process_per_gpu_rank_that_never_calls(tmp_path: Path, backend: str) -> None:
-    out = _two_ranks(tmp_path, backend, "late")[0]
+    out = _ranks(tmp_path, backend, "late")[0]
     assert "TIMEOUT" in out, out
     assert "aborted" in out, out
 
@@ -471,14 +476,14 @@ def test_one_process_per_gpu_errors_on_sim(tmp_path: Path) -> None:
     # where a GPU hangs or corrupts memory, sim's processes raise, each naming the ranks' calls
     boxes = Path(tempfile.gettempdir()) / "cudagraphs-sim"
     before = set(boxes.iterdir()) if boxes.is_dir() else set()
-    for r, out in enumerate(_two_ranks(tmp_path / "disagree", "sim", "disagree")):
+    for r, out in enumerate(_ranks(tmp_path / "disagree", "sim", "disagree")):
         assert "DISAGREE DistributedError" in out, out
         assert "rank 0: all_reduce(1024 float32, sum), rank 1: all_reduce(512 float32, sum)" in out, (r, out)
-    out = _two_ranks(tmp_path / "abort", "sim", "abort")[0]
+    out = _ranks(tmp_path / "abort", "sim", "abort")[0]
     assert "ABORTED 2" in out, out
     assert "rank 1 (another process) aborted the communicator" in out, out
     t0 = time.monotonic()
-    out = _two_ranks(tmp_path / "block", "sim", "block")[0]
+    out = _ranks(tmp_path / "block", "sim", "block")[0]
     assert "TIMEOUT" in out, out
     assert "waited 4 s for rank(s) [1] to join all_reduce(1024 float32, sum)" in out, out
     assert "rank(s) [1] closed their communicator" in out, out
