@@ -433,14 +433,15 @@ _PROCESS_BACKENDS = [
 ]
 
 
-def _ranks(tmp_path: Path, backend: str, mode: str, n: int = 2) -> list[str]:
+def _ranks(tmp_path: Path, backend: str, mode: str, n: int = 2, script: str = _RANK) -> list[str]:
+    """Run ``script`` as ranks ``0..n-1``, one process each (argv: rank, store, mode, n); their output."""
     tmp_path.mkdir(exist_ok=True)
-    script = tmp_path / "rank.py"
-    script.write_text(_RANK)
+    path = tmp_path / "rank.py"
+    path.write_text(script)
     env = {**os.environ, "CUDAGRAPHS_BACKEND": backend, "CUDAGRAPHS_SIM_DEVICES": str(n)}
     procs = [
         subprocess.Popen(
-            [sys.executable, str(script), str(r), str(tmp_path / "store"), mode, str(n)],
+            [sys.executable, str(path), str(r), str(tmp_path / "store"), mode, str(n)],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -518,20 +519,7 @@ def test_the_per_process_example_of_the_docs_runs_on_sim(tmp_path: Path) -> None
     text = (Path(__file__).parent.parent / "docs" / "distributed.md").read_text()
     start = text.index("# rank.py: python rank.py 0")
     script = text[start : text.index("```", start)].replace("/tmp/job-42", str(tmp_path / "store"))
-    (tmp_path / "rank.py").write_text(script)
-    env = {**os.environ, "CUDAGRAPHS_BACKEND": "sim", "CUDAGRAPHS_SIM_DEVICES": "2"}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(tmp_path / "rank.py"), str(r)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for r in range(2)
-    ]
-    outs = [p.communicate(timeout=120)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outs
+    outs = _ranks(tmp_path, "sim", "", script=script)
     assert all("[6. 6. 6. 6.]" in out for out in outs), outs
 
 
