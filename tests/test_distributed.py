@@ -634,7 +634,7 @@ def test_torch_and_cupy_arrays_in_place_eager_and_captured(
     comm = group[0]
     v = rng.standard_normal((4, 8)).astype(np.float32)
     t = torch.from_numpy(v).to(f"cuda:{device.index}")
-    torch.cuda.synchronize()  # (torch's stream before ours)
+    torch.cuda.synchronize(device.index)  # (torch's stream before ours)
     assert comm.all_reduce(t, op="max") is t  # in place, returned as given
     g = torch.full((1, 4, 8), float("nan"), device=f"cuda:{device.index}")
     assert comm.all_gather(t, g) is g
@@ -647,7 +647,7 @@ def test_torch_and_cupy_arrays_in_place_eager_and_captured(
     # captured: the graph replays on the tensor's memory
     y = torch.ones(256, device=f"cuda:{device.index}")
     s = device.create_stream()
-    torch.cuda.synchronize()
+    torch.cuda.synchronize(device.index)
     with cg.capture(stream=s) as graph:
         for _ in range(3):
             comm.all_reduce(y, stream=s)
@@ -666,7 +666,8 @@ def test_torch_tensors_on_every_gpu(devices: list[cg.Device], rng: np.random.Gen
     group = dist.local_group(devices)
     data = [rng.standard_normal(1000).astype(np.float32) for _ in devices]
     ts = [torch.from_numpy(v).to(f"cuda:{d.index}") for v, d in zip(data, devices)]
-    torch.cuda.synchronize()
+    for d in devices:  # (torch's copies on each device before ours)
+        torch.cuda.synchronize(d.index)
     outs = group.all_reduce(ts, op="avg")
     assert all(o is t for o, t in zip(outs, ts))
     group.synchronize(timeout=30)
