@@ -28,6 +28,7 @@ from conftest import cuda_device_count
 import cudagraphs as cg
 from cudagraphs import _recording
 from cudagraphs import distributed as dist
+from cudagraphs._pool import GraphPool
 
 REDUCE = {
     "sum": lambda a: np.sum(a, axis=0),
@@ -273,6 +274,34 @@ def test_sim_an_ungrouped_exchange_deadlocks_as_on_a_gpu(sim_group: dist.LocalGr
     sim_group.abort()
     d0.synchronize()
     d1.synchronize()
+
+
+def test_outputs_made_inside_one_capture_come_from_its_pool_on_every_device(
+    group: dist.LocalGroup, rng: np.random.Generator
+) -> None:
+    # all_gather and reduce_scatter without outs allocate each rank's output inside the capture,
+    # on the stream that rank runs on (a forked one: the graph's pool of its device)
+    n, devs = len(group), group.devices
+    data = _data(rng, n, (n, 6), "float32")
+    xs = [cg.asarray(v, device=d) for v, d in zip(data, devs)]
+    for d in devs:
+        d.allocator.empty_cache()  # (no cached block: each output is a new allocation)
+        d.synchronize()
+    s = devs[0].create_stream()
+    s.wait(devs[0].current_stream())
+    with cg.capture(stream=s) as g:
+        gathered = group.all_gather(xs, streams=[s] + [None] * (n - 1))
+        parts = group.reduce_scatter(xs, streams=[s] + [None] * (n - 1))
+    for r, d in enumerate(devs):
+        for out in (gathered[r], parts[r]):
+            assert out.device is d
+            assert isinstance(out._block.owner, GraphPool), out._block.owner  # not the eager cache
+    g.replay(s)
+    s.synchronize()
+    for r in range(n):
+        np.testing.assert_array_equal(gathered[r].get(), np.stack(data))
+        np.testing.assert_allclose(parts[r].get(), np.sum(data, axis=0)[r], rtol=1e-5)
+    g.close()
 
 
 # one rank per call of init(): the store ------------------------------------------------------------
@@ -566,6 +595,9 @@ def test_bench_devices_cli_on_sim() -> None:
 # one rank: every backend, one device (on a GPU: NCCL's calls, its capture, its non-blocking init)
 def test_a_communicator_of_one_rank(device: cg.Device, rng: np.random.Generator, tmp_path: Path) -> None:
     group = dist.local_group([device])
+    last_error = getattr(group[0].engine, "_last_error", None)
+    if last_error is not None:  # NCCL: its last error reads (the text NCCL gives an error with)
+        assert "could not be read" not in last_error()
     v = rng.standard_normal((3, 5)).astype(np.float32)
     x = cg.asarray(v, device=device)
     out = cg.full((3, 5), np.nan, "float32", device=device)

@@ -484,22 +484,22 @@ class LocalGroup(Sequence[Communicator]):
         outs: Any,
         streams: Any,
     ) -> list[Array]:
-        """Check every rank's arguments (``plan``), then issue them together."""
-        st = self._streams(streams)
-        plans = [
-            plan(c, x, o, s) for c, x, o, s in zip(self.comms, self._per("xs", xs), self._outs(outs), st)
-        ]
-        return self._run(plans, st)
+        """Check every rank's arguments (``plan``), then issue them together.
 
-    def _run(self, plans: list[_Plan], streams: list[Stream]) -> list[Array]:
+        Inside a capture, the ranks outside it fork into it first, so that
+        what a plan allocates (an output) comes from the capture's pool of
+        its device, on the stream it is used on.
+        """
+        st, xs, outs = self._streams(streams), self._per("xs", xs), self._outs(outs)
         if any(c.closed for c in self.comms):
             raise ValueError(f"{self!r} has closed communicators: make a new group")
         with group_calls():  # (joins the forked streams back when the outermost group ends)
-            streams = self._fork(streams)
+            st = self._fork(st)
+            plans = [plan(c, x, o, s) for c, x, o, s in zip(self.comms, xs, outs, st)]
             try:
-                for c, plan, s in zip(self.comms, plans, streams):
+                for c, p, s in zip(self.comms, plans, st):
                     _join_group(c)
-                    c._submit(plan, s)
+                    c._submit(p, s)
             except CollectiveTimeoutError:
                 self.abort()
                 raise

@@ -14,6 +14,7 @@ communicators of one process (``ncclCommInitAll``) are blocking.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib
 import time
@@ -145,9 +146,10 @@ class NcclEngine:
 
     def _last_error(self) -> str:
         try:
-            return str(self.nc.get_last_error()) or "NCCL gave no detail"
-        except Exception:
-            return "NCCL gave no detail"
+            # (the communicator argument is unused by NCCL: its last error is the process's)
+            return str(self.nc.get_last_error(self.nc.Comm(0))) or "NCCL gave no detail"
+        except Exception as exc:  # (nccl4py changed its signature?)
+            return f"NCCL's last error could not be read: {exc}"
 
     def _settle(self, handles: list[Any], timeout: float, abort: bool, what: str) -> None:
         """Wait until no communicator of ``handles`` is in progress (non-blocking ones).
@@ -156,6 +158,7 @@ class NcclEngine:
         rank's, which no Communicator holds yet); otherwise their holders do.
         """
         deadline = None
+        start = time.monotonic()
         for comm in handles:
             while True:
                 state = int(self.nc.comm_get_async_error(comm))
@@ -170,8 +173,10 @@ class NcclEngine:
                 elif time.monotonic() > deadline:
                     if abort:
                         for c in handles:
-                            self.nc.comm_abort(c)
+                            with contextlib.suppress(self.nc.NCCLError):  # (the timeout is the news)
+                                self.nc.comm_abort(c)
                     raise CollectiveTimeoutError(
                         f"{what} within {timeout:g} s (the communicator was aborted)"
                     )
-                time.sleep(0.0005)
+                # (an eager operation's group settles within microseconds: spin first)
+                time.sleep(0.0 if time.monotonic() - start < 0.002 else 0.0005)
