@@ -708,6 +708,36 @@ def test_torch_tensors_on_every_gpu(devices: list[cg.Device], rng: np.random.Gen
     group.close()
 
 
+def test_graphs_of_an_aborted_communicator_refuse_to_replay(device: cg.Device) -> None:
+    # NCCL's abort frees what the graph's collective nodes use: a replay would fault the GPU
+    group = dist.local_group([device])
+    s = device.create_stream()
+    y = cg.ones(64, "float32", device=device, stream=s)
+    with cg.capture(stream=s) as g:
+        group.all_reduce([y], streams=[s])
+        cg.ops.scale(2.0, y, out=y, stream=s)
+    with cg.capture(stream=s) as outer:  # embeds g: unusable with it
+        g.replay(s)
+        cg.ops.scale(2.0, y, out=y, stream=s)
+    with cg.capture(stream=s) as plain:  # no collective: unaffected
+        cg.ops.scale(3.0, y, out=y, stream=s)
+    g.replay(s)
+    outer.replay(s)
+    s.synchronize()
+    assert (y.get(stream=s) == 8).all()
+    group.abort()
+    for graph in (g, outer):
+        with pytest.raises(cg.DistributedError, match="was aborted: its collectives cannot run"):
+            graph.replay(s)
+        with pytest.raises(cg.DistributedError, match="was aborted"):
+            graph.upload(s)
+    plain.replay(s)
+    s.synchronize()
+    assert (y.get(stream=s) == 24).all()  # nothing of the refused replays ran
+    for graph in (g, outer, plain):
+        graph.close()
+
+
 # the simulator's scheduling (found in review: each of these failed once) ------------------------
 def test_per_device_graphs_with_work_around_the_collective(group: dist.LocalGroup) -> None:
     xs = [cg.zeros(4, "float32", device=d) for d in group.devices]

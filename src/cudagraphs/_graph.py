@@ -203,9 +203,11 @@ class Graph:
         "__weakref__",
         "_auto_free",
         "_bodies",
+        "_broken",
         "_count",
         "_exec",
         "_finalizer",
+        "_holders",
         "_later",
         "_launch",
         "_moves",
@@ -245,6 +247,8 @@ class Graph:
     _count: int | None  # nodes of the driver graph, read on first use
     _later: bool  # captured inside another capture: instantiated on first use
     _moves: list[tuple[int, int, int]]  # repoint()s of other libraries' nodes, from the captured values
+    _broken: Callable[[], BaseException] | None  # what replays raise once the graph is unusable
+    _holders: weakref.WeakSet[Graph] | None  # graphs that embed this one (see _unusable)
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("Graph objects are made by cg.capture(), not directly")
@@ -258,6 +262,7 @@ class Graph:
         g._records = []
         g._nodes = None  # read from the driver on first use
         g._exec = None
+        g._broken = g._holders = None
         g._launch = device.backend.graph_launch
         g._uploaded = False
         g._finalizer = None
@@ -298,6 +303,10 @@ class Graph:
         if others:  # replays keep order with the other devices' current streams
             self._launch = _ordered_launch(self.device, others)
         self._res = res
+        for obj in res.keep:  # what must know its graphs (a communicator, an embedded graph)
+            held_by = getattr(obj, "_held_by", None)
+            if held_by is not None:
+                held_by(self)
         self._finalizer = weakref.finalize(self, _recording.later, self.device, release_resources, res)
         self._rec = None
         if exec_ is not None:
@@ -310,8 +319,25 @@ class Graph:
         self.state = GraphState.FAILED
         self._rec = None
 
+    def _held_by(self, graph: Graph) -> None:
+        """``graph`` embeds this one (a child node): it becomes unusable with this one."""
+        if self._holders is None:
+            self._holders = weakref.WeakSet()
+        self._holders.add(graph)
+
+    def _unusable(self, error: Callable[[], BaseException]) -> None:
+        """What the graph's nodes use is gone (an aborted communicator): replays raise ``error()``.
+
+        So do those of the graphs that embed it. Its memory is freed as usual.
+        """
+        self._broken, self._exec = error, None  # (no executable: replays take the checked path)
+        for holder in list(self._holders or ()):
+            holder._unusable(error)
+
     def instantiate(self) -> Graph:
         """Make a graph captured with ``instantiate=False`` replayable; returns it."""
+        if self._broken is not None:
+            raise self._broken()
         if self.state != GraphState.CAPTURED:
             raise RuntimeError(f"this graph is {self.state}; only a captured graph can be instantiated")
         if _recording.instantiate_blocked(self.device):
@@ -534,6 +560,8 @@ class Graph:
 
     # replay ---------------------------------------------------------------------------------
     def _ready(self) -> Any:
+        if self._broken is not None:
+            raise self._broken()
         if self._later and self.state == GraphState.CAPTURED:
             self.instantiate()  # captured inside another capture: instantiated on first use
         if self._exec is None or self.state != GraphState.READY:

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 from .. import _recording
 from .._array import DeviceArray, empty, operand
 from .._device import Device, Stream, device_count, resolve_stream
-from .._errors import CaptureError, CollectiveTimeoutError
+from .._errors import CaptureError, CollectiveTimeoutError, DistributedError
 from .._recording import Work, submit
 from . import _nccl, _simulated
 from ._engine import REDUCTIONS, Engine, Op
@@ -145,6 +145,7 @@ class Communicator:
         self.device, self.rank, self.size = device, rank, size
         self.engine, self._handle, self.timeout = engine, handle, timeout
         self._closed = False
+        self._graphs: weakref.WeakSet[Any] = weakref.WeakSet()  # graphs that use it (see abort)
         # NCCL's resources go once nothing holds the communicator (a graph that uses it does)
         self._finalizer = weakref.finalize(self, _recording.later, device, engine.destroy, handle)
 
@@ -207,10 +208,28 @@ class Communicator:
             raise
 
     def abort(self) -> None:
-        """Abandon the communicator now: its pending operations end without results."""
+        """Abandon the communicator now: its pending operations end without results.
+
+        The graphs that use it can no longer be replayed (NCCL freed what their
+        nodes use): a replay raises :class:`~cudagraphs.DistributedError`.
+        """
         self._closed = True
         if self._finalizer.detach() is not None:
             self.engine.abort(self._handle)
+            what = f"rank {self.rank} of {self.size} on {self.device}"
+
+            def error() -> DistributedError:
+                return DistributedError(
+                    f"this graph uses a communicator ({what}) that was aborted: its collectives "
+                    "cannot run any more; capture the work again with a new communicator"
+                )
+
+            for graph in list(self._graphs):
+                graph._unusable(error)
+
+    def _held_by(self, graph: Any) -> None:
+        """A graph's captured work uses this communicator (it keeps it alive)."""
+        self._graphs.add(graph)
 
     def close(self) -> None:
         """No more operations on this communicator. Idempotent.
