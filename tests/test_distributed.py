@@ -578,6 +578,24 @@ def test_data_parallel_step_matches_numpy(devices: list[cg.Device], monkeypatch:
     assert not dp_step(devices, 3, batch=8, d=16, h=32)["ok"]
 
 
+def test_bench_ratios_are_the_issue_comparisons() -> None:
+    from cudagraphs.bench.multigpu import _ratios
+
+    rows = {
+        "cudagraphs graph": {4096: 6.6},
+        "cudagraphs graph (one per GPU)": {4096: 6.0},
+        "nccl4py graph (bare)": {4096: 6.0},
+        "torch.distributed eager": {4096: 33.0},
+    }
+    assert _ratios(rows, 4096) == [
+        "4 KiB, cudagraphs graph: 1.10x the bare nccl4py graph's time, 5.0x faster than "
+        "torch.distributed eager",
+        "4 KiB, cudagraphs graph (one per GPU): 1.00x the bare nccl4py graph's time, 5.5x faster than "
+        "torch.distributed eager",
+    ]
+    assert _ratios({"cudagraphs graph": {4096: 6.6}}, 4096) == []  # (nothing to compare with)
+
+
 def test_bench_devices_cli_on_sim() -> None:
     r = subprocess.run(
         [sys.executable, "-m", "cudagraphs", "bench", "--devices"],

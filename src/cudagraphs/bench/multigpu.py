@@ -20,6 +20,7 @@ both on every device of the machine (on ``sim``: 2 simulated ones):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -263,7 +264,11 @@ def _timed(call: Callable[[], object], sync: Callable[[], None], n: int) -> floa
 def allreduce_latency(devices: list[cg.Device], sizes: list[int], n: int) -> dict[str, dict[int, float]]:
     """Per-all-reduce microseconds in this process: cudagraphs eager and graphed, bare nccl4py."""
     group = dist.local_group(devices)
-    out: dict[str, dict[int, float]] = {"cudagraphs eager": {}, "cudagraphs graph": {}}
+    out: dict[str, dict[int, float]] = {
+        "cudagraphs eager": {},
+        "cudagraphs graph": {},
+        "cudagraphs graph (one per GPU)": {},
+    }
 
     def sync() -> None:
         for dev in devices:
@@ -283,6 +288,21 @@ def allreduce_latency(devices: list[cg.Device], sizes: list[int], n: int) -> dic
         replay = partial(g.replay, devices[0].current_stream())
         out["cudagraphs graph"][nbytes] = _timed(replay, sync, max(n // PER_GRAPH, 5)) / PER_GRAPH
         g.close()
+        # as the bare one: each rank's stream in a capture of its own, a graph per GPU
+        ss = [dev.create_stream() for dev in devices]
+        with contextlib.ExitStack() as stack:
+            graphs = [stack.enter_context(cg.capture(stream=st)) for st in ss]
+            for _ in range(PER_GRAPH):
+                group.all_reduce(xs, streams=ss)
+
+        def replay_each(graphs: list[cg.Graph] = graphs, ss: list[cg.Stream] = ss) -> None:
+            for graph, st in zip(graphs, ss):
+                graph.replay(st)
+
+        per_gpu = _timed(replay_each, sync, max(n // PER_GRAPH, 5)) / PER_GRAPH
+        out["cudagraphs graph (one per GPU)"][nbytes] = per_gpu
+        for graph in graphs:
+            graph.close()
         if bare is not None:
             out["nccl4py graph (bare)"][nbytes] = bare(nbytes, n)
     group.close()
@@ -416,7 +436,14 @@ def per_process_latency(sizes: list[int], n: int) -> dict[str, dict[int, float]]
             )
             for r in range(2)
         ]
-        outs = [p.communicate(timeout=300)[0] for p in procs]
+        outs = []
+        for p in procs:
+            try:
+                outs.append(p.communicate(timeout=300)[0])
+            except subprocess.TimeoutExpired:  # (a rank hangs: stop both, report what came)
+                for q in procs:
+                    q.kill()
+                outs.append((p.communicate()[0] or "") + "\n(killed after 300 s)")
     for out in outs:
         for line in out.splitlines():
             if line.startswith("RESULT "):
@@ -426,6 +453,25 @@ def per_process_latency(sizes: list[int], n: int) -> dict[str, dict[int, float]]
                 }
     print("per-process run failed:\n" + "\n".join(o[-2000:] for o in outs), file=sys.stderr)
     return None
+
+
+def _ratios(rows: dict[str, dict[int, float]], nbytes: int) -> list[str]:
+    """The issue's comparisons at ``nbytes`` per rank, where both figures were measured."""
+    out = []
+    bare = rows.get("nccl4py graph (bare)", {}).get(nbytes)
+    torch_eager = rows.get("torch.distributed eager", {}).get(nbytes)
+    for name in ("cudagraphs graph", "cudagraphs graph (one per GPU)", "cudagraphs graph (process/GPU)"):
+        ours = rows.get(name, {}).get(nbytes)
+        if not ours:
+            continue
+        parts = []
+        if bare:
+            parts.append(f"{ours / bare:.2f}x the bare nccl4py graph's time")
+        if torch_eager:
+            parts.append(f"{torch_eager / ours:.1f}x faster than torch.distributed eager")
+        if parts:
+            out.append(f"{_size(nbytes)}, {name}: " + ", ".join(parts))
+    return out
 
 
 def _size(nbytes: int) -> str:
@@ -461,15 +507,14 @@ def main(argv: list[str] | None = None) -> int:
         other = per_process_latency(sizes, n)
         if other:
             rows.update(other)
-    names = list(rows)
     print(f"\nall-reduce, us per call ({len(devices)} devices, float32 sum; graphs hold {PER_GRAPH})")
-    print(f"{'size/rank':>10} " + " ".join(f"{nm[:26]:>26}" for nm in names))
-    for nbytes in sizes:
-        cells = [rows[nm].get(nbytes) for nm in names]
-        print(
-            f"{_size(nbytes):>10} "
-            + " ".join(f"{c:>26.2f}" if c is not None else f"{'-':>26}" for c in cells)
-        )
+    print("one process drives every GPU, except the rows marked process/GPU and torch (2 processes)")
+    print(f"{'':34}" + "".join(f"{_size(b):>10}" for b in sizes))
+    for name, row in rows.items():
+        cells = [row.get(b) for b in sizes]
+        print(f"{name:34}" + "".join(f"{c:>10.2f}" if c is not None else f"{'-':>10}" for c in cells))
+    for line in _ratios(rows, 4096):
+        print(line)
     if a.out:
         Path(a.out).mkdir(parents=True, exist_ok=True)
         (Path(a.out) / "multigpu.json").write_text(
