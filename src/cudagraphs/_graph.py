@@ -304,9 +304,9 @@ class Graph:
             self._launch = _ordered_launch(self.device, others)
         self._res = res
         for obj in res.keep:  # what must know its graphs (a communicator, an embedded graph)
-            held_by = getattr(obj, "_held_by", None)
+            held_by = getattr(type(obj), "_held_by", None)  # (the class's: no instance __getattr__)
             if held_by is not None:
-                held_by(self)
+                held_by(obj, self)
         self._finalizer = weakref.finalize(self, _recording.later, self.device, release_resources, res)
         self._rec = None
         if exec_ is not None:
