@@ -778,6 +778,29 @@ def test_graphs_of_an_aborted_communicator_refuse_to_replay(device: cg.Device) -
         graph.close()
 
 
+def test_one_group_cannot_mix_a_local_group_and_an_init_communicator(
+    device: cg.Device, tmp_path: Path
+) -> None:
+    group = dist.local_group([device])
+    comm = dist.init(0, 1, store=dist.FileStore(tmp_path), device=device, name="mix")
+    x, y = cg.ones(8, "float32", device=device), cg.ones(8, "float32", device=device)
+    with (
+        pytest.raises(cg.DistributedError, match="cannot hold operations of a local_group"),
+        dist.group_calls(),
+    ):
+        group.all_reduce([x])
+        comm.all_reduce(y)
+    group.synchronize(timeout=30)
+    comm.all_reduce(y)  # each in a block (or none) of its own works
+    with dist.group_calls():
+        group.all_reduce([x])
+    comm.synchronize(timeout=30)
+    assert (x.get() == 1).all()
+    assert (y.get() == 1).all()
+    comm.close()
+    group.close()
+
+
 # the simulator's scheduling (found in review: each of these failed once) ------------------------
 def test_per_device_graphs_with_work_around_the_collective(group: dist.LocalGroup) -> None:
     xs = [cg.zeros(4, "float32", device=d) for d in group.devices]

@@ -58,7 +58,7 @@ class _Plan(NamedTuple):
 
 
 # groups -----------------------------------------------------------------------------------------
-_groups = threading.local()  # this thread's open group_calls(): [depth, {id(engine): (engine, handles)}]
+_groups = threading.local()  # this thread's open group_calls(): [depth, {id(engine): entry}, joins]
 
 
 @contextlib.contextmanager
@@ -69,7 +69,10 @@ def group_calls() -> Iterator[None]:
     devices: :class:`LocalGroup` does it for its own calls), and for a send
     and a receive that must happen at once (an exchange between two ranks):
     outside a group, each waits for the other. Groups nest; the outermost
-    one issues.
+    one issues. One block holds operations of :func:`local_group`
+    communicators or of :func:`init` ones, not both (NCCL groups cannot mix
+    blocking and non-blocking communicators): that raises
+    :class:`~cudagraphs.DistributedError`.
     """
     state = getattr(_groups, "state", None)
     if state is None:
@@ -85,7 +88,7 @@ def group_calls() -> Iterator[None]:
             opened, state[1] = state[1], {}
             joins, state[2] = state[2], []
             try:
-                for engine, handles, timeout in opened.values():
+                for engine, handles, timeout, _ in opened.values():
                     if ok:
                         engine.group_end(handles, timeout)
                     else:  # (the group still ends: the engine must not stay in it)
@@ -109,7 +112,13 @@ def _join_group(comm: Communicator) -> bool:
     entry = state[1].get(id(comm.engine))
     if entry is None:
         comm.engine.group_start()
-        entry = state[1][id(comm.engine)] = (comm.engine, [], comm.timeout)
+        entry = state[1][id(comm.engine)] = (comm.engine, [], comm.timeout, comm._blocking)
+    if entry[3] != comm._blocking:
+        raise DistributedError(
+            "one group_calls() block cannot hold operations of a local_group() communicator "
+            "and of an init() one (NCCL refuses blocking and non-blocking communicators in "
+            "one group): use a block for each"
+        )
     if comm._handle not in entry[1]:
         entry[1].append(comm._handle)
     return True
@@ -140,9 +149,17 @@ class Communicator:
     """
 
     def __init__(
-        self, device: Device, rank: int, size: int, engine: Engine, handle: Any, timeout: float
+        self,
+        device: Device,
+        rank: int,
+        size: int,
+        engine: Engine,
+        handle: Any,
+        timeout: float,
+        blocking: bool = True,
     ) -> None:
         self.device, self.rank, self.size = device, rank, size
+        self._blocking = blocking  # (init's are not: NCCL groups cannot mix the two)
         self.engine, self._handle, self.timeout = engine, handle, timeout
         self._closed = False
         self._graphs: weakref.WeakSet[Any] = weakref.WeakSet()  # graphs that use it (see abort)
@@ -630,7 +647,7 @@ def init(
         f"rank {rank} waited for rank 0's communicator id",
     )
     handle = engine.init_rank(uid, world_size, rank, device, limit)
-    comm = Communicator(device, rank, world_size, engine, handle, limit)
+    comm = Communicator(device, rank, world_size, engine, handle, limit, blocking=False)
     _warm_up([comm])
     return comm
 
