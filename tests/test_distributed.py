@@ -566,11 +566,12 @@ def test_ranks_in_multiprocessing_children_leave_no_mailbox(tmp_path: Path) -> N
     assert (set(boxes.iterdir()) if boxes.is_dir() else set()) <= before
 
 
-def test_the_per_process_example_of_the_docs_runs_on_sim(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", _PROCESS_BACKENDS)
+def test_the_per_process_example_of_the_docs_runs(tmp_path: Path, backend: str) -> None:
     text = (Path(__file__).parent.parent / "docs" / "distributed.md").read_text()
     start = text.index("# rank.py: python rank.py 0")
     script = text[start : text.index("```", start)].replace("/tmp/job-42", str(tmp_path / "store"))
-    outs = _ranks(tmp_path, "sim", "", script=script)
+    outs = _ranks(tmp_path, backend, "", script=script)
     assert all("[6. 6. 6. 6.]" in out for out in outs), outs
 
 
