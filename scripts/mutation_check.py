@@ -269,6 +269,38 @@ MUTATIONS = [
         'submit(stream, Work("memcpy", backend.memcpy, copy, (), (x,), (buf,)))',
         'submit(stream, Work("memcpy", backend.memcpy, copy, (), (x,), ()))',
     ),
+    # several devices and the communicators (issue 13)
+    (
+        "graphs of an aborted communicator still replay",
+        "src/cudagraphs/distributed/_comm.py",
+        "                graph._unusable(error)",
+        "                pass",
+    ),
+    (
+        "a collective's output in a capture is planned before the fork",
+        "src/cudagraphs/distributed/_comm.py",
+        "            st = self._fork(st)\n            plans = [plan(c, x, o, s) for c, x, o, s in zip(self.comms, xs, outs, st)]",
+        "            plans = [plan(c, x, o, s) for c, x, o, s in zip(self.comms, xs, outs, st)]\n"
+        "            st = self._fork(st)",
+    ),
+    (
+        "sim: a stream behind one that waits for another process runs on",
+        "src/cudagraphs/backends/sim.py",
+        "            while not run(other, seq, wait=False):",
+        "            while not run(other, seq):",
+    ),
+    (
+        "sim: a remote abort ends the other operations without an error",
+        "src/cudagraphs/distributed/_simulated.py",
+        "            meeting.done, meeting.error = True, error  # (the stopped streams go on)",
+        "            meeting.done = True",
+    ),
+    (
+        "sim: mailbox files stay after they are read",
+        "src/cudagraphs/distributed/_mailbox.py",
+        "        path.unlink()  # (read once: only this rank reads it)",
+        "        pass",
+    ),
 ]
 
 
