@@ -379,12 +379,15 @@ _PROCESS_SCRIPT = textwrap.dedent(
             td.all_reduce(x)
         torch.cuda.synchronize()
         try:
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
+            tg = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(tg):
                 for _ in range(per_graph):
                     td.all_reduce(x)
-            per = timed(g.replay, torch.cuda.synchronize, max(n // per_graph, 5))
+            per = timed(tg.replay, torch.cuda.synchronize, max(n // per_graph, 5))
             out["torch.cuda.graph"][nbytes] = per / per_graph
+            # (freed now: a torch graph destroyed by the collector during a later capture
+            # would invalidate that capture, as the driver refuses cuGraphExecDestroy there)
+            del tg
         except Exception as exc:
             out["torch.cuda.graph"][nbytes] = None
             out["torch graph error"] = repr(exc)[:200]
