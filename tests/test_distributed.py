@@ -553,6 +553,32 @@ def _forked_rank(rank: int, path: str) -> None:
         # (no close: the child ends through os._exit, which runs no atexit handler)
 
 
+_MISMATCH = textwrap.dedent(
+    """
+    import sys, cudagraphs as cg
+    from cudagraphs import distributed as dist
+    rank, path = int(sys.argv[1]), sys.argv[2]
+    try:  # rank 0 says 2 ranks, rank 1 says 3
+        dist.init(rank, 2 + rank, store=dist.FileStore(path), device=cg.Device(rank), timeout=3)
+    except cg.DistributedError as exc:
+        print("REFUSED", exc)
+    """
+)
+
+
+def test_ranks_that_disagree_on_the_world_size_are_refused_on_sim(tmp_path: Path) -> None:
+    boxes = Path(tempfile.gettempdir()) / "cudagraphs-sim"
+    before = set(boxes.iterdir()) if boxes.is_dir() else set()
+    outs = _ranks(tmp_path, "sim", "", script=_MISMATCH)
+    assert "REFUSED sim: rank 0 joins with a world size of 2, but rank(s) [1] joined with [3]" in outs[0], (
+        outs
+    )
+    assert "REFUSED sim: rank 1 joins with a world size of 3, but rank(s) [0] joined with [2]" in outs[1], (
+        outs
+    )
+    assert (set(boxes.iterdir()) if boxes.is_dir() else set()) <= before  # (the last to leave removed it)
+
+
 def test_ranks_in_multiprocessing_children_leave_no_mailbox(tmp_path: Path) -> None:
     ctx = multiprocessing.get_context("fork")
     boxes = Path(tempfile.gettempdir()) / "cudagraphs-sim"

@@ -46,7 +46,7 @@ def _root() -> Path:
 
 
 def _sweep() -> None:
-    """Remove the directories of runs whose processes were killed (nobody wrote there for a day)."""
+    """Remove the directories of runs whose processes were killed (nobody wrote there for a week)."""
     old = time.time() - _STALE
     try:
         stale = [p for p in _root().iterdir() if p.is_dir() and p.stat().st_mtime < old]
@@ -76,15 +76,17 @@ class Mailbox:
         Raises
         ------
         DistributedError
-            If another process joined as ``rank`` already.
+            If another process joined as ``rank`` already, or with another world size.
         CollectiveTimeoutError
             If some rank has not joined within ``timeout`` seconds.
         """
         _sweep()
         for attempt in range(3):  # (a rank that gave up may remove the directory meanwhile)
             self.path.mkdir(parents=True, exist_ok=True)
+            mine = self.path / f".joined.{rank}.{os.getpid()}"
             try:
-                fd = os.open(self.path / f"joined.{rank}", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                mine.write_text(str(nranks))  # (linked whole: readers never see it empty)
+                os.link(mine, self.path / f"joined.{rank}")
                 break
             except FileExistsError:
                 raise DistributedError(
@@ -94,14 +96,23 @@ class Mailbox:
             except FileNotFoundError:
                 if attempt == 2:
                     raise
-        os.write(fd, str(os.getpid()).encode())
-        os.close(fd)
+            finally:
+                mine.unlink(missing_ok=True)
         # a process that ends leaves: at exit, or at the end of a multiprocessing child
-        self._exit = multiprocessing.util.Finalize(None, self.leave, (rank, nranks), exitpriority=0)
+        self._exit = multiprocessing.util.Finalize(None, self.leave, (rank,), exitpriority=0)
         deadline = time.monotonic() + timeout
         pause = 1e-3
         while True:
-            missing = [r for r in range(nranks) if not (self.path / f"joined.{r}").exists()]
+            sizes = {r: self._joined(r) for r in range(nranks)}
+            other = {r: n for r, n in sizes.items() if n is not None and n != nranks}
+            if other:
+                self.leave(rank)  # (its joined file stays: the others see the disagreement too)
+                raise DistributedError(
+                    f"sim: rank {rank} joins with a world size of {nranks}, but rank(s) "
+                    f"{sorted(other)} joined with {sorted(set(other.values()))}: every rank must "
+                    "pass the same world size"
+                )
+            missing = [r for r, n in sizes.items() if n is None]
             if not missing:
                 return
             if time.monotonic() > deadline:
@@ -113,11 +124,22 @@ class Mailbox:
             time.sleep(pause)
             pause = min(pause * 2, 0.05)
 
-    def leave(self, rank: int, nranks: int) -> None:
-        """``rank`` reads nothing more; the last rank to leave removes the directory."""
+    def _joined(self, rank: int) -> int | None:
+        """The world size ``rank`` joined with, or None if it has not joined."""
+        try:
+            return int((self.path / f"joined.{rank}").read_text())
+        except FileNotFoundError:
+            return None
+
+    def leave(self, rank: int) -> None:
+        """``rank`` reads nothing more; the last rank to leave removes the directory.
+
+        (The last of those that joined: a rank that never joined reads nothing.)
+        """
         self._forget_exit()
         self._mark("closed", rank)
-        if all((self.path / f"closed.{r}").exists() for r in range(nranks) if r != rank):
+        joined = [p.name.split(".", 1)[1] for p in self.path.glob("joined.*")]
+        if all((self.path / f"closed.{r}").exists() for r in joined):
             shutil.rmtree(self.path, ignore_errors=True)
 
     def _withdraw(self, rank: int) -> None:

@@ -342,7 +342,7 @@ class SimulatedEngine:
         world, rank = handle.world, handle.rank
         with self._lock:
             if world.devices.pop(rank, None) is not None and world.mailbox is not None:
-                world.mailbox.leave(rank, world.nranks)
+                world.mailbox.leave(rank)
             if not world.devices:
                 self._worlds.pop(world.uid, None)
 
