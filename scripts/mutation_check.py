@@ -222,6 +222,12 @@ MUTATIONS = [
         "            if False:",
     ),
     (
+        "repoint moves a part of what a node reads",
+        "src/cudagraphs/_patch.py",
+        "        if any(d and a < hi and lo < b for a, b, d, _ in ranges):",
+        "        if False:",
+    ),
+    (
         "graph pools reuse no freed range",
         "src/cudagraphs/_pool.py",
         "            fits = [(n, start) for start, (n, _) in self._free.items() if n >= size]",
@@ -236,8 +242,8 @@ MUTATIONS = [
     (
         "repoint leaves other libraries' nodes alone",
         "src/cudagraphs/_patch.py",
-        "    if others:\n        _unrecorded_users(graph, exec_, records, moves, patch=True)",
-        "    if others:\n        pass",
+        "    if others and moves != graph._moves:\n        _unrecorded_users(graph, exec_, records, moves, patch=True)",
+        "    if others and moves != graph._moves:\n        pass",
     ),
     (
         "a foreign array is let go during a capture",
@@ -248,8 +254,8 @@ MUTATIONS = [
     (
         "repoint keeps no new array",
         "src/cudagraphs/_patch.py",
-        "    graph._res.keep.append(new)\n    graph._patched = True\n    return len(changes)",
-        "    graph._patched = True\n    return len(changes)",
+        "    graph._res.keep.extend(new for _, new in pairs)\n",
+        "",
     ),
     (
         "builder memset keeps no array",
