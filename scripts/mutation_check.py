@@ -222,10 +222,28 @@ MUTATIONS = [
         "            if False:",
     ),
     (
+        "GraphModule replays without the parameters added",
+        "src/cudagraphs/_module.py",
+        "            if self._added:",
+        "            if False:",
+    ),
+    (
+        "repoint moves memory two arrays share and move differently",
+        "src/cudagraphs/_patch.py",
+        "    if any(d != delta for d, _ in inside):",
+        "    if False:",
+    ),
+    (
         "repoint moves a part of what a node reads",
         "src/cudagraphs/_patch.py",
         "        if any(d and a < hi and lo < b for a, b, d, _ in ranges):",
         "        if False:",
+    ),
+    (
+        "repoint moves another library's node in memory two arrays share",
+        "src/cudagraphs/_patch.py",
+        "    if others:\n        _refuse_shared(graph, exec_, records, ranges)",
+        "    if others:\n        pass",
     ),
     (
         "graph pools reuse no freed range",

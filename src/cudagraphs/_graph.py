@@ -529,7 +529,9 @@ class Graph:
 
         Each call moves what the graph reads at that moment: to exchange two
         arrays, ``repoint(a, b)`` then ``repoint(b, a)`` leaves every node
-        that read either reading ``a``.
+        that read either reading ``a``; capture again (or use
+        :class:`~cudagraphs.GraphModule`, whose ``refresh`` moves all its
+        parameters at once).
 
         Raises
         ------
