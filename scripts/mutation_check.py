@@ -222,6 +222,30 @@ MUTATIONS = [
         "            if False:",
     ),
     (
+        "GraphModule replays without the parameters added",
+        "src/cudagraphs/_module.py",
+        "            if self._added:",
+        "            if False:",
+    ),
+    (
+        "repoint moves memory two arrays share and move differently",
+        "src/cudagraphs/_patch.py",
+        "    if any(d != delta for d, _ in inside):",
+        "    if False:",
+    ),
+    (
+        "repoint moves a part of what a node reads",
+        "src/cudagraphs/_patch.py",
+        "        if any(d and a < hi and lo < b for a, b, d, _ in ranges):",
+        "        if False:",
+    ),
+    (
+        "repoint moves another library's node in memory two arrays share",
+        "src/cudagraphs/_patch.py",
+        "    if others:\n        _refuse_shared(graph, exec_, records, ranges)",
+        "    if others:\n        pass",
+    ),
+    (
         "graph pools reuse no freed range",
         "src/cudagraphs/_pool.py",
         "            fits = [(n, start) for start, (n, _) in self._free.items() if n >= size]",
@@ -236,8 +260,8 @@ MUTATIONS = [
     (
         "repoint leaves other libraries' nodes alone",
         "src/cudagraphs/_patch.py",
-        "    if others:\n        _unrecorded_users(graph, exec_, records, moves, patch=True)",
-        "    if others:\n        pass",
+        "    if others and moves != graph._moves:\n        _unrecorded_users(graph, exec_, records, moves, patch=True)",
+        "    if others and moves != graph._moves:\n        pass",
     ),
     (
         "a foreign array is let go during a capture",
@@ -248,8 +272,8 @@ MUTATIONS = [
     (
         "repoint keeps no new array",
         "src/cudagraphs/_patch.py",
-        "    graph._res.keep.append(new)\n    graph._patched = True\n    return len(changes)",
-        "    graph._patched = True\n    return len(changes)",
+        "    graph._res.keep.extend(new for _, new in pairs)\n",
+        "",
     ),
     (
         "builder memset keeps no array",

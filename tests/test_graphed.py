@@ -349,7 +349,7 @@ def test_graph_module_subclass_forward_and_refresh(dev: cg.Device, rng: np.rando
     with pytest.raises(cg.StaleParameterError, match=r"'w'.*refresh"):
         m(cg.asarray(xh), 1.0)
     report = m.refresh()
-    assert report == {"replaced": 1, "repointed": 2, "recaptured": 0}
+    assert report == {"replaced": 1, "added": 0, "repointed": 2, "recaptured": 0}
     gc.collect()
     np.testing.assert_allclose(m(cg.asarray(xh), 1.0).get(), xh + wh2 + bh, rtol=1e-6)
     np.testing.assert_allclose(m(cg.asarray(xh), 2.0).get(), xh + 2 * wh2 + bh, rtol=1e-6)
@@ -375,6 +375,200 @@ def test_graph_module_function_form(dev: cg.Device, rng: np.random.Generator) ->
         m(cg.asarray(xh))
     assert m.refresh()["repointed"] == 1
     np.testing.assert_allclose(m(cg.asarray(xh)).get(), xh + sh2 + hh, rtol=1e-6)
+
+
+def _check(m: cg.GraphModule, xh: np.ndarray, want: np.ndarray) -> None:
+    """``m(xh)`` is ``want``; its output is poisoned after (a later replay must write it)."""
+    out = m(cg.asarray(xh))
+    np.testing.assert_allclose(out.get(), want, rtol=1e-5, atol=1e-5)
+    out.set(np.full(out.shape, np.nan, out.dtype))
+
+
+class Pair(cg.GraphModule):
+    """``x + a + 3 b``: a kernel node reads ``a``, a device copy node ``b``."""
+
+    def __init__(self, a: cg.DeviceArray, b: cg.DeviceArray, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.a, self.b = a, b
+
+    def compute(self, x: cg.DeviceArray) -> cg.DeviceArray:
+        t = cg.empty_like(x)
+        cg.ops.copy(t, self.b)
+        out = cg.ops.add(x, self.a)
+        cg.ops.axpy(3.0, t, out)
+        return out
+
+
+def test_graph_module_refresh_moves_exchanged_parameters_at_once(
+    dev: cg.Device, rng: np.random.Generator
+) -> None:
+    ah, bh, xh = (random_array(rng, (3, 4), "float32") for _ in range(3))
+    m = Pair(cg.asarray(ah), cg.asarray(bh), device=dev)
+    for _ in range(3):  # eagerly, captured, replayed (its input copy moved to a new input)
+        _check(m, xh, xh + ah + 3 * bh)
+    m.a, m.b = m.b, m.a
+    with pytest.raises(cg.StaleParameterError, match="'a', 'b'"):
+        m(cg.asarray(xh))
+    # each node follows its own parameter (the add a -> b, the copy b -> a), not one after the other
+    assert m.refresh() == {"replaced": 2, "added": 0, "repointed": 2, "recaptured": 0}
+    gc.collect()
+    _check(m, xh, xh + bh + 3 * ah)
+    m.a, m.b = m.b, m.a  # and back
+    m.refresh()
+    _check(m, xh, xh + ah + 3 * bh)
+    assert m.graphed.stats()["captures"] == 1
+
+
+def test_graph_module_exchanges_parameters_another_librarys_nodes_read(
+    dev: cg.Device, rng: np.random.Generator
+) -> None:
+    needs_matmul(dev)
+
+    def fn(x: cg.DeviceArray, *, a: cg.DeviceArray, b: cg.DeviceArray) -> cg.DeviceArray:
+        return cg.ops.add(cg.ops.matmul(x, a), cg.ops.scale(2.0, cg.ops.matmul(x, b)))
+
+    ah, bh, xh = (random_array(rng, (4, 4), "float32") for _ in range(3))
+    m = cg.GraphModule(fn, params={"a": cg.asarray(ah), "b": cg.asarray(bh)}, device=dev)
+    for _ in range(3):
+        _check(m, xh, xh @ ah + 2 * (xh @ bh))
+    assert m.params is not None
+    m.params["a"], m.params["b"] = m.params["b"], m.params["a"]
+    assert m.refresh() == {"replaced": 2, "added": 0, "repointed": 2, "recaptured": 0}
+    _check(m, xh, xh @ bh + 2 * (xh @ ah))
+    assert m.graphed.stats()["captures"] == 1
+
+
+class Tied(cg.GraphModule):
+    """``x + head + 2 w[4:]``, ``head`` being ``w[:4]`` (tied); without it, ``x + w[2:6] + 2 w[4:]``."""
+
+    def __init__(self, w: cg.DeviceArray, use_head: bool = True, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.w = w
+        self.head = w[:4]
+        self.use_head = use_head
+
+    def compute(self, x: cg.DeviceArray) -> cg.DeviceArray:
+        out = cg.ops.add(x, self.head if self.use_head else self.w[2:6])
+        cg.ops.axpy(2.0, self.w[4:], out)
+        return out
+
+
+@pytest.mark.parametrize("use_head", [True, False])
+def test_graph_module_refresh_of_tied_weights_computes_what_a_new_capture_does(
+    dev: cg.Device, rng: np.random.Generator, use_head: bool
+) -> None:
+    wh, xh = random_array(rng, (8, 4), "float32"), random_array(rng, (4, 4), "float32")
+    m = Tied(cg.asarray(wh), use_head, device=dev)
+    first = slice(0, 4) if use_head else slice(2, 6)
+    for _ in range(3):
+        _check(m, xh, xh + wh[first] + 2 * wh[4:])
+    # only w is reloaded: head still views the old w, and a new capture reads it there
+    w2 = random_array(rng, (8, 4), "float32")
+    m.w = cg.asarray(w2)
+    report = m.refresh()
+    if use_head:  # the add reads memory head and the old w share: which one it reads is unknown
+        assert report == {"replaced": 1, "added": 0, "repointed": 0, "recaptured": 1}
+        _check(m, xh, xh + wh[:4] + 2 * w2[4:])
+    else:  # every node reads through w (views of w that do not lie inside head): moved
+        assert report == {"replaced": 1, "added": 0, "repointed": 2, "recaptured": 0}
+        _check(m, xh, xh + w2[2:6] + 2 * w2[4:])
+    # both reloaded, head a view of the new w: the same move for both, no capture
+    w3 = random_array(rng, (8, 4), "float32")
+    m.w = cg.asarray(w3)
+    m.head = m.w[:4]
+    assert m.refresh()["recaptured"] == 0
+    _check(m, xh, xh + w3[first] + 2 * w3[4:])
+    # head reloaded on its own (w stays): a node inside head cannot be told from one of w
+    h4 = random_array(rng, (4, 4), "float32")
+    m.head = cg.asarray(h4)
+    assert m.refresh()["recaptured"] == (1 if use_head else 0)
+    _check(m, xh, (xh + h4 if use_head else xh + w3[2:6]) + 2 * w3[4:])
+
+
+def test_graph_module_refresh_of_a_tied_weight_another_librarys_node_reads(
+    dev: cg.Device, rng: np.random.Generator
+) -> None:
+    needs_matmul(dev)
+
+    def fn(x: cg.DeviceArray, *, w: cg.DeviceArray, head: cg.DeviceArray) -> cg.DeviceArray:
+        return cg.ops.add(cg.ops.matmul(x, head), w[2:])  # the library's node reads head
+
+    wh, xh = random_array(rng, (5, 4), "float32"), random_array(rng, (3, 2), "float32")
+    w = cg.asarray(wh)
+    m = cg.GraphModule(fn, params={"w": w, "head": w[:2]}, device=dev)  # tied
+    for _ in range(3):
+        _check(m, xh, xh @ wh[:2] + wh[2:])
+    assert m.params is not None
+    w2 = random_array(rng, (5, 4), "float32")
+    m.params["w"] = cg.asarray(w2)
+    # the library's node holds an address inside both: which array it reads cannot be told
+    assert m.refresh()["recaptured"] == 1
+    _check(m, xh, xh @ wh[:2] + w2[2:])
+
+
+class Biased(cg.GraphModule):
+    """``x + w``, plus ``bias`` and ``extra`` once there are."""
+
+    def __init__(self, w: cg.DeviceArray, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.w = w
+        self.bias: cg.DeviceArray | None = None
+
+    def compute(self, x: cg.DeviceArray) -> cg.DeviceArray:
+        out = cg.ops.add(x, self.w)
+        for extra in (self.bias, getattr(self, "extra", None)):
+            if extra is not None:
+                cg.ops.axpy(1.0, extra, out)
+        return out
+
+
+def test_graph_module_refuses_a_parameter_added_after_capture_until_refresh(
+    dev: cg.Device, rng: np.random.Generator
+) -> None:
+    wh, bh, eh, xh = (random_array(rng, (3, 4), "float32") for _ in range(4))
+    m = Biased(cg.asarray(wh), device=dev)
+    for _ in range(3):
+        _check(m, xh, xh + wh)
+    m.bias = cg.asarray(bh)  # None -> an array
+    with pytest.raises(cg.StaleParameterError, match=r"'bias' were added.*refresh"):
+        m(cg.asarray(xh))
+    assert m.refresh() == {"replaced": 0, "added": 1, "repointed": 0, "recaptured": 1}
+    for _ in range(2):
+        _check(m, xh, xh + wh + bh)
+    m.extra = cg.asarray(eh)  # a new attribute
+    with pytest.raises(cg.StaleParameterError, match="'extra' were added"):
+        m(cg.asarray(xh))
+    assert m.refresh()["added"] == 1
+    _check(m, xh, xh + wh + bh + eh)
+    m.bias = None  # gone: replaced by nothing, captured again too
+    assert m.refresh()["recaptured"] == 1
+    _check(m, xh, xh + wh + eh)
+
+
+def test_graph_module_refuses_a_params_key_added_after_capture(
+    dev: cg.Device, rng: np.random.Generator
+) -> None:
+    def fn(x: cg.DeviceArray, **params: cg.DeviceArray) -> cg.DeviceArray:
+        out = cg.ops.copy(cg.empty_like(x), x)
+        for p in params.values():
+            cg.ops.axpy(1.0, p, out)
+        return out
+
+    wh, bh, eh, xh = (random_array(rng, 6, "float32") for _ in range(4))
+    m = cg.GraphModule(fn, params={"w": cg.asarray(wh)}, device=dev)
+    for _ in range(3):
+        _check(m, xh, xh + wh)
+    assert m.params is not None
+    m.params["b"] = cg.asarray(bh)
+    with pytest.raises(cg.StaleParameterError, match="'b' were added"):
+        m(cg.asarray(xh))
+    m.refresh()
+    _check(m, xh, xh + wh + bh)
+    m.params = {**m.params, "e": cg.asarray(eh)}  # a new dict
+    with pytest.raises(cg.StaleParameterError, match="'e' were added"):
+        m(cg.asarray(xh))
+    m.refresh()
+    _check(m, xh, xh + wh + bh + eh)
 
 
 def test_graph_module_needs_something_to_run() -> None:
@@ -454,7 +648,7 @@ def test_graph_module_repoints_library_nodes_without_capturing_again(
     np.testing.assert_allclose(m(cg.asarray(x_h)).get(), x_h @ w_h, rtol=1e-4, atol=1e-5)
     assert m.params is not None
     m.params["w"] = cg.asarray(w2_h)
-    assert m.refresh() == {"replaced": 1, "repointed": 1, "recaptured": 0}
+    assert m.refresh() == {"replaced": 1, "added": 0, "repointed": 1, "recaptured": 0}
     np.testing.assert_allclose(m(cg.asarray(x_h)).get(), x_h @ w2_h, rtol=1e-4, atol=1e-5)
     assert m.graphed.stats()["captures"] == 1
 

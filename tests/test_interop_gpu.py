@@ -158,6 +158,31 @@ def test_graph_module_wraps_a_torch_module_and_refuses_stale_weights(cuda: cg.De
         torch.testing.assert_close(gm(x), model(x))
 
 
+def test_graph_module_sees_a_torch_parameter_added_and_a_submodule_swapped(cuda: cg.Device) -> None:
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(16, 32, bias=False), torch.nn.ReLU(), torch.nn.Linear(32, 8)
+    ).cuda()
+    gm = cg.GraphModule(model)
+    x = torch.randn(3, 16, device="cuda")
+    with torch.inference_mode():
+        for _ in range(3):  # eagerly, captured, replayed
+            torch.testing.assert_close(gm(x), model(x))
+        model[0].bias = torch.nn.Parameter(torch.randn(32, device="cuda"))  # None -> a parameter
+        with pytest.raises(cg.StaleParameterError, match=r"'0\.bias' were added"):
+            gm(x)
+        report = gm.refresh()
+        assert (report["added"], report["recaptured"]) == (1, 1)
+        for _ in range(2):
+            torch.testing.assert_close(gm(x), model(x))
+        model[2] = torch.nn.Linear(32, 8).cuda()  # a submodule swapped: its parameters are new
+        with pytest.raises(cg.StaleParameterError, match=r"'2\.weight', '2\.bias'"):
+            gm(x)
+        gm.refresh()
+        torch.testing.assert_close(gm(x), model(x))
+
+
 def test_graph_keeps_foreign_arrays_given_to_our_kernels_and_keep(cuda: cg.Device) -> None:
     torch = pytest.importorskip("torch")
     src = torch.arange(1000, dtype=torch.float32, device="cuda")

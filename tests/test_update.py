@@ -241,6 +241,72 @@ def test_rebind_refusals(dev: cg.Device) -> None:
     g.close()
 
 
+def test_repoint_onto_the_same_memory_changes_nothing_and_counts_its_users(
+    dev: cg.Device, rng: np.random.Generator
+) -> None:
+    x_h = random_array(rng, 64, "float32")
+    x, y, z = cg.asarray(x_h), cg.zeros(64, "float32"), cg.zeros(64, "float32")
+
+    def step() -> None:
+        cg.ops.add(x, x, out=y)  # a kernel node reads x
+        cg.ops.copy(z, x)  # a device copy node reads it
+
+    g = cg.capture(step)
+    assert g.repoint(x, x) == 2  # a no-op: the nodes that read x, nothing changed
+    assert g.repoint(x, x[:]) == 2  # another view of the same memory: the same
+    assert g.rebind(x, x) is g
+    with pytest.raises(ValueError, match="no node of this graph uses that memory"):
+        g.repoint(y[:0], y[:0])
+    x2_h = random_array(rng, 64, "float32")
+    assert g.repoint(x, cg.asarray(x2_h)) == 2  # the same count when it moves
+    for out in (y, z):
+        out.set(np.full(64, np.nan, "float32"))
+    g.replay()
+    np.testing.assert_allclose(y.get(), 2 * x2_h, rtol=1e-6)
+    np.testing.assert_array_equal(z.get(), x2_h)
+    g.close()
+
+
+def test_repoint_refuses_a_node_that_reads_more_than_the_memory_moved(
+    dev: cg.Device, rng: np.random.Generator
+) -> None:
+    w_h = random_array(rng, 64, "float32")
+    w, y = cg.asarray(w_h), cg.zeros(64, "float32")
+    g = cg.capture(lambda: cg.ops.scale(2.0, w, y))
+    # the node reads all of w: moving its first half alone would make it read past the new array
+    with pytest.raises(cg.UpdateError, match=r"node 0 \(kernel\) reads memory of which only a part"):
+        g.repoint(w[:32], cg.zeros(32, "float32"))
+    y.set(np.full(64, np.nan, "float32"))
+    g.replay()  # unchanged
+    np.testing.assert_allclose(y.get(), 2 * w_h, rtol=1e-6)
+    g.close()
+
+
+def test_rebind_and_repoint_name_the_device_of_an_array_of_another_device(
+    devices: list[cg.Device], rng: np.random.Generator
+) -> None:
+    a, b = devices[0], devices[1]
+    x_h = random_array(rng, 16, "float32")
+    x, y = cg.asarray(x_h, device=a), cg.zeros(16, "float32", device=a)
+    there = cg.asarray(x_h, device=b)
+    stream = a.current_stream()  # (in stream order with the uploads and the reads)
+    with cg.capture(stream=stream) as g:
+        cg.ops.scale(2.0, x, y, stream=stream)
+    here, far = (f"{d.backend.name} device {d.index}" for d in (a, b))
+    for change in (g.rebind, g.repoint):
+        what = rf"{change.__name__}: new must match old in shape, strides, dtype and device; they differ in"
+        with pytest.raises(ValueError, match=rf"{what} device: new is on {far}, old on {here}"):
+            change(x, there)
+        with pytest.raises(ValueError, match=rf"{what} device: new is on {here}, old on {far}"):
+            change(there, x)
+    with pytest.raises(ValueError, match=r"they differ in shape \(16,\) \(old\) and \(8,\) \(new\)"):
+        g.repoint(x, cg.zeros(8, "float32", device=a))
+    y.set(np.full(16, np.nan, "float32"))
+    g.replay(stream)  # unchanged
+    np.testing.assert_allclose(y.get(stream=stream), 2 * x_h, rtol=1e-6)
+    g.close()
+
+
 def test_rebind_after_update(dev: cg.Device, rng: np.random.Generator) -> None:
     xs = [cg.asarray(random_array(rng, 50, "float32")) for _ in range(3)]
     y = cg.zeros(50, "float32")

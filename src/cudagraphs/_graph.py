@@ -502,8 +502,11 @@ class Graph:
 
         Raises
         ------
+        TypeError
+            If ``old`` or ``new`` is not a DeviceArray.
         ValueError
-            If the graph does not use ``old``, or ``new`` does not match it.
+            If the graph does not use ``old``, or ``new`` does not match it
+            (the message names what differs, a device by its number).
         UpdateError
             If a node that uses ``old`` cannot be patched (host copies,
             memsets, nodes inside conditional bodies): capture again and use
@@ -520,19 +523,36 @@ class Graph:
         move too. For replacing memory a graph reads (new weights) without
         capturing again. ``new`` must match ``old`` (shape, strides, dtype,
         device); another library's array is taken as a zero-copy view. The
-        graph keeps ``new`` alive. Returns the number of nodes changed.
+        graph keeps ``new`` alive. Returns the number of nodes that use
+        ``old``'s memory, all of them changed; when ``new`` is ``old``'s
+        memory (``g.repoint(x, x)``) nothing changes and the count is the same.
+
+        Each call moves what the graph reads at that moment: to exchange two
+        arrays, ``repoint(a, b)`` then ``repoint(b, a)`` leaves every node
+        that read either reading ``a``; capture again (or use
+        :class:`~cudagraphs.GraphModule`, whose ``refresh`` moves all its
+        parameters at once).
 
         Raises
         ------
+        TypeError
+            If ``old`` or ``new`` is not an array.
         ValueError
-            If no node of the graph uses that memory, or ``new`` does not match.
+            If no node of the graph uses that memory, or ``new`` does not
+            match ``old`` (the message names what differs, a device by its
+            number).
         UpdateError
             If a node that uses it cannot be changed node by node (memsets, host
-            copies), or the graph has nodes cudagraphs did not record (other
-            libraries' kernels, conditional nodes), whose arguments it cannot
-            see: capture again. Nothing is changed then.
+            copies), reads memory only part of which lies in ``old``'s, or the
+            graph has nodes cudagraphs did not record (other libraries' kernels,
+            conditional nodes), whose arguments it cannot see: capture again.
+            Nothing is changed then.
         """
-        return _patch.repoint(self, self._ready(), _as_array(old), _as_array(new))
+        return _patch.repoint(self, self._ready(), [(_as_array(old), _as_array(new))])
+
+    def _repoint(self, pairs: list[tuple[Any, Any]], keep: list[Any]) -> int:
+        """:meth:`repoint` of several ``(old, new)`` pairs at once, ``keep``'s memory staying."""
+        return _patch.repoint(self, self._ready(), pairs, keep, required=False)
 
     def set_arg(self, node: int | Node, arg: int | str, value: Any) -> Graph:
         """Change one argument of kernel node ``node`` (by index or parameter name).

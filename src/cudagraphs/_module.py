@@ -6,16 +6,21 @@ when captured. Replacing a parameter by a new array (a weight reload:
 leaves the graphs reading the old memory: PyTorch's graphs silently compute
 with stale weights then, or read freed memory. A GraphModule checks its
 parameters before every replay and refuses to replay after an unnoticed
-replacement (:class:`~cudagraphs.StaleParameterError`); :meth:`GraphModule.refresh`
-repoints the graphs' nodes at the new arrays (:meth:`cudagraphs.Graph.repoint`)
-where cudagraphs recorded every node, and drops the graphs to capture again
-where another library's kernels read them (their arguments are not visible).
+replacement, or after a parameter was added
+(:class:`~cudagraphs.StaleParameterError`); :meth:`GraphModule.refresh`
+repoints the graphs' nodes at the new arrays (:meth:`cudagraphs.Graph.repoint`,
+every replaced parameter at once), and drops the graphs to capture again
+where a node's new address cannot be known (another library's node it cannot
+see, memory two parameters share that only one of them moves) or where the
+computation itself may change (a parameter added, a new shape or dtype).
 The module keeps every parameter its graphs were captured with alive.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
+import operator
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -50,6 +55,35 @@ def _address(obj: Any) -> int:
     return -1 if view is None else view.ptr
 
 
+class _Layout(NamedTuple):
+    """What the dicts that hold the parameters held (see :meth:`GraphModule._relayout`)."""
+
+    tables: list[dict[str, Any]]
+    sizes: list[int]
+    names: list[str]
+    values: list[Any]
+
+
+def _layout(tables: list[dict[str, Any]]) -> _Layout:
+    chain = itertools.chain.from_iterable
+    return _Layout(tables, list(map(len, tables)), list(chain(tables)), list(chain(map(dict.values, tables))))
+
+
+def _same(tables: list[dict[str, Any]], then: _Layout) -> bool:
+    """Whether ``tables`` are the dicts of ``then``, holding the same names, each the same object.
+
+    (Loops in C: this runs before every replay.)
+    """
+    chain = itertools.chain.from_iterable
+    return (
+        len(tables) == len(then.tables)
+        and all(map(operator.is_, tables, then.tables))
+        and list(map(len, tables)) == then.sizes
+        and all(map(operator.is_, chain(map(dict.values, tables)), then.values))
+        and list(chain(tables)) == then.names
+    )
+
+
 class GraphModule:
     """A graph-backed inference module: ``forward`` stages the input, replays, returns the output.
 
@@ -72,6 +106,20 @@ class GraphModule:
     graphed : GraphedCallable
         The graphs, for inspection (``.graphs``, ``.stats()``).
     """
+
+    # the module's own state lives in slots: a subclass's ``__dict__`` holds only its attributes
+    # (looked at before every replay for parameters added)
+    __slots__ = (
+        "__dict__",
+        "__weakref__",
+        "_added",
+        "_layout",
+        "_module",
+        "_seen",
+        "_torch",
+        "graphed",
+        "params",
+    )
 
     def __init__(
         self,
@@ -116,6 +164,8 @@ class GraphModule:
             device=device,
         )
         self._seen: list[_Param] | None = None  # parameters as the graphs use them
+        self._layout = _layout([])  # see _relayout
+        self._added: list[str] = []  # parameters the graphs have not seen
 
     def compute(self, *inputs: Any) -> Any:
         """The forward computation of a subclass (captured, then replayed)."""
@@ -153,6 +203,34 @@ class GraphModule:
             if not k.startswith("_") and k not in ("params", "graphed") and _is_param(v)
         ]
 
+    def _tables(self) -> list[dict[str, Any]]:
+        """The dicts that hold the parameters (and, for a torch module, its submodules)."""
+        if self._torch:
+            return [
+                t for sub in self._module.modules() for t in (sub._parameters, sub._buffers, sub._modules)
+            ]
+        if self.params is not None:
+            return [self.params]
+        return [vars(self)]
+
+    def _relayout(self) -> None:
+        """Follow the tables that hold the parameters, cheaply unless one changed.
+
+        A table that changed (an entry added, removed or replaced: a new
+        ``params`` key, an attribute set from None, a submodule swapped) is
+        read again in full: parameters the graphs have not seen are added to
+        ``_added``, and each seen one is read through its holder now.
+        """
+        # (a torch module's dicts change in place: walking its modules again costs more)
+        if _same(self._layout.tables if self._torch else self._tables(), self._layout):
+            return
+        assert self._seen is not None
+        now = dict(self._readers())
+        seen = {p.name for p in self._seen}
+        self._added = [name for name in now if name not in seen]
+        self._seen = [p._replace(get=now.get(p.name, _gone)) for p in self._seen]
+        self._layout = _layout(self._tables())
+
     def parameters(self) -> dict[str, Any]:
         """The parameters by name, as they are now."""
         return {name: get() for name, get in self._readers()}
@@ -178,6 +256,8 @@ class GraphModule:
             for name, get in self._readers()
             for obj in (get(),)
         ]
+        self._layout = _layout(self._tables())
+        self._added = []
 
     # the call -----------------------------------------------------------------------------
     def forward(self, *inputs: Any) -> Any:
@@ -186,12 +266,13 @@ class GraphModule:
         Raises
         ------
         StaleParameterError
-            If a parameter was replaced since the graphs were captured and
-            :meth:`refresh` was not called.
+            If a parameter was replaced or added since the graphs were
+            captured and :meth:`refresh` was not called.
         """
         if self._seen is None:
             self._snapshot()
         else:
+            self._relayout()
             stale = self._stale()
             if stale:
                 names = ", ".join(repr(p.name) for p, _ in stale)
@@ -200,6 +281,13 @@ class GraphModule:
                     "were captured, and the graphs still read the old memory: call refresh() "
                     "to point them at the new arrays (or to capture again)"
                 )
+            if self._added:
+                names = ", ".join(map(repr, self._added))
+                raise StaleParameterError(
+                    f"parameter(s) {names} were added to this GraphModule since its graphs were "
+                    "captured, and the graphs never read them: call refresh(), which drops the "
+                    "graphs to capture them again on their next call"
+                )
         return self.graphed(*inputs)
 
     __call__ = forward
@@ -207,44 +295,48 @@ class GraphModule:
     def refresh(self) -> dict[str, int]:
         """Point the graphs at replaced parameters; returns what was done.
 
-        Each replaced parameter that matches the old one (shape, strides,
-        dtype, device) is repointed in every graph whose nodes cudagraphs
-        recorded (:meth:`cudagraphs.Graph.repoint`: no capture). Graphs
-        with other libraries' nodes, and every graph when a parameter changed
-        shape or dtype, are dropped and captured again on their next call.
+        The replaced parameters that match the old ones (shape, strides,
+        dtype, device) are repointed together in every graph
+        (:meth:`cudagraphs.Graph.repoint`, no capture): each node's new
+        arguments follow from the graph as it was, so parameters may
+        exchange arrays (``m.a, m.b = m.b, m.a``). A graph is dropped, and
+        captured again on its next call, where that cannot be done right:
+        other libraries' nodes whose arguments cannot be changed, a node
+        reading memory two parameters share while only one of them was
+        replaced (``self.head = self.w[:4]``, then ``self.w`` reloaded: the
+        graph must go on reading the old ``head``, as a new capture would).
+        Every graph is dropped when a parameter changed shape or dtype, or a
+        parameter was added (a new ``params`` key, an attribute set from
+        None): the computation itself may change.
 
         Returns
         -------
         dict
-            ``{"replaced": parameters, "repointed": nodes changed,
-            "recaptured": graphs dropped}``.
+            ``{"replaced": parameters, "added": parameters, "repointed":
+            nodes changed, "recaptured": graphs dropped}``.
         """
-        stale = self._stale()
-        report = {"replaced": len(stale), "repointed": 0, "recaptured": 0}
-        if not stale:
+        stale: list[tuple[_Param, Any]] = []
+        if self._seen is not None:
+            self._relayout()
+            stale = self._stale()
+        added = self._added
+        report = {"replaced": len(stale), "added": len(added), "repointed": 0, "recaptured": 0}
+        if not stale and not added:
             return report
         graphs = self.graphed._entries
+        pairs = [(p.view, _view(now)) for p, now in stale]
         drop: set[Any] = set()
-        for p, now in stale:
-            old, new = p.view, _view(now)
-            same = (
-                old is not None
-                and new is not None
-                and (old.shape, old.strides, old.dtype, old.device)
-                == (new.shape, new.strides, new.dtype, new.device)
-            )
+        if added or not all(_matches(old, new) for old, new in pairs):
+            drop.update(graphs)
+        else:
+            replaced = {id(p) for p, _ in stale}
+            assert self._seen is not None
+            keep = [p.view for p in self._seen if id(p) not in replaced and p.view is not None]
             for key, entry in graphs.items():
-                if key in drop:
-                    continue
-                if not same:
-                    drop.add(key)
-                    continue
                 assert entry.graph is not None
                 try:
-                    report["repointed"] += entry.graph.repoint(old, new)
-                except ValueError:  # this graph does not read that parameter
-                    continue
-                except UpdateError:  # other libraries' nodes: their arguments are unseen
+                    report["repointed"] += entry.graph._repoint(pairs, keep)
+                except UpdateError:  # a node whose new arguments cannot be known or set
                     drop.add(key)
         self.graphed._drop(drop)
         report["recaptured"] = len(drop)
@@ -254,6 +346,20 @@ class GraphModule:
     def __repr__(self) -> str:
         what = type(self._module).__name__ if self._module is not None else type(self).__name__
         return f"<cudagraphs.GraphModule of {what}: {len(self.graphed._entries)} graphs>"
+
+
+def _gone() -> None:
+    """What a parameter that is no longer there reads as."""
+    return None
+
+
+def _matches(old: DeviceArray | None, new: DeviceArray | None) -> bool:
+    """Whether ``new`` can take ``old``'s place in the graphs' nodes."""
+    return (
+        old is not None
+        and new is not None
+        and (old.shape, old.strides, old.dtype, old.device) == (new.shape, new.strides, new.dtype, new.device)
+    )
 
 
 def _view(obj: Any) -> DeviceArray | None:

@@ -9,7 +9,9 @@ known here by duck type (``graph._records``, ``graph._res``, ``graph.nodes``).
 
 from __future__ import annotations
 
+import itertools
 import operator
+from collections.abc import Sequence
 from typing import Any
 
 from ._array import _extent
@@ -66,16 +68,46 @@ _tuple_new = tuple.__new__
 _KIND = operator.itemgetter(1)  # a NodeRecord's kind
 
 
-def rebind(graph: Any, exec_: Any, old: Any, new: Any) -> None:
-    """See :meth:`cudagraphs.Graph.rebind`."""
+def _device_name(device: Any) -> str:
+    return f"{device.backend.name} device {device.index}"
+
+
+def _check_pair(op: str, old: Any, new: Any) -> None:
+    """TypeError or ValueError unless ``old`` and ``new`` are arrays that match.
+
+    The message names every property that differs (a device by its number).
+    """
     for name, a in (("old", old), ("new", new)):
         if getattr(a, "_view_spec", None) is None:
-            raise TypeError(f"rebind: {name} must be a DeviceArray, got {type(a).__name__}")
-    if (new.shape, new.strides, new.dtype, new.device) != (old.shape, old.strides, old.dtype, old.device):
-        raise ValueError(
-            f"rebind: new must match old, got shape {new.shape} strides {new.strides} "
-            f"{new.dtype} for shape {old.shape} strides {old.strides} {old.dtype}"
+            raise TypeError(f"{op}: {name} must be a DeviceArray, got {type(a).__name__}")
+    if (new.shape, new.strides, new.dtype) == (
+        old.shape,
+        old.strides,
+        old.dtype,
+    ) and new.device is old.device:
+        return
+    differ = [
+        f"{what} {a} (old) and {b} (new)"
+        for what, a, b in (
+            ("shape", old.shape, new.shape),
+            ("strides", old.strides, new.strides),
+            ("dtype", old.dtype, new.dtype),
         )
+        if a != b
+    ]
+    if new.device is not old.device:
+        differ.append(
+            f"device: new is on {_device_name(new.device)}, old on {_device_name(old.device)} "
+            "(copy it to old's device first)"
+        )
+    raise ValueError(
+        f"{op}: new must match old in shape, strides, dtype and device; they differ in " + "; ".join(differ)
+    )
+
+
+def rebind(graph: Any, exec_: Any, old: Any, new: Any) -> None:
+    """See :meth:`cudagraphs.Graph.rebind`."""
+    _check_pair("rebind", old, new)
     key, spec = _spec(old), _spec(new)
     records = _records(graph)
     hits = fastcall.users(records, key) if fastcall is not None else _users(records, key)
@@ -167,85 +199,217 @@ def _node_count(graph: Any) -> int:
     return count  # type: ignore[no-any-return]
 
 
-def _compose(moves: list[tuple[int, int, int]], lo: int, hi: int, delta: int) -> list[tuple[int, int, int]]:
-    """Moves from the captured addresses, after moving ``[lo, hi)`` by ``delta``."""
-    out = [(a, b, d + delta) if lo <= a + d and b + d <= hi else (a, b, d) for a, b, d in moves]
-    if not any(a < hi and lo < b for a, b, _ in moves):  # memory the capture itself used
-        out.append((lo, hi, delta))
-    return out
+_Range = tuple[int, int, int, bool]  # memory [lo, hi), how far it moves, whether its users count
 
 
-def repoint(graph: Any, exec_: Any, old: Any, new: Any) -> int:
-    """See :meth:`cudagraphs.Graph.repoint`; returns the number of nodes changed."""
-    for name, a in (("old", old), ("new", new)):
-        if getattr(a, "_view_spec", None) is None:
-            raise TypeError(f"repoint: {name} must be a DeviceArray, got {type(a).__name__}")
-    if (new.shape, new.strides, new.dtype, new.device) != (old.shape, old.strides, old.dtype, old.device):
-        raise ValueError(
-            f"repoint: new must match old, got shape {new.shape} strides {new.strides} "
-            f"{new.dtype} for shape {old.shape} strides {old.strides} {old.dtype}"
+class _Unclear(Exception):
+    """Why a node argument's new address cannot be known (an UpdateError once the node is)."""
+
+
+def _span(a: Any) -> tuple[int, int]:
+    """The memory ``[lo, hi)`` an array (or a recorded view) covers."""
+    start, end = _extent(a.shape, a.strides, a.dtype.itemsize)
+    return a.ptr + start, a.ptr + end
+
+
+def _shift(ranges: list[_Range], lo: int, hi: int) -> tuple[int, bool] | None:
+    """How far an argument that reads ``[lo, hi)`` moves, and whether a counted range holds it.
+
+    None when no range touches it. An argument is read through an array that
+    holds all of it (a view lies inside its base), so ranges that hold only a
+    part of it are not its array; when none holds it all but a moving one
+    overlaps it, or the ranges that hold it move differently, which array it
+    is read through cannot be told (:class:`_Unclear`).
+    """
+    hi = max(hi, lo + 1)  # an empty view, a raw address: the byte it points at
+    inside = [(d, counted) for a, b, d, counted in ranges if a <= lo and hi <= b]
+    if not inside:
+        if any(d and a < hi and lo < b for a, b, d, _ in ranges):
+            raise _Unclear("reads memory of which only a part lies in the memory being moved")
+        return None
+    delta = inside[0][0]
+    if any(d != delta for d, _ in inside):
+        raise _Unclear(
+            "reads memory that several of the arrays share and that they move differently (or "
+            "one of them not at all), so which array the node reads cannot be told"
         )
-    start, end = _extent(old.shape, old.strides, old.dtype.itemsize)
-    lo, hi = old.ptr + start, old.ptr + end
-    delta = new.ptr - old.ptr
+    return delta, any(counted for _, counted in inside)
 
-    def moved(address: Any) -> Any:
-        return address + delta if type(address) is int and lo <= address < hi else address
 
+def _moved(r: Any, ranges: list[_Range]) -> tuple[bool, Any]:
+    """Whether record ``r``'s node uses a counted range, and the record with its arguments moved.
+
+    The record is None when no argument moves. :class:`_Unclear` for an
+    argument whose move cannot be known, or one that moves in a node that
+    cannot be changed node by node.
+    """
+    if r.kind == "kernel" and r.patch is not None:
+        kernel, launch = r.patch
+        fn, grid, block, shared_mem, values, views = launch
+        used, moved = False, False
+        values2, views2 = list(values), list(views)
+        for j, (value, view, p) in enumerate(zip(values, views, kernel.params)):
+            raw = p.pointer and type(value) is int
+            if view is not None:
+                hit = _shift(ranges, *_span(view))
+            elif raw:
+                hit = _shift(ranges, value, value + 1)
+            else:
+                continue
+            if hit is not None:
+                delta, counted = hit
+                used |= counted
+                if delta:
+                    moved = True
+                    if raw:
+                        values2[j] = value + delta
+                    if view is not None:
+                        views2[j] = view._replace(ptr=view.ptr + delta)
+        if not moved:
+            return used, None
+        launch = _tuple_new(KernelLaunch, (fn, grid, block, shared_mem, tuple(values2), tuple(views2)))
+        return used, _tuple_new(type(r), (*r[:4], (kernel, launch), r[5]))  # patch replaced
+    if isinstance(r.patch, Copy):  # a device-to-device copy (its source view may be unknown)
+        copy = r.patch
+        hits = [_shift(ranges, a, a + copy.nbytes) for a in (copy.src, copy.dst)]
+        used = any(h is not None and h[1] for h in hits)
+        src_by, dst_by = (0 if h is None else h[0] for h in hits)
+        if not src_by and not dst_by:
+            return used, None
+        views = tuple(
+            v if v is None else v._replace(ptr=v.ptr + d) for v, d in zip(r.views, (src_by, dst_by))
+        )
+        return used, r._replace(
+            patch=copy._replace(src=copy.src + src_by, dst=copy.dst + dst_by), views=views
+        )
+    used = False
+    for v in r.views:
+        hit = None if v is None else _shift(ranges, *_span(v))
+        if hit is not None:
+            used |= hit[1]
+            if hit[0]:
+                raise _Unclear(
+                    "uses the memory, and only kernel and device-copy arguments can be changed node by node"
+                )
+    return used, None
+
+
+def _unmoved(lo: int, hi: int, moves: list[tuple[int, int, int]]) -> list[tuple[int, int]]:
+    """The parts of ``[lo, hi)`` that no move took away from their captured addresses."""
+    rest = [(lo, hi)]
+    for a, b, _ in moves:
+        rest = [piece for x, y in rest for piece in ((x, min(y, a)), (max(x, b), y)) if piece[0] < piece[1]]
+    return rest
+
+
+def _captured(moves: list[tuple[int, int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
+    """The captured addresses (what other libraries' nodes hold) of the memory now at ``[lo, hi)``."""
+    now = [(max(a + d, lo) - d, min(b + d, hi) - d) for a, b, d in moves if a + d < hi and lo < b + d]
+    return now + _unmoved(lo, hi, moves)
+
+
+def _compose(
+    moves: list[tuple[int, int, int]], moving: list[tuple[int, int, int]]
+) -> list[tuple[int, int, int]]:
+    """Moves from the captured addresses, after moving each ``(lo, hi, delta)`` of ``moving`` at once."""
+    out = []
+    for a, b, d in moves:  # memory moved before: cut where ``moving`` starts and ends
+        x, y = a + d, b + d
+        cuts = sorted({x, y, *(c for lo, hi, _ in moving for c in (lo, hi) if x < c < y)})
+        for p, q in itertools.pairwise(cuts):
+            by = next((delta for lo, hi, delta in moving if lo <= p and q <= hi), 0)
+            out.append((p - d, q - d, d + by))
+    for lo, hi, delta in moving:  # memory at its captured address
+        out += [(x, y, delta) for x, y in _unmoved(lo, hi, moves)]
+    return [m for m in out if m[2]]  # (moved back where it was captured: as if never moved)
+
+
+def repoint(
+    graph: Any, exec_: Any, pairs: Sequence[tuple[Any, Any]], keep: Sequence[Any] = (), required: bool = True
+) -> int:
+    """See :meth:`cudagraphs.Graph.repoint`; several ``(old, new)`` pairs move at once.
+
+    Every node's new arguments are found from the graph as it is before the
+    call, so pairs may exchange memory (``(a, b), (b, a)``). ``keep`` are
+    arrays whose memory stays (the ones that overlap a pair's old memory are
+    looked at): an argument inside a kept array and inside a moved one
+    cannot be told to be read through one or the other, and is refused.
+    Returns the number of nodes that use a pair's old memory (a pair whose
+    ``new`` is ``old``'s memory changes nothing). With ``required``, a
+    ValueError if there is none. Nothing is changed when an error is raised.
+    """
+    ranges: list[_Range] = []
+    for old, new in pairs:
+        _check_pair("repoint", old, new)
+        ranges.append((*_span(old), new.ptr - old.ptr, True))
+    moving = [(lo, hi, d) for lo, hi, d, _ in ranges if d]
+    for a in keep:
+        lo, hi = _span(a)
+        if any(x < hi and lo < y for x, y, _ in moving):
+            ranges.append((lo, hi, 0, False))
     records = _records(graph)
+    used = 0
     changes: list[tuple[int, Any]] = []
     for i, r in enumerate(records):
-        if r.kind == "kernel" and r.patch is not None:
-            kernel, launch = r.patch
-            fn, grid, block, shared_mem, values, views = launch
-            pointers = [p.pointer for p in kernel.params]
-            values2 = tuple([moved(v) if ptr else v for v, ptr in zip(values, pointers)])
-            if values2 == values:
-                continue
-            views2 = tuple([v if v is None else v._replace(ptr=moved(v.ptr)) for v in views])
-            changes.append(
-                (i, (kernel, _tuple_new(KernelLaunch, (fn, grid, block, shared_mem, values2, views2))))
-            )
-        elif any(lo <= v.ptr < hi for v in r.views):
-            if not isinstance(r.patch, Copy):
-                where = _index(graph, r.handle)
-                raise UpdateError(
-                    f"node {where} ({r.kind}) uses the memory, and only kernel and device-copy "
-                    "arguments can be changed node by node: capture again",
-                    where,
-                )
-            changes.append((i, r.patch._replace(src=moved(r.patch.src), dst=moved(r.patch.dst))))
-    _refuse_bodies(
-        graph,
-        lambda r: (
-            any(v is not None and lo <= v.ptr < hi for v in _used(r))
-            or (
-                r.kind == "kernel"
-                and r.patch is not None
-                and any(type(v) is int and lo <= v < hi for v in r.patch[1].values)
-            )
-        ),
-    )
-    moves = _compose(graph._moves, lo, hi, delta)
-    others = _unrecorded_users(graph, exec_, records, moves, patch=False)  # refuses what it cannot see
-    if not changes and not others:
+        try:
+            uses, moved = _moved(r, ranges)
+        except _Unclear as why:
+            where = _index(graph, r.handle)
+            raise UpdateError(f"node {where} ({r.kind}) {why}: capture again", where) from None
+        used += uses
+        if moved is not None:
+            changes.append((i, moved))
+    _refuse_bodies(graph, lambda r: _moves_any(r, ranges))
+    # other libraries' nodes hold the addresses of the capture (see _compose); refuses what it cannot see
+    probe = [
+        (x, y, 0) for lo, hi, _, counted in ranges if counted for x, y in _captured(graph._moves, lo, hi)
+    ]
+    others = _unrecorded_users(graph, exec_, records, probe, patch=False) if probe else []
+    if others:
+        _refuse_shared(graph, exec_, records, ranges)
+    if required and not used and not others:
         raise ValueError("repoint: no node of this graph uses that memory")
     backend = graph.device.backend
-    if others:
+    moves = _compose(graph._moves, moving)
+    if others and moves != graph._moves:
         _unrecorded_users(graph, exec_, records, moves, patch=True)
     graph._moves = moves
-    for i, patch in changes:
-        r = records[i]
-        if isinstance(patch, Copy):
-            backend.graph_update(exec_, r.handle, patch)
-            views = tuple(v._replace(ptr=moved(v.ptr)) for v in r.views)
-            records[i] = r._replace(patch=patch, views=views)
-        else:
-            backend.graph_update(exec_, r.handle, patch[1])
-            records[i] = _tuple_new(type(r), (*r[:4], patch, r[5]))
-    graph._res.keep.append(new)
-    graph._patched = True
-    return len(changes) + len(others)
+    for i, record in changes:
+        backend.graph_update(
+            exec_, record.handle, record.patch if isinstance(record.patch, Copy) else record.patch[1]
+        )
+        records[i] = record
+    graph._res.keep.extend(new for _, new in pairs)
+    if changes or others:
+        graph._patched = True
+    return used + len(others)
+
+
+def _moves_any(r: Any, ranges: list[_Range]) -> bool:
+    """Whether a repoint would change record ``r``'s node (or cannot tell)."""
+    try:
+        return _moved(r, ranges)[1] is not None
+    except _Unclear:
+        return True
+
+
+def _refuse_shared(graph: Any, exec_: Any, records: list[Any], ranges: list[_Range]) -> None:
+    """UpdateError if another library's node reads memory that two ranges move differently.
+
+    Only its raw addresses are seen, not which array it reads through.
+    """
+    for i, (a, b, d, _) in enumerate(ranges):
+        for x, y, e, _ in ranges[i + 1 :]:
+            if d != e and a < y and x < b:
+                probe = [(p, q, 0) for p, q in _captured(graph._moves, max(a, x), min(b, y))]
+                hit = _unrecorded_users(graph, exec_, records, probe, patch=False)
+                if hit:
+                    raise UpdateError(
+                        f"node {hit[0]} (another library's kernel, not recorded by cudagraphs) reads "
+                        "memory that several of the arrays share and that they move differently: "
+                        "capture again",
+                        hit[0],
+                    )
 
 
 def point_copy(graph: Any, exec_: Any, index: int, src: int | None) -> None:
