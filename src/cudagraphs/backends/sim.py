@@ -33,7 +33,11 @@ It is the living spec of the library's behaviour on machines without a GPU:
 * :meth:`SimBackend.inject` makes the N-th call of a kind (``FAULTS``) fail
   with the driver's code, and :meth:`SimBackend.live_handles` counts driver
   objects made and not destroyed, for fault sweeps;
-* errors carry CUDA's result codes (invalid value, out of memory, ...).
+* errors carry CUDA's result codes (invalid value, out of memory, ...);
+* threads may use it at once, as they use the driver: every primitive runs
+  holding one re-entrant lock (so work it runs, a host function or a
+  kernel's host code, may call the backend again), let go only while the
+  host waits for another process.
 """
 
 from __future__ import annotations
@@ -43,13 +47,14 @@ import collections
 import contextlib
 import ctypes
 import dataclasses
+import functools
 import itertools
 import random
 import threading
 import time
 import weakref
 from collections.abc import Callable, Generator, Iterator, Sequence
-from types import GeneratorType
+from types import FunctionType, GeneratorType
 from typing import Any, TypeVar
 
 import numpy as np
@@ -85,6 +90,8 @@ __all__ = ["FAULTS", "RULES", "Rule", "SimBackend", "set_conditional"]
 POISON = 0xCD
 _PLAIN_NODES = frozenset(("empty", "host", "event_record", "event_wait", "mem_alloc", "mem_free"))
 _H = TypeVar("_H")  # a handle type
+_R = TypeVar("_R")
+_C = TypeVar("_C", bound=type)
 _ALIGN = 512
 _MAX_PENDING = 4096  # queued items per stream before the simulated device catches up
 _BASE_ADDRESS = 0x7F00_0000_0000
@@ -648,8 +655,37 @@ FAULTS: dict[str, tuple[str, int]] = {
 """The calls :meth:`SimBackend.inject` can make fail: kind -> (driver call, its code)."""
 
 
+def _holding_lock(method: Callable[..., _R]) -> Callable[..., _R]:
+    @functools.wraps(method)
+    def locked(self: Any, *args: Any, **kwargs: Any) -> _R:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return locked
+
+
+def _serialized(cls: _C) -> _C:
+    """Make every public method of ``cls`` run holding its instance's ``_lock``.
+
+    All of them, so that a primitive added later cannot be forgotten: the
+    simulated device is one shared state that threads use as they use the
+    driver (as on a GPU, each call is atomic; the order of two threads' calls
+    is theirs to make).
+    """
+    for name, attr in list(vars(cls).items()):
+        if not name.startswith("_") and isinstance(attr, FunctionType):
+            setattr(cls, name, _holding_lock(attr))
+    return cls
+
+
+@_serialized
 class SimBackend:
-    """CPU simulation of the CUDA primitives in :class:`~.base.Backend`."""
+    """CPU simulation of the CUDA primitives in :class:`~.base.Backend`.
+
+    Thread-safe: every public method holds one re-entrant lock while it runs
+    (work the scheduler runs may call the backend again); a host that waits
+    for another process's work lets it go meanwhile.
+    """
 
     name = "sim"
     capabilities = Capabilities(
@@ -661,9 +697,13 @@ class SimBackend:
         self._memory = _Memory()
         self._host: dict[int, np.ndarray] = {}  # pinned host allocations
         self._addresses = itertools.count(0x5000, 0x10)
-        self._lock = threading.Lock()
+        # held by every public primitive (see _serialized): the state below is shared by
+        # the threads; re-entrant, as work the scheduler runs may call the backend again
+        self._lock = threading.RLock()
+        self._idle = threading.Condition(self._lock)  # (waits that let the lock go)
         self._capturing: set[_SimStream] = set()
-        self._stepping: set[_SimStream] = set()  # streams whose work runs (up the call stack)
+        # streams whose work runs (up the call stack) -> the thread running it
+        self._stepping: dict[_SimStream, int] = {}
         self._query = threading.local()  # .depth > 0 in a query of this thread (see _looking)
         self._thread = threading.local()  # this thread's capture-mode setting
         self._streams: list[_SimStream] = []  # every live stream (for device synchronize)
@@ -694,6 +734,9 @@ class SimBackend:
         process's.
         """
         self._check_context()
+        me = threading.get_ident()
+        while self._stepping.get(stream, me) != me:  # another thread runs its work and waits
+            self._idle.wait()  # for another process: until it is done with the stream
         if stream.failed is not None:  # (raised where the host next looks at the stream)
             err, stream.failed = stream.failed, None
             raise err
@@ -706,7 +749,7 @@ class SimBackend:
 
     def _step(self, stream: _SimStream) -> None:
         """Run ``stream``'s next item, or resume the one that stopped, until it stops again."""
-        self._stepping.add(stream)
+        self._stepping[stream] = threading.get_ident()
         try:
             run = stream.current
             if run is None:
@@ -742,7 +785,8 @@ class SimBackend:
                     st.current = st.waiting = None
             raise
         finally:
-            self._stepping.discard(stream)
+            self._stepping.pop(stream, None)
+            self._idle.notify_all()
 
     def _progress(self, rv: Rendezvous) -> bool:
         """Run the other streams' work, one item at a time, until ``rv`` is done.
@@ -786,7 +830,9 @@ class SimBackend:
                 return True
             if self._querying() or time.monotonic() > last:
                 return False
-            time.sleep(pause)
+            # the lock is let go meanwhile: the other threads go on (their work may be what
+            # the other process waits for before it hands in its part)
+            self._idle.wait(pause)
             pause = min(pause * 2, 0.01)
 
     def _run_device(self, ordinal: int) -> None:
@@ -803,8 +849,7 @@ class SimBackend:
 
     def _track(self, handle: _H) -> _H:
         """Count ``handle`` as live until it is destroyed (see :meth:`live_handles`)."""
-        with self._lock:
-            self._handles[id(handle)] = handle
+        self._handles[id(handle)] = handle
         return handle
 
     def live_handles(self) -> dict[str, int]:
@@ -814,10 +859,9 @@ class SimBackend:
         leak it), even after its Python wrapper is collected.
         """
         counts: dict[str, int] = {}
-        with self._lock:
-            for h in self._handles.values():
-                name = type(h).__name__.lstrip("_").replace("Sim", "").lower()
-                counts[name] = counts.get(name, 0) + 1
+        for h in self._handles.values():
+            name = type(h).__name__.lstrip("_").replace("Sim", "").lower()
+            counts[name] = counts.get(name, 0) + 1
         return counts
 
     def _check_context(self) -> None:
@@ -903,8 +947,7 @@ class SimBackend:
         if peer not in self.device_properties(ordinal).peers:
             code = CUDA_ERROR_INVALID_DEVICE if ordinal == peer else CUDA_ERROR_PEER_ACCESS_UNSUPPORTED
             raise _error(code, call, f"sim device {ordinal} cannot reach device {peer}'s memory")
-        with self._lock:
-            self._peers.add((ordinal, peer))
+        self._peers.add((ordinal, peer))
 
     def _check_peers(self, ordinal: int, dst: int, src: int, call: str) -> None:
         """Refuse a copy on device ``ordinal`` that joins devices without peer access.
@@ -965,8 +1008,7 @@ class SimBackend:
     # streams and events -------------------------------------------------
     def stream_create(self, ordinal: int, address: int | None = None) -> _SimStream:
         if address is not None:  # a stream made elsewhere: the same queue as its maker's
-            with self._lock:
-                known = next((st for st in self._streams if st.address == address), None)
+            known = next((st for st in self._streams if st.address == address), None)
             if known is not None:
                 return known
         if address is None:
@@ -976,8 +1018,7 @@ class SimBackend:
             if address is not None
             else _SimStream(next(self._addresses), ordinal)
         )
-        with self._lock:
-            self._streams.append(stream)
+        self._streams.append(stream)
         return self._track(stream) if stream.owned else stream
 
     def event_create(self, ordinal: int, timing: bool) -> _SimEvent:
@@ -986,8 +1027,7 @@ class SimBackend:
 
     def destroy(self, handle: Any) -> None:
         self._destroy(handle)
-        with self._lock:
-            self._handles.pop(id(handle), None)
+        self._handles.pop(id(handle), None)
 
     def _destroy(self, handle: Any) -> None:
         if isinstance(handle, _SimExec):
@@ -1011,9 +1051,8 @@ class SimBackend:
                 self._invalidate([handle], "cuStreamDestroy")
             self._run(handle)  # the driver lets queued work finish
             handle.alive = False
-            with self._lock:
-                if handle in self._streams:
-                    self._streams.remove(handle)
+            if handle in self._streams:
+                self._streams.remove(handle)
         else:
             raise _error(CUDA_ERROR_INVALID_HANDLE, "destroy", f"not a sim handle: {handle!r}")
 
@@ -1248,15 +1287,13 @@ class SimBackend:
         self._unsafe(0, "cuMemHostAlloc")
         arr = np.empty(max(nbytes, 1), dtype=np.uint8)
         ptr = arr.ctypes.data
-        with self._lock:
-            self._host[ptr] = arr
+        self._host[ptr] = arr
         return ptr
 
     def host_free(self, ptr: int) -> None:
         self._unsafe(0, "cuMemFreeHost")
-        with self._lock:
-            if self._host.pop(ptr, None) is None:
-                raise _error(CUDA_ERROR_INVALID_VALUE, "cuMemFreeHost", f"0x{ptr:x} not pinned")
+        if self._host.pop(ptr, None) is None:
+            raise _error(CUDA_ERROR_INVALID_VALUE, "cuMemFreeHost", f"0x{ptr:x} not pinned")
 
     def is_pinned(self, address: int, nbytes: int) -> bool:
         """Whether ``[address, address + nbytes)`` lies in live pinned host memory."""
@@ -1264,10 +1301,9 @@ class SimBackend:
 
     def _pinned_at(self, address: int, nbytes: int) -> np.ndarray | None:
         """The live pinned allocation holding ``[address, address + nbytes)``, if any."""
-        with self._lock:
-            return next(
-                (h for p, h in self._host.items() if p <= address and address + nbytes <= p + h.nbytes), None
-            )
+        return next(
+            (h for p, h in self._host.items() if p <= address and address + nbytes <= p + h.nbytes), None
+        )
 
     def memcpy(self, stream: _SimStream, copy: Copy) -> None:
         self._fault("copy")
