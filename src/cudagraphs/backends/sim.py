@@ -221,10 +221,11 @@ def _disown(conditions: Sequence[tuple[int, int]]) -> None:
 class _SimNode:
     """One node; immutable once recorded (executables patch copies of the work)."""
 
-    __slots__ = ("bodies", "cond", "deps", "kind", "label", "params", "work")
+    __slots__ = ("bodies", "call", "cond", "deps", "kind", "label", "params", "work")
 
     def __init__(self, kind: str, label: str, work: Callable[[], Any] | None, deps: list[_SimNode]) -> None:
         self.kind, self.label, self.work, self.deps = kind, label, work, deps
+        self.call = ""  # the driver call that recorded it (a copy's: which memory it joins)
         # what the driver keeps of the node: a KernelLaunch, or the addresses (first, last)
         # a copy or memset touches
         self.params: Any = None
@@ -270,6 +271,34 @@ def _ancestors(nodes: Sequence[_SimNode]) -> set[int]:
             seen.add(id(node))
             todo.extend(node.deps)
     return seen
+
+
+def _edges(nodes: Sequence[_SimNode]) -> set[tuple[int, int]]:
+    """The dependencies among ``nodes`` as (from, to) indices."""
+    index = {id(n): i for i, n in enumerate(nodes)}
+    return {(index[id(d)], i) for i, n in enumerate(nodes) for d in n.deps if id(d) in index}
+
+
+def _updatable(old: Sequence[_SimNode], new: Sequence[_SimNode]) -> bool:
+    """Whether cuGraphExecUpdate takes the nodes ``new`` for an executable of ``old``.
+
+    The driver's conditions on the topology: the same nodes (types, in
+    order) with the same edges, child and conditional bodies alike, and
+    copies between the same kinds of memory (a host-to-device copy cannot
+    become a device-to-host one).
+    """
+    if len(old) != len(new) or _edges(old) != _edges(new):
+        return False
+    for a, b in zip(old, new):
+        if a.kind != b.kind or (a.cond or ())[:2] != (b.cond or ())[:2]:  # (kind, bodies)
+            return False
+        if a.kind == "memcpy" and a.call != b.call:
+            return False
+        if len(a.bodies) != len(b.bodies) or not all(
+            _updatable(x.nodes, y.nodes) for x, y in zip(a.bodies, b.bodies)
+        ):
+            return False
+    return True
 
 
 class Rendezvous:
@@ -1215,7 +1244,8 @@ class SimBackend:
                 "the capture was invalidated by an earlier illegal call",
             )
         else:
-            stream.record(kind, label, work).params = params
+            node = stream.record(kind, label, work)
+            node.params, node.call = params, call
 
     # for the simulated communicator (cudagraphs.distributed), not the interface -----------
     def queue_work(self, stream: _SimStream, call: str, label: str, work: Callable[[], Any]) -> None:
@@ -1608,12 +1638,11 @@ class SimBackend:
         if params is None:  # whole-graph update: CUDA's checks, then the new nodes
             self._live(exec_, "cuGraphExecUpdate")
             self._live(target, "cuGraphExecUpdate")
-            old, new = exec_.nodes, target.nodes
-            if len(old) != len(new):
-                raise UpdateError(base.UPDATE_REASONS[2], min(len(old), len(new)))
-            for i, (a, b) in enumerate(zip(old, new)):
-                if a.kind != b.kind:
-                    raise UpdateError(base.UPDATE_REASONS[3], i)
+            new = target.nodes
+            if not _updatable(exec_.nodes, new):
+                # what the cuda backend raises: cuda.bindings drops the driver's result
+                # info when cuGraphExecUpdate fails (Graph.update then finds the difference)
+                raise UpdateError(base.UPDATE_REASONS[1])
             exec_.nodes = list(new)
             exec_.works.clear()
             for i in exec_.off:  # (switched-off nodes stay off, with the new graph's work)
