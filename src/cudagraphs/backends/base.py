@@ -70,6 +70,13 @@ ERROR_NAMES = {
     CUDA_ERROR_STREAM_CAPTURE_ISOLATION: "CUDA_ERROR_STREAM_CAPTURE_ISOLATION",
 }
 
+ELAPSED_TIME_ERRORS = {
+    CUDA_ERROR_INVALID_HANDLE: "both events must be created with timing=True and recorded",
+    CUDA_ERROR_NOT_READY: "an event's work has not completed yet: synchronize the end event "
+    "(end.synchronize()) before asking for the time between them",
+}
+"""What ``cuEventElapsedTime``'s failures mean, as both backends say it."""
+
 CAPTURE_MODES = ("global", "thread_local", "relaxed")
 NODE_TYPES = (
     "kernel",

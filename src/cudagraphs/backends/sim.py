@@ -70,6 +70,7 @@ from .base import (
     CUDA_ERROR_INVALID_VALUE,
     CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,
     CUDA_ERROR_MISALIGNED_ADDRESS,
+    CUDA_ERROR_NOT_READY,
     CUDA_ERROR_OUT_OF_MEMORY,
     CUDA_ERROR_PEER_ACCESS_UNSUPPORTED,
     CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
@@ -1212,14 +1213,15 @@ class SimBackend:
         return [st for st in self._capturing if st.capture is graph and st is not graph.origin]
 
     def event_elapsed_ms(self, start: _SimEvent, end: _SimEvent) -> float:
+        call = "cuEventElapsedTime"
         for ev in (start, end):
-            self._live(ev, "cuEventElapsedTime")
-            if not ev.timing or not ev.recorded:
+            self._live(ev, call)
+            if not ev.timing or not (ev.recorded or ev.stream is not None):
                 raise _error(
-                    CUDA_ERROR_INVALID_HANDLE,
-                    "cuEventElapsedTime",
-                    "both events must be created with timing=True and recorded",
+                    CUDA_ERROR_INVALID_HANDLE, call, base.ELAPSED_TIME_ERRORS[CUDA_ERROR_INVALID_HANDLE]
                 )
+        if not (start.recorded and end.recorded):  # recorded, not complete (nothing forced it)
+            raise _error(CUDA_ERROR_NOT_READY, call, base.ELAPSED_TIME_ERRORS[CUDA_ERROR_NOT_READY])
         return (end.time - start.time) * 1e3
 
     def _submit(
