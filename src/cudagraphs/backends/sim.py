@@ -70,6 +70,7 @@ from .base import (
     CUDA_ERROR_INVALID_VALUE,
     CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,
     CUDA_ERROR_MISALIGNED_ADDRESS,
+    CUDA_ERROR_NOT_FOUND,
     CUDA_ERROR_NOT_READY,
     CUDA_ERROR_OUT_OF_MEMORY,
     CUDA_ERROR_PEER_ACCESS_UNSUPPORTED,
@@ -1434,6 +1435,10 @@ class SimBackend:
         params: Sequence[base.Param],
         host: Callable[..., object] | None,
     ) -> _SimFunction:
+        # as cuModuleGetFunction: the compiled image must export the name (a cubin's ELF
+        # symbol table holds it between NULs; a C++ kernel's is mangled, _Z<len><name>...)
+        if image is not None and b"\0" + name.encode() + b"\0" not in image:
+            raise _error(CUDA_ERROR_NOT_FOUND, "cuModuleGetFunction", "named symbol not found")
         return _SimFunction(name, params, host)
 
     def _kernel_work(self, launch: KernelLaunch) -> Callable[[], None]:
