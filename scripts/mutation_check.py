@@ -27,6 +27,12 @@ MUTATIONS = [
         "    _acting[0] += 1\n    try:",
     ),
     (
+        "a capture begins while a release runs",
+        "src/cudagraphs/_recording.py",
+        "        while _acting[0]:\n            _settled.wait()\n",
+        "",
+    ),
+    (
         "finalizers release inline",
         "src/cudagraphs/_recording.py",
         '    """Queue ``fn(*args)`` for the next safe point (from finalizers: never blocks)."""\n    _QUEUE.append((device, fn, args))',

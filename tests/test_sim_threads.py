@@ -15,6 +15,7 @@ import pytest
 from conftest import live_blocks, random_array
 
 import cudagraphs as cg
+from cudagraphs import _recording
 
 THREADS, ROUNDS = 8, 30
 
@@ -83,3 +84,46 @@ def test_threads_on_their_own_streams(dev: cg.Device, backend: str) -> None:
     cg.empty(1, "float32")  # a safe point: what finalizers queued runs
     dev.synchronize()
     assert dev.allocator.stats().in_use == before, live_blocks(dev)
+
+
+def test_a_capture_begins_after_the_releases_that_run(dev: cg.Device, backend: str) -> None:
+    """A release begun with no capture active (it may synchronize any stream) ends first.
+
+    Had another thread begun capturing one of the streams it synchronizes,
+    the synchronize would have broken that capture.
+    """
+    started, finish = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def slow_release() -> None:
+        started.set()
+        finish.wait(10)
+        order.append("released")
+
+    releaser = threading.Thread(target=lambda: _recording.release(dev, slow_release))
+    releaser.start()
+    assert started.wait(10)
+    x = cg.zeros(16, "float32")
+    s = dev.create_stream()
+    s.wait(dev.stream)
+    graphs: list[cg.Graph] = []
+
+    def capture() -> None:
+        with cg.override(backend=backend), cg.capture(stream=s) as g:
+            order.append("capturing")
+            cg.ops.fill(x, 3.0, stream=s)
+        graphs.append(g)
+
+    capturer = threading.Thread(target=capture)
+    capturer.start()
+    capturer.join(0.5)
+    waited = capturer.is_alive()
+    finish.set()
+    releaser.join(10)
+    capturer.join(10)
+    assert waited, "the capture began while a release ran"
+    assert order == ["released", "capturing"]
+    graphs[0].replay(stream=s)
+    np.testing.assert_array_equal(x.get(stream=s), np.full(16, 3.0, np.float32))
+    graphs[0].close()
+    s.close()
