@@ -29,7 +29,7 @@ MUTATIONS = [
     (
         "a capture begins while a release runs",
         "src/cudagraphs/_recording.py",
-        "        while _acting[0]:\n            _settled.wait()\n",
+        "        while _acting[0]:  # and from here on none begins\n            _settled.wait()\n",
         "",
     ),
     (

@@ -396,13 +396,17 @@ def begin(device: Any, stream: Any, mode: str, memory: Any) -> Recording:
             "stream at a time: capture on another stream (device.create_stream())"
         )
     rec = Recording(device, stream, mode, memory)
-    with _lock:  # (not while a release that began with no capture active runs: see _acting)
-        while _acting[0]:
+    with _lock:  # not while a release that began with no capture active runs (see _acting),
+        while _acting[0]:  # and from here on none begins
             _settled.wait()
-        backend.capture_begin(stream._raw, mode)
-        rec.active = True
         _ACTIVE.setdefault(device, []).append(rec)
-        stream._recording = rec
+    try:  # (the driver called without the lock: work that holds the backend may need it)
+        backend.capture_begin(stream._raw, mode)
+    except BaseException:
+        rec._close()
+        raise
+    rec.active = True
+    stream._recording = rec
     return rec
 
 
