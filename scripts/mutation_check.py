@@ -23,8 +23,14 @@ MUTATIONS = [
     (
         "deferred release runs at once",
         "src/cudagraphs/_recording.py",
-        "    if _ACTIVE:\n        _QUEUE.append((device, fn, args))\n    else:\n        fn(*args)",
-        "    fn(*args)",
+        "    if _ACTIVE or not _act():\n        _QUEUE.append((device, fn, args))\n        return\n    try:",
+        "    _acting[0] += 1\n    try:",
+    ),
+    (
+        "a capture begins while a release runs",
+        "src/cudagraphs/_recording.py",
+        "        while _acting[0]:  # and from here on none begins\n            _settled.wait()\n",
+        "",
     ),
     (
         "finalizers release inline",

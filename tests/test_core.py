@@ -280,6 +280,52 @@ def test_host_slot_array_outlives_the_slot(dev: cg.Device) -> None:
         assert not dev.backend.is_pinned(address, 4)
 
 
+@pytest.mark.parametrize("how", ["copy_to", "set", "copy_from"])
+def test_eager_copy_keeps_a_dropped_host_slot_until_it_completes(
+    dev: cg.Device, rng: np.random.Generator, how: str
+) -> None:
+    """Eager work keeps what it touches until it is done: a slot dropped after a copy too."""
+    pinned_before = len(dev.backend._host) if dev.backend.name == "sim" else 0
+    data = random_array(rng, 4096, "float32")
+    x = cg.asarray(data) if how == "copy_from" else cg.full(4096, -1.0, "float32")
+    s = dev.create_stream()
+    s.wait(dev.stream)
+    gate = threading.Event()
+    b = cg.GraphBuilder(device=dev)
+    b.host(gate.wait, 60)
+    blocker = b.instantiate()
+    blocker.replay(stream=s)  # the copy below is still pending when the slot dies
+    slot = cg.HostSlot(4096, "float32")
+    slot.array[...] = data if how != "copy_from" else 0.0
+    if how == "copy_to":
+        slot.copy_to(x, stream=s)
+    elif how == "set":
+        x.set(slot.array, stream=s)
+    else:
+        slot.copy_from(x, stream=s)
+    del slot
+    gc.collect()
+    opener = threading.Timer(0.2, gate.set)
+    opener.start()
+    try:
+        cg.empty(1, "float32")  # a safe point: the slot's memory is freed after the copy
+        others = [cg.HostSlot(4096, "float32") for _ in range(4)]  # would reuse freed memory
+        for other in others:
+            other.array[...] = 7.0
+        del other
+        s.synchronize()
+    finally:
+        gate.set()
+        opener.join()
+    np.testing.assert_array_equal(x.get(stream=s), data)  # (and no device fault)
+    del others
+    blocker.close()
+    s.close()
+    settle(dev)
+    if dev.backend.name == "sim":  # every pinned allocation was freed
+        assert len(dev.backend._host) == pinned_before
+
+
 def test_closed_host_slot_stays_alive_for_its_graph(dev: cg.Device, rng: np.random.Generator) -> None:
     slot = cg.HostSlot(64, "float32")
     data = random_array(rng, 64, "float32")

@@ -88,3 +88,30 @@ def test_events_order_streams_and_time(device: cg.Device, rng: np.random.Generat
     with pytest.raises(TypeError, match="Event or a Stream"):
         s.wait(3)  # type: ignore[arg-type]
     s.close()
+
+
+def test_elapsed_ms_before_the_events_complete_is_not_ready(device: cg.Device) -> None:
+    """The driver answers CUDA_ERROR_NOT_READY for recorded events whose work has not run."""
+    gate = threading.Event()
+    b = cg.GraphBuilder(device=device)
+    b.host(gate.wait, 60)  # holds the stream (a GPU's) until the gate opens
+    blocker = b.instantiate()
+    s = device.create_stream()
+    start, end = cg.Event(device, timing=True), cg.Event(device, timing=True)
+    never = cg.Event(device, timing=True)
+    try:
+        start.record(s)
+        blocker.replay(stream=s)
+        end.record(s)
+        with pytest.raises(cg.CudaError, match="synchronize the end event") as info:
+            start.elapsed_ms(end)
+        assert info.value.name == "CUDA_ERROR_NOT_READY"
+    finally:
+        gate.set()
+    end.synchronize()
+    assert start.elapsed_ms(end) >= 0.0
+    with pytest.raises(cg.CudaError, match="created with timing=True and recorded") as info:
+        start.elapsed_ms(never)  # never recorded
+    assert info.value.name == "CUDA_ERROR_INVALID_HANDLE"
+    blocker.close()
+    s.close()

@@ -10,6 +10,7 @@ from conftest import nvrtc_available, random_array
 
 import cudagraphs as cg
 from cudagraphs._kernel import parse_params
+from cudagraphs._nvrtc import NvrtcUnavailable
 
 SAXPY = r"""
 extern "C" __global__ void saxpy(float* __restrict__ y, const float* x, float a, int n) {
@@ -31,6 +32,41 @@ def test_user_kernel_matches_numpy(backend: str, rng: np.random.Generator) -> No
     np.testing.assert_allclose(y.get(), np.float32(0.5) * x_h + y_h, rtol=1e-6)
     assert [p.name for p in k.params] == ["y", "x", "a", "n"]
     assert "saxpy(y, x, a, n)" in repr(k)
+
+
+@pytest.mark.parametrize("nvrtc", [True, False], ids=["compiled", "no-nvrtc"])
+def test_kernel_without_extern_c_fails_to_load(
+    device: cg.Device, rng: np.random.Generator, nvrtc: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A C++ kernel's name is mangled: the GPU cannot find it, and neither does sim."""
+    from cudagraphs import _kernel
+
+    if not nvrtc:  # sim where NVRTC is missing: it reads the source instead
+        if device.backend.name != "sim":
+            pytest.skip("a GPU always compiles")
+        monkeypatch.setattr(_kernel, "_IMAGES", {})
+        monkeypatch.setattr(_kernel._nvrtc, "compile_cubin", _no_nvrtc)
+    elif not nvrtc_available(device):
+        pytest.skip("NVRTC is not installed")
+    source = SAXPY.replace('extern "C" ', "") + "// no C linkage: the name is mangled\n"
+    mangled = cg.Kernel(source, "saxpy", host=saxpy_host)
+    x_h, y_h = random_array(rng, 100, "float32"), random_array(rng, 100, "float32")
+    x, y = cg.asarray(x_h), cg.asarray(y_h)
+    with pytest.raises(
+        cg.CudaError, match=r'declare it `extern "C" __global__ void saxpy\(\.\.\.\)`'
+    ) as info:
+        mangled.launch(1, 128, y, x, 0.5, 100)
+    assert info.value.name == "CUDA_ERROR_NOT_FOUND"
+    assert info.value.call == "cuModuleGetFunction"
+    with pytest.raises(cg.CudaError, match="mangled"):  # every launch (nothing half-loaded)
+        mangled.launch(1, 128, y, x, 0.5, 100)
+    k = cg.Kernel(SAXPY + "// the same kernel, extern C\n", "saxpy", host=saxpy_host)
+    k.launch(1, 128, y, x, 0.5, 100)
+    np.testing.assert_allclose(y.get(), np.float32(0.5) * x_h + y_h, rtol=1e-6)
+
+
+def _no_nvrtc(*args: object) -> bytes:
+    raise NvrtcUnavailable("NVRTC is missing (test)")
 
 
 def test_signature_parsing() -> None:

@@ -138,6 +138,49 @@ def test_driver_refusal_is_an_update_error(dev: cg.Device) -> None:
     source.close()
 
 
+def test_update_refuses_a_source_with_other_edges(dev: cg.Device, rng: np.random.Generator) -> None:
+    """The same nodes, but independent in the source: cuGraphExecUpdate refuses, so does sim."""
+    x_h = random_array(rng, 64, "float32")
+    x, y, z = cg.asarray(x_h), cg.zeros(64, "float32"), cg.zeros(64, "float32")
+    g = cg.capture(lambda: [cg.ops.axpy(2.0, x, y), cg.ops.axpy(3.0, x, z)])  # node 0 -> node 1
+    assert g.edges == [(0, 1)]
+    side = dev.create_stream()
+    with cg.capture(instantiate=False) as source:  # the same two kernels on two streams
+        side.wait(dev.stream)
+        cg.ops.axpy(2.0, x, y)
+        cg.ops.axpy(3.0, x, z, stream=side)
+        dev.stream.wait(side)
+    assert [n.type for n in source.nodes] == [n.type for n in g.nodes]
+    assert source.edges == []
+    with pytest.raises(cg.UpdateError, match=r"the topology changed: node 1 depends on nodes \[0\]") as info:
+        g.update(source)
+    assert info.value.node == 1
+    assert source.state == "captured"
+    g.replay()  # unchanged
+    np.testing.assert_allclose(y.get(), 2 * x_h, rtol=1e-6)
+    np.testing.assert_allclose(z.get(), 3 * x_h, rtol=1e-6)
+    g.close()
+    source.close()
+    side.close()
+
+
+def test_update_refuses_a_copy_that_changes_direction(dev: cg.Device, rng: np.random.Generator) -> None:
+    """A host-to-device copy node cannot become a device-to-host one (cuGraphExecUpdate refuses)."""
+    x_h = random_array(rng, 32, "float32")
+    slot, x = cg.HostSlot(32, "float32"), cg.zeros(32, "float32")
+    g = cg.capture(lambda: slot.copy_to(x))
+    source = cg.capture(lambda: slot.copy_from(x), instantiate=False)
+    assert [n.type for n in source.nodes] == [n.type for n in g.nodes] == ["memcpy"]
+    with pytest.raises(cg.UpdateError, match=r"cannot update in place .* host-to-device") as info:
+        g.update(source)
+    assert info.value.node is None
+    slot.array[...] = x_h
+    g.replay()  # still the upload
+    np.testing.assert_array_equal(x.get(), x_h)
+    g.close()
+    source.close()
+
+
 def test_update_argument_errors(dev: cg.Device) -> None:
     x = cg.ones(4, "float32")
     g = cg.capture(lambda: cg.ops.scale(1.0, x, out=x))

@@ -182,6 +182,18 @@ def _difference(mine: list[tuple[str, str]], theirs: list[tuple[str, str]]) -> t
     return None
 
 
+def _edge_difference(mine: list[tuple[int, int]], theirs: list[tuple[int, int]]) -> tuple[str, int] | None:
+    """The first node whose dependencies differ between two graphs' edges, and how."""
+    if set(mine) == set(theirs):
+        return None
+    i = min(b for _, b in set(mine) ^ set(theirs))
+    before = sorted(a for a, b in mine if b == i)
+    after = sorted(a for a, b in theirs if b == i)
+    return (
+        f"the topology changed: node {i} depends on nodes {before} in this graph and on {after} in the source"
+    ), i
+
+
 class Graph:
     """A captured graph. Made by :func:`cudagraphs.capture`, not directly.
 
@@ -409,9 +421,17 @@ class Graph:
             backend.graph_update(exec_, src.graph)
         except UpdateError as err:
             if err.node is None:  # the driver said no without saying where: find it
-                why = _difference(self._signature(), source._signature())
-                if why is not None:
-                    raise UpdateError(*why) from err
+                found = _difference(self._signature(), source._signature()) or _edge_difference(
+                    self.edges, source.edges
+                )
+                if found is not None:
+                    raise UpdateError(*found) from err
+                raise UpdateError(
+                    f"{err.reason}; the graphs have the same nodes and edges, so a node's "
+                    "parameters changed in a way it cannot update in place (e.g. a copy "
+                    "between other kinds of memory: host-to-device become device-to-host): "
+                    "capture the graph again"
+                ) from err
             raise
         # the executable runs the source's parameters now: take over what they use,
         # and release what the previous parameters used

@@ -6,6 +6,9 @@ allocation. The allocation is freed when the last array viewing it is gone
 finalizer), and the free is deferred while a capture is active on the
 device. So a view handed to a user (``HostSlot.array``), a buffer staged into
 a graph, or a buffer a pending copy writes into can never outlive its memory.
+An eager copy from or into it keeps it until the copy completes
+(:func:`hold`): the free waits for the copy, as eager work keeps alive what
+it touches.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import numpy as np
 
 from . import _recording
 
-__all__ = ["PinnedCache", "pinned_array", "stage"]
+__all__ = ["PinnedCache", "hold", "pinned_array", "stage"]
 
 
 def pinned_array(device: Any, nbytes: int) -> np.ndarray:
@@ -35,9 +38,37 @@ def pinned_array(device: Any, nbytes: int) -> np.ndarray:
     finally:
         backend.capture_exchange_mode(old)
     buffer = (ctypes.c_uint8 * max(nbytes, 1)).from_address(ptr)
-    weakref.finalize(buffer, _recording.later, device, backend.host_free, ptr)
+    copies: dict[int, Any] = {}  # stream handle -> an event after the last eager copy there
+    buffer._copies = copies  # type: ignore[attr-defined]  # (see hold)
+    weakref.finalize(buffer, _recording.later, device, _free, backend, ptr, copies)
     array: np.ndarray = np.frombuffer(buffer, dtype=np.uint8)[:nbytes]  # type: ignore[call-overload]
     return array
+
+
+def _free(backend: Any, ptr: int, copies: dict[int, Any]) -> None:
+    for event in copies.values():  # the eager copies that use the memory come first
+        backend.synchronize(event._raw)
+    backend.host_free(ptr)
+
+
+def hold(host: np.ndarray, stream: Any) -> None:
+    """Keep ``host``'s pinned memory until the work queued on ``stream`` so far completes.
+
+    For an eager copy from or into memory of :func:`pinned_array` (other
+    memory: nothing to do, the driver staged pageable memory): dropping
+    every view of it then frees it only after the copy. A graph's copies
+    keep it alive through the graph instead.
+    """
+    root: Any = host
+    while isinstance(root, np.ndarray):
+        root = root.base
+    copies = getattr(root, "_copies", None)
+    if copies is not None:
+        try:
+            copies[stream.handle] = stream.record(copies.get(stream.handle))
+        except BaseException:  # no event for the free to wait on: the copy completes now
+            stream.synchronize()
+            raise
 
 
 def stage(device: Any, host: np.ndarray) -> np.ndarray:

@@ -34,9 +34,9 @@ import numpy as np
 from . import _nvrtc
 from ._device import _CURRENT, Device, Stream, current_device, resolve_stream
 from ._dtypes import SUPPORTED
-from ._errors import BackendUnavailableError
+from ._errors import BackendUnavailableError, CudaError
 from ._recording import BY_VALUE, NodeRecord, Recording, Work, submit
-from .backends.base import KernelLaunch, Param, param_offsets
+from .backends.base import CUDA_ERROR_NOT_FOUND, ERROR_NAMES, KernelLaunch, Param, param_offsets
 
 try:  # the optional C part: Kernel.launch's repeat path (see Kernel._arm), node updates
     from . import _fastcall as fastcall  # type: ignore[attr-defined]
@@ -105,6 +105,9 @@ _QUALIFIERS = {"const", "volatile", "__restrict__", "__restrict", "restrict", "s
 _POINTER = np.dtype(np.uint64)
 _IMAGES: dict[tuple[str, tuple[str, ...], str], bytes | None] = {}
 _BYTE_POINTEES = {"int8", "uint8", "void"}
+
+
+_EXTERN_C = re.compile(r'extern\s*"C"')
 
 
 def _strip_comments(source: str) -> str:
@@ -326,11 +329,32 @@ class Kernel:
                             ) from exc
                         image = None  # the simulator runs the host implementation
                     _IMAGES[key] = image
-                fn = backend.load_kernel(device.index, image, self.name, self.params, self.host)
+                if image is None and not _EXTERN_C.search(
+                    " ".join((_strip_comments(self.source), *self.options))
+                ):
+                    # (no NVRTC, on sim): what the GPU's loader would answer
+                    raise self._not_exported(CudaError(CUDA_ERROR_NOT_FOUND, "", "cuModuleGetFunction"))
+                try:
+                    fn = backend.load_kernel(device.index, image, self.name, self.params, self.host)
+                except CudaError as exc:
+                    if exc.code != CUDA_ERROR_NOT_FOUND:
+                        raise
+                    raise self._not_exported(exc) from exc
                 if backend.fastcall:  # (its kernels launch from C: see _arm)
                     self._arm(device, int(fn), param_offsets(self.params), fn)
                 device.kernels[self] = fn
         return fn
+
+    def _not_exported(self, exc: CudaError) -> CudaError:
+        """The loader's error for a kernel name the compiled module does not export."""
+        return CudaError(
+            exc.code,
+            ERROR_NAMES[CUDA_ERROR_NOT_FOUND],
+            exc.call,
+            f"the compiled module has no kernel named {self.name!r}: a kernel not declared "
+            'extern "C" gets a mangled C++ name; declare it '
+            f'`extern "C" __global__ void {self.name}(...)`',
+        )
 
     def _arm(self, device: Device, function: int, offsets: tuple[int, ...], loaded: Any = None) -> None:
         """Let the C launch path launch this kernel on ``device`` (a no-op without it).

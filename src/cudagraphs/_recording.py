@@ -396,10 +396,16 @@ def begin(device: Any, stream: Any, mode: str, memory: Any) -> Recording:
             "stream at a time: capture on another stream (device.create_stream())"
         )
     rec = Recording(device, stream, mode, memory)
-    backend.capture_begin(stream._raw, mode)
-    rec.active = True
-    with _lock:
+    with _lock:  # not while a release that began with no capture active runs (see _acting),
+        while _acting[0]:  # and from here on none begins
+            _settled.wait()
         _ACTIVE.setdefault(device, []).append(rec)
+    try:  # (the driver called without the lock: work that holds the backend may need it)
+        backend.capture_begin(stream._raw, mode)
+    except BaseException:
+        rec._close()
+        raise
+    rec.active = True
     stream._recording = rec
     return rec
 
@@ -532,6 +538,27 @@ _get_ident = threading.get_ident
 
 _QUEUE: collections.deque[tuple[Any, Callable[..., Any], tuple[Any, ...]]] = collections.deque()
 _draining = threading.local()
+# releases running now that began while no capture was active: a capture begins only once
+# none runs (a release synchronizes streams, records events on them: had another thread
+# begun capturing one meanwhile, that would break its capture)
+_acting = [0]
+_settled = threading.Condition(_lock)
+
+
+def _act() -> bool:
+    """Whether no capture is active; if so, none begins until :func:`_acted`."""
+    with _lock:
+        if _ACTIVE:
+            return False
+        _acting[0] += 1
+        return True
+
+
+def _acted() -> None:
+    with _lock:
+        _acting[0] -= 1
+        if not _acting[0]:
+            _settled.notify_all()
 
 
 def release(device: Any, fn: Callable[..., Any], *args: Any) -> None:
@@ -540,10 +567,13 @@ def release(device: Any, fn: Callable[..., Any], *args: Any) -> None:
     (Any device's: freeing is an unsafe call, refused by a capture's mode on
     every device, see :func:`_all_active`; ``device`` names whose it is.)
     """
-    if _ACTIVE:
+    if _ACTIVE or not _act():
         _QUEUE.append((device, fn, args))
-    else:
+        return
+    try:
         fn(*args)
+    finally:
+        _acted()
 
 
 def later(device: Any, fn: Callable[..., Any], *args: Any) -> None:
@@ -563,13 +593,15 @@ def drain() -> None:
                 device, fn, args = _QUEUE.popleft()
             except IndexError:  # another thread took the last one
                 break
-            if _ACTIVE:
+            if _ACTIVE or not _act():
                 held.append((device, fn, args))
                 continue
             try:
                 fn(*args)
             except Exception as exc:  # a release must not break the caller
                 warnings.warn(f"cudagraphs: a deferred release failed: {exc!r}", RuntimeWarning, stacklevel=2)
+            finally:
+                _acted()
     finally:
         _QUEUE.extend(held)
         _draining.on = False

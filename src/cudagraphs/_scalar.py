@@ -18,7 +18,7 @@ import numpy as np
 from ._array import DeviceArray, Shape, _shape, empty
 from ._device import Device, Stream, current_device, resolve_stream
 from ._dtypes import normalize_dtype
-from ._host import pinned_array
+from ._host import hold, pinned_array
 from ._recording import Work, submit
 from ._transfer import to_device
 from .backends.base import Copy
@@ -174,6 +174,8 @@ class HostSlot:
             copy = Copy(x.ptr, buf.ctypes.data, x.nbytes, "htod")  # type: ignore[union-attr]
             backend = self.device.backend
             submit(stream, Work("memcpy", backend.memcpy, copy, (), (x,), (buf,)))
+            if stream._recording is None:  # the slot may be dropped before the copy runs
+                hold(buf, stream)  # type: ignore[arg-type]
         return x
 
     def copy_from(self, x: DeviceArray, *, stream: Stream | None = None) -> None:
@@ -184,6 +186,8 @@ class HostSlot:
             copy = Copy(buf.ctypes.data, x.ptr, x.nbytes, "dtoh")  # type: ignore[union-attr]
             backend = self.device.backend
             submit(stream, Work("memcpy", backend.memcpy, copy, (x,), (), (buf,)))
+            if stream._recording is None:
+                hold(buf, stream)  # type: ignore[arg-type]
 
     def close(self) -> None:
         """Give up this slot's hold on its pinned memory. Idempotent.

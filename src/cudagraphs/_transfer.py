@@ -16,7 +16,7 @@ import numpy as np
 
 from . import _recording
 from ._builtin import copy_view, scratch
-from ._host import stage
+from ._host import hold, stage
 from ._recording import Work, submit
 from .backends.base import Copy
 
@@ -97,6 +97,8 @@ def to_device(x: Any, value: Any, stream: Any, refuse: str | None = None) -> Non
     backend = device.backend
     copy = Copy(target.ptr, host.ctypes.data, host.nbytes, "htod")
     submit(stream, Work("memcpy", backend.memcpy, copy, (), (target,), (host,), refuse=refuse))
+    if stream._recording is None:  # (pinned memory, a HostSlot's array: read when the copy runs)
+        hold(host, stream)
     if target is not x:
         copy_view(x, target, stream)
 

@@ -423,7 +423,10 @@ class CudaBackend:
         _check(_call["cuStreamWaitEvent"](stream, event, flags), "cuStreamWaitEvent")
 
     def event_elapsed_ms(self, start: Any, end: Any) -> float:
-        return float(_check(_driver().cuEventElapsedTime(start, end), "cuEventElapsedTime"))
+        err, ms = _driver().cuEventElapsedTime(start, end)
+        if err:
+            _raise(err, "cuEventElapsedTime", base.ELAPSED_TIME_ERRORS.get(int(err), ""))
+        return float(ms)
 
     # memory -------------------------------------------------------------
     def mem_alloc(self, ordinal: int, nbytes: int, stream: Any) -> int:

@@ -33,7 +33,11 @@ It is the living spec of the library's behaviour on machines without a GPU:
 * :meth:`SimBackend.inject` makes the N-th call of a kind (``FAULTS``) fail
   with the driver's code, and :meth:`SimBackend.live_handles` counts driver
   objects made and not destroyed, for fault sweeps;
-* errors carry CUDA's result codes (invalid value, out of memory, ...).
+* errors carry CUDA's result codes (invalid value, out of memory, ...);
+* threads may use it at once, as they use the driver: every primitive runs
+  holding one re-entrant lock (so work it runs, a host function or a
+  kernel's host code, may call the backend again), let go only while the
+  host waits for another process.
 """
 
 from __future__ import annotations
@@ -43,13 +47,14 @@ import collections
 import contextlib
 import ctypes
 import dataclasses
+import functools
 import itertools
 import random
 import threading
 import time
 import weakref
 from collections.abc import Callable, Generator, Iterator, Sequence
-from types import GeneratorType
+from types import FunctionType, GeneratorType
 from typing import Any, TypeVar
 
 import numpy as np
@@ -65,6 +70,8 @@ from .base import (
     CUDA_ERROR_INVALID_VALUE,
     CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,
     CUDA_ERROR_MISALIGNED_ADDRESS,
+    CUDA_ERROR_NOT_FOUND,
+    CUDA_ERROR_NOT_READY,
     CUDA_ERROR_OUT_OF_MEMORY,
     CUDA_ERROR_PEER_ACCESS_UNSUPPORTED,
     CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
@@ -85,6 +92,8 @@ __all__ = ["FAULTS", "RULES", "Rule", "SimBackend", "set_conditional"]
 POISON = 0xCD
 _PLAIN_NODES = frozenset(("empty", "host", "event_record", "event_wait", "mem_alloc", "mem_free"))
 _H = TypeVar("_H")  # a handle type
+_R = TypeVar("_R")
+_C = TypeVar("_C", bound=type)
 _ALIGN = 512
 _MAX_PENDING = 4096  # queued items per stream before the simulated device catches up
 _BASE_ADDRESS = 0x7F00_0000_0000
@@ -214,10 +223,11 @@ def _disown(conditions: Sequence[tuple[int, int]]) -> None:
 class _SimNode:
     """One node; immutable once recorded (executables patch copies of the work)."""
 
-    __slots__ = ("bodies", "cond", "deps", "kind", "label", "params", "work")
+    __slots__ = ("bodies", "call", "cond", "deps", "kind", "label", "params", "work")
 
     def __init__(self, kind: str, label: str, work: Callable[[], Any] | None, deps: list[_SimNode]) -> None:
         self.kind, self.label, self.work, self.deps = kind, label, work, deps
+        self.call = ""  # the driver call that recorded it (a copy's: which memory it joins)
         # what the driver keeps of the node: a KernelLaunch, or the addresses (first, last)
         # a copy or memset touches
         self.params: Any = None
@@ -263,6 +273,34 @@ def _ancestors(nodes: Sequence[_SimNode]) -> set[int]:
             seen.add(id(node))
             todo.extend(node.deps)
     return seen
+
+
+def _edges(nodes: Sequence[_SimNode]) -> set[tuple[int, int]]:
+    """The dependencies among ``nodes`` as (from, to) indices."""
+    index = {id(n): i for i, n in enumerate(nodes)}
+    return {(index[id(d)], i) for i, n in enumerate(nodes) for d in n.deps if id(d) in index}
+
+
+def _updatable(old: Sequence[_SimNode], new: Sequence[_SimNode]) -> bool:
+    """Whether cuGraphExecUpdate takes the nodes ``new`` for an executable of ``old``.
+
+    The driver's conditions on the topology: the same nodes (types, in
+    order) with the same edges, child and conditional bodies alike, and
+    copies between the same kinds of memory (a host-to-device copy cannot
+    become a device-to-host one).
+    """
+    if len(old) != len(new) or _edges(old) != _edges(new):
+        return False
+    for a, b in zip(old, new):
+        if a.kind != b.kind or (a.cond or ())[:2] != (b.cond or ())[:2]:  # (kind, bodies)
+            return False
+        if a.kind == "memcpy" and a.call != b.call:
+            return False
+        if len(a.bodies) != len(b.bodies) or not all(
+            _updatable(x.nodes, y.nodes) for x, y in zip(a.bodies, b.bodies)
+        ):
+            return False
+    return True
 
 
 class Rendezvous:
@@ -648,8 +686,37 @@ FAULTS: dict[str, tuple[str, int]] = {
 """The calls :meth:`SimBackend.inject` can make fail: kind -> (driver call, its code)."""
 
 
+def _holding_lock(method: Callable[..., _R]) -> Callable[..., _R]:
+    @functools.wraps(method)
+    def locked(self: Any, *args: Any, **kwargs: Any) -> _R:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return locked
+
+
+def _serialized(cls: _C) -> _C:
+    """Make every public method of ``cls`` run holding its instance's ``_lock``.
+
+    All of them, so that a primitive added later cannot be forgotten: the
+    simulated device is one shared state that threads use as they use the
+    driver (as on a GPU, each call is atomic; the order of two threads' calls
+    is theirs to make).
+    """
+    for name, attr in list(vars(cls).items()):
+        if not name.startswith("_") and isinstance(attr, FunctionType):
+            setattr(cls, name, _holding_lock(attr))
+    return cls
+
+
+@_serialized
 class SimBackend:
-    """CPU simulation of the CUDA primitives in :class:`~.base.Backend`."""
+    """CPU simulation of the CUDA primitives in :class:`~.base.Backend`.
+
+    Thread-safe: every public method holds one re-entrant lock while it runs
+    (work the scheduler runs may call the backend again); a host that waits
+    for another process's work lets it go meanwhile.
+    """
 
     name = "sim"
     capabilities = Capabilities(
@@ -661,9 +728,13 @@ class SimBackend:
         self._memory = _Memory()
         self._host: dict[int, np.ndarray] = {}  # pinned host allocations
         self._addresses = itertools.count(0x5000, 0x10)
-        self._lock = threading.Lock()
+        # held by every public primitive (see _serialized): the state below is shared by
+        # the threads; re-entrant, as work the scheduler runs may call the backend again
+        self._lock = threading.RLock()
+        self._idle = threading.Condition(self._lock)  # (waits that let the lock go)
         self._capturing: set[_SimStream] = set()
-        self._stepping: set[_SimStream] = set()  # streams whose work runs (up the call stack)
+        # streams whose work runs (up the call stack) -> the thread running it
+        self._stepping: dict[_SimStream, int] = {}
         self._query = threading.local()  # .depth > 0 in a query of this thread (see _looking)
         self._thread = threading.local()  # this thread's capture-mode setting
         self._streams: list[_SimStream] = []  # every live stream (for device synchronize)
@@ -694,6 +765,9 @@ class SimBackend:
         process's.
         """
         self._check_context()
+        me = threading.get_ident()
+        while self._stepping.get(stream, me) != me:  # another thread runs its work and waits
+            self._idle.wait()  # for another process: until it is done with the stream
         if stream.failed is not None:  # (raised where the host next looks at the stream)
             err, stream.failed = stream.failed, None
             raise err
@@ -706,7 +780,7 @@ class SimBackend:
 
     def _step(self, stream: _SimStream) -> None:
         """Run ``stream``'s next item, or resume the one that stopped, until it stops again."""
-        self._stepping.add(stream)
+        self._stepping[stream] = threading.get_ident()
         try:
             run = stream.current
             if run is None:
@@ -742,7 +816,8 @@ class SimBackend:
                     st.current = st.waiting = None
             raise
         finally:
-            self._stepping.discard(stream)
+            self._stepping.pop(stream, None)
+            self._idle.notify_all()
 
     def _progress(self, rv: Rendezvous) -> bool:
         """Run the other streams' work, one item at a time, until ``rv`` is done.
@@ -786,7 +861,9 @@ class SimBackend:
                 return True
             if self._querying() or time.monotonic() > last:
                 return False
-            time.sleep(pause)
+            # the lock is let go meanwhile: the other threads go on (their work may be what
+            # the other process waits for before it hands in its part)
+            self._idle.wait(pause)
             pause = min(pause * 2, 0.01)
 
     def _run_device(self, ordinal: int) -> None:
@@ -803,8 +880,7 @@ class SimBackend:
 
     def _track(self, handle: _H) -> _H:
         """Count ``handle`` as live until it is destroyed (see :meth:`live_handles`)."""
-        with self._lock:
-            self._handles[id(handle)] = handle
+        self._handles[id(handle)] = handle
         return handle
 
     def live_handles(self) -> dict[str, int]:
@@ -814,10 +890,9 @@ class SimBackend:
         leak it), even after its Python wrapper is collected.
         """
         counts: dict[str, int] = {}
-        with self._lock:
-            for h in self._handles.values():
-                name = type(h).__name__.lstrip("_").replace("Sim", "").lower()
-                counts[name] = counts.get(name, 0) + 1
+        for h in self._handles.values():
+            name = type(h).__name__.lstrip("_").replace("Sim", "").lower()
+            counts[name] = counts.get(name, 0) + 1
         return counts
 
     def _check_context(self) -> None:
@@ -903,8 +978,7 @@ class SimBackend:
         if peer not in self.device_properties(ordinal).peers:
             code = CUDA_ERROR_INVALID_DEVICE if ordinal == peer else CUDA_ERROR_PEER_ACCESS_UNSUPPORTED
             raise _error(code, call, f"sim device {ordinal} cannot reach device {peer}'s memory")
-        with self._lock:
-            self._peers.add((ordinal, peer))
+        self._peers.add((ordinal, peer))
 
     def _check_peers(self, ordinal: int, dst: int, src: int, call: str) -> None:
         """Refuse a copy on device ``ordinal`` that joins devices without peer access.
@@ -965,8 +1039,7 @@ class SimBackend:
     # streams and events -------------------------------------------------
     def stream_create(self, ordinal: int, address: int | None = None) -> _SimStream:
         if address is not None:  # a stream made elsewhere: the same queue as its maker's
-            with self._lock:
-                known = next((st for st in self._streams if st.address == address), None)
+            known = next((st for st in self._streams if st.address == address), None)
             if known is not None:
                 return known
         if address is None:
@@ -976,8 +1049,7 @@ class SimBackend:
             if address is not None
             else _SimStream(next(self._addresses), ordinal)
         )
-        with self._lock:
-            self._streams.append(stream)
+        self._streams.append(stream)
         return self._track(stream) if stream.owned else stream
 
     def event_create(self, ordinal: int, timing: bool) -> _SimEvent:
@@ -986,8 +1058,7 @@ class SimBackend:
 
     def destroy(self, handle: Any) -> None:
         self._destroy(handle)
-        with self._lock:
-            self._handles.pop(id(handle), None)
+        self._handles.pop(id(handle), None)
 
     def _destroy(self, handle: Any) -> None:
         if isinstance(handle, _SimExec):
@@ -1011,9 +1082,8 @@ class SimBackend:
                 self._invalidate([handle], "cuStreamDestroy")
             self._run(handle)  # the driver lets queued work finish
             handle.alive = False
-            with self._lock:
-                if handle in self._streams:
-                    self._streams.remove(handle)
+            if handle in self._streams:
+                self._streams.remove(handle)
         else:
             raise _error(CUDA_ERROR_INVALID_HANDLE, "destroy", f"not a sim handle: {handle!r}")
 
@@ -1144,14 +1214,15 @@ class SimBackend:
         return [st for st in self._capturing if st.capture is graph and st is not graph.origin]
 
     def event_elapsed_ms(self, start: _SimEvent, end: _SimEvent) -> float:
+        call = "cuEventElapsedTime"
         for ev in (start, end):
-            self._live(ev, "cuEventElapsedTime")
-            if not ev.timing or not ev.recorded:
+            self._live(ev, call)
+            if not ev.timing or not (ev.recorded or ev.stream is not None):
                 raise _error(
-                    CUDA_ERROR_INVALID_HANDLE,
-                    "cuEventElapsedTime",
-                    "both events must be created with timing=True and recorded",
+                    CUDA_ERROR_INVALID_HANDLE, call, base.ELAPSED_TIME_ERRORS[CUDA_ERROR_INVALID_HANDLE]
                 )
+        if not (start.recorded and end.recorded):  # recorded, not complete (nothing forced it)
+            raise _error(CUDA_ERROR_NOT_READY, call, base.ELAPSED_TIME_ERRORS[CUDA_ERROR_NOT_READY])
         return (end.time - start.time) * 1e3
 
     def _submit(
@@ -1176,7 +1247,8 @@ class SimBackend:
                 "the capture was invalidated by an earlier illegal call",
             )
         else:
-            stream.record(kind, label, work).params = params
+            node = stream.record(kind, label, work)
+            node.params, node.call = params, call
 
     # for the simulated communicator (cudagraphs.distributed), not the interface -----------
     def queue_work(self, stream: _SimStream, call: str, label: str, work: Callable[[], Any]) -> None:
@@ -1248,15 +1320,13 @@ class SimBackend:
         self._unsafe(0, "cuMemHostAlloc")
         arr = np.empty(max(nbytes, 1), dtype=np.uint8)
         ptr = arr.ctypes.data
-        with self._lock:
-            self._host[ptr] = arr
+        self._host[ptr] = arr
         return ptr
 
     def host_free(self, ptr: int) -> None:
         self._unsafe(0, "cuMemFreeHost")
-        with self._lock:
-            if self._host.pop(ptr, None) is None:
-                raise _error(CUDA_ERROR_INVALID_VALUE, "cuMemFreeHost", f"0x{ptr:x} not pinned")
+        if self._host.pop(ptr, None) is None:
+            raise _error(CUDA_ERROR_INVALID_VALUE, "cuMemFreeHost", f"0x{ptr:x} not pinned")
 
     def is_pinned(self, address: int, nbytes: int) -> bool:
         """Whether ``[address, address + nbytes)`` lies in live pinned host memory."""
@@ -1264,10 +1334,9 @@ class SimBackend:
 
     def _pinned_at(self, address: int, nbytes: int) -> np.ndarray | None:
         """The live pinned allocation holding ``[address, address + nbytes)``, if any."""
-        with self._lock:
-            return next(
-                (h for p, h in self._host.items() if p <= address and address + nbytes <= p + h.nbytes), None
-            )
+        return next(
+            (h for p, h in self._host.items() if p <= address and address + nbytes <= p + h.nbytes), None
+        )
 
     def memcpy(self, stream: _SimStream, copy: Copy) -> None:
         self._fault("copy")
@@ -1366,6 +1435,10 @@ class SimBackend:
         params: Sequence[base.Param],
         host: Callable[..., object] | None,
     ) -> _SimFunction:
+        # as cuModuleGetFunction: the compiled image must export the name (a cubin's ELF
+        # symbol table holds it between NULs; a C++ kernel's is mangled, _Z<len><name>...)
+        if image is not None and b"\0" + name.encode() + b"\0" not in image:
+            raise _error(CUDA_ERROR_NOT_FOUND, "cuModuleGetFunction", "named symbol not found")
         return _SimFunction(name, params, host)
 
     def _kernel_work(self, launch: KernelLaunch) -> Callable[[], None]:
@@ -1572,12 +1645,11 @@ class SimBackend:
         if params is None:  # whole-graph update: CUDA's checks, then the new nodes
             self._live(exec_, "cuGraphExecUpdate")
             self._live(target, "cuGraphExecUpdate")
-            old, new = exec_.nodes, target.nodes
-            if len(old) != len(new):
-                raise UpdateError(base.UPDATE_REASONS[2], min(len(old), len(new)))
-            for i, (a, b) in enumerate(zip(old, new)):
-                if a.kind != b.kind:
-                    raise UpdateError(base.UPDATE_REASONS[3], i)
+            new = target.nodes
+            if not _updatable(exec_.nodes, new):
+                # what the cuda backend raises: cuda.bindings drops the driver's result
+                # info when cuGraphExecUpdate fails (Graph.update then finds the difference)
+                raise UpdateError(base.UPDATE_REASONS[1])
             exec_.nodes = list(new)
             exec_.works.clear()
             for i in exec_.off:  # (switched-off nodes stay off, with the new graph's work)
