@@ -11,6 +11,7 @@ import contextlib
 import gc
 import multiprocessing
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -208,6 +209,40 @@ def test_argument_errors(group: dist.LocalGroup) -> None:
         dist.local_group([])
 
 
+def test_a_groups_ranks_that_disagree_are_refused_at_the_call(
+    group: dist.LocalGroup, rng: np.random.Generator
+) -> None:
+    n, last = len(group), len(group) - 1
+    data = [rng.standard_normal(8).astype(np.float32) for _ in range(n)]
+    xs = [cg.asarray(v, device=d) for v, d in zip(data, group.devices)]
+    short = [*xs[:last], cg.asarray(data[last][:4], device=group.devices[last])]  # the last rank's
+    for call, kind in (
+        (lambda: group.all_reduce(short), "all_reduce(%d float32, sum)"),
+        (lambda: group.all_gather(short), "all_gather(%d float32)"),
+        (lambda: group.broadcast(short, root=0), "broadcast(%d float32, root 0)"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(f"rank {last}: {kind % 4}")) as err:
+            call()
+        assert f"rank 0: {kind % 8}, " in str(err.value)
+        assert "same size and dtype" in str(err.value)
+    parts = [
+        cg.asarray(rng.standard_normal((n, 3 if r == 0 else 2)).astype(np.float32), device=d)
+        for r, d in enumerate(group.devices)
+    ]
+    with pytest.raises(ValueError, match=re.escape("rank 0: reduce_scatter(3 float32, sum), rank 1: ")):
+        group.reduce_scatter(parts)
+    ints = [*xs[:last], cg.asarray(data[last].astype(np.int32), device=group.devices[last])]
+    with pytest.raises(TypeError, match=re.escape(f"rank {last}: all_reduce(8 int32, sum)")):
+        group.all_reduce(ints)
+    for d in group.devices:  # nothing was issued: no error waits in a stream
+        d.synchronize()
+    for x, v in zip(xs, data):
+        np.testing.assert_array_equal(x.get(), v)
+    group.all_reduce(xs)  # the group goes on: its ranks still meet
+    for x in xs:
+        np.testing.assert_allclose(x.get(), np.sum(data, axis=0), rtol=1e-5)
+
+
 # what only the simulator can check (on a GPU: a hang, or corrupt memory) --------------------------
 @pytest.fixture
 def sim_group() -> Iterator[dist.LocalGroup]:
@@ -224,20 +259,30 @@ def sim_group() -> Iterator[dist.LocalGroup]:
                     d.synchronize()
 
 
-def test_sim_ranks_that_disagree_raise(sim_group: dist.LocalGroup) -> None:
-    d0, d1 = sim_group.devices
-    with dist.group_calls():
-        sim_group[0].all_reduce(cg.zeros(8, "float32", device=d0))
-        sim_group[1].all_reduce(cg.zeros(4, "float32", device=d1))
+def _errors(devices: list[cg.Device]) -> list[str]:
+    """The errors that synchronizing every device, three times over, raises."""
     errors = []
-    for _ in range(4):  # each rank's stream raises once (in the order the streams run)
-        for d in (d0, d1):
+    for _ in range(3):
+        for d in devices:
             try:
                 d.synchronize()
             except cg.DistributedError as exc:
                 errors.append(str(exc))
-    assert len(errors) == 2
-    assert all("rank 0: all_reduce(8 float32, sum), rank 1: all_reduce(4 float32, sum)" in e for e in errors)
+    return errors
+
+
+def test_sim_ranks_that_disagree_raise_once(sim_group: dist.LocalGroup) -> None:
+    d0, d1 = sim_group.devices
+    with dist.group_calls():  # (each rank's own call: only the streams can compare them)
+        sim_group[0].all_reduce(cg.zeros(8, "float32", device=d0))
+        sim_group[1].all_reduce(cg.zeros(4, "float32", device=d1))
+    errors = _errors([d0, d1])  # one error, not one per rank's stream (in a later call)
+    assert len(errors) == 1, errors
+    assert "rank 0: all_reduce(8 float32, sum), rank 1: all_reduce(4 float32, sum)" in errors[0]
+    xs = [cg.asarray(np.array([1.5, -2.0], np.float32) * (r + 1), device=d) for r, d in enumerate((d0, d1))]
+    sim_group.all_reduce(xs)  # the ranks still meet
+    for x in xs:
+        np.testing.assert_array_equal(x.get(), [4.5, -6.0])
 
 
 def test_sim_a_rank_that_never_joins_times_out_and_abort_frees_the_stream(sim_group: dist.LocalGroup) -> None:
@@ -258,8 +303,9 @@ def test_sim_a_send_and_its_recv_must_match(sim_group: dist.LocalGroup) -> None:
     with dist.group_calls():
         sim_group[0].send(cg.zeros(8, "float32", device=d0), 1)
         sim_group[1].recv(cg.zeros(8, "int32", device=d1), 0)
-    with pytest.raises(cg.DistributedError, match="sends 8 float32 to rank 1, which receives 8 int32"):
-        d1.synchronize()
+    errors = _errors([d1, d0])
+    assert len(errors) == 1, errors
+    assert "sends 8 float32 to rank 1, which receives 8 int32" in errors[0]
 
 
 def test_sim_an_ungrouped_exchange_deadlocks_as_on_a_gpu(sim_group: dist.LocalGroup) -> None:
