@@ -30,6 +30,7 @@ import cudagraphs as cg
 from cudagraphs import _recording
 from cudagraphs import distributed as dist
 from cudagraphs._pool import GraphPool
+from cudagraphs.distributed import _nccl
 
 REDUCE = {
     "sum": lambda a: np.sum(a, axis=0),
@@ -38,6 +39,42 @@ REDUCE = {
     "min": lambda a: np.min(a, axis=0),
     "avg": lambda a: np.mean(a, axis=0),
 }
+
+
+def _skip_without_nccl(backend: str) -> None:
+    """On the cuda backend, skip (with the reason) where the ``nccl`` extra is not installed.
+
+    An optional extra that is missing is a skip, never a failure; sim's
+    collectives need nothing, so its tests always run.
+    """
+    if backend == "cuda" and not _nccl.available():
+        pytest.skip(f"cg.distributed on GPUs needs nccl4py: {_nccl.INSTALL_HINT}")
+
+
+def test_a_missing_nccl4py_skips_the_cuda_tests_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing(name: str) -> Any:
+        raise ModuleNotFoundError(f"No module named {name.split('.')[0]!r}")
+
+    monkeypatch.setattr(_nccl.importlib, "import_module", missing)
+    assert not _nccl.available()
+    with pytest.raises(pytest.skip.Exception, match=re.escape(f"needs nccl4py: {_nccl.INSTALL_HINT}")):
+        _skip_without_nccl("cuda")
+    _skip_without_nccl("sim")  # sim's collectives need no extra: its tests run
+    with pytest.raises(ImportError, match=re.escape(_nccl.INSTALL_HINT)):  # what the library says
+        _nccl.NcclEngine()
+
+
+# the shared fixtures, each skipped on cuda without nccl4py (sim's parametrizations run)
+@pytest.fixture
+def backend(backend: str) -> str:
+    _skip_without_nccl(backend)
+    return backend
+
+
+@pytest.fixture
+def devices(devices: list[cg.Device]) -> list[cg.Device]:
+    _skip_without_nccl(devices[0].backend_name)
+    return devices
 
 
 @pytest.fixture
@@ -532,6 +569,7 @@ _PROCESS_BACKENDS = [
 
 def _ranks(tmp_path: Path, backend: str, mode: str, n: int = 2, script: str = _RANK) -> list[str]:
     """Run ``script`` as ranks ``0..n-1``, one process each (argv: rank, store, mode, n); their output."""
+    _skip_without_nccl(backend)  # (a parametrized backend: the fixture's skip does not see it)
     tmp_path.mkdir(exist_ok=True)
     path = tmp_path / "rank.py"
     path.write_text(script)
@@ -691,16 +729,18 @@ def test_bench_ratios_are_the_issue_comparisons() -> None:
     assert _ratios({"cudagraphs graph": {4096: 6.6}}, 4096) == []  # (nothing to compare with)
 
 
-def test_bench_devices_cli_on_sim() -> None:
+@pytest.mark.parametrize(("sim_devices", "used"), [("1", 2), ("3", 3)])  # (one is raised to two)
+def test_bench_devices_cli_on_sim(sim_devices: str, used: int) -> None:
     r = subprocess.run(
         [sys.executable, "-m", "cudagraphs", "bench", "--devices"],
         capture_output=True,
         text=True,
-        timeout=300,
-        env={**os.environ, "CUDAGRAPHS_BACKEND": "sim"},
+        timeout=300,  # (the count is the test's, whatever CUDAGRAPHS_SIM_DEVICES the suite runs with)
+        env={**os.environ, "CUDAGRAPHS_BACKEND": "sim", "CUDAGRAPHS_SIM_DEVICES": sim_devices},
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "data-parallel MLP step (2 devices)" in r.stdout
+    assert f"data-parallel MLP step ({used} devices)" in r.stdout
+    assert f"all-reduce, us per call ({used} devices" in r.stdout
     assert "ok (against numpy" in r.stdout
     assert "cudagraphs graph" in r.stdout
 
