@@ -410,16 +410,14 @@ def test_a_new_groups_first_collective_may_be_captured(
 
 
 # one rank per call of init(): the store ------------------------------------------------------------
-def test_init_waits_for_every_rank(device: cg.Device, tmp_path: Path) -> None:
+def test_init_waits_for_every_rank(device: cg.Device, own_tmp: Path) -> None:
     # rank 1 never starts: rank 0's init times out instead of hanging (NCCL's and sim's alike)
-    store = dist.FileStore(tmp_path / "store")
-    boxes = Path(tempfile.gettempdir()) / "cudagraphs-sim"
-    before = set(boxes.iterdir()) if boxes.is_dir() else set()
+    store = dist.FileStore(own_tmp / "store")
     t0 = time.monotonic()
     with pytest.raises(cg.CollectiveTimeoutError, match="rank"):
         dist.init(0, 2, store=store, device=device, timeout=0.5)
     assert time.monotonic() - t0 < 30
-    assert (set(boxes.iterdir()) if boxes.is_dir() else set()) <= before  # (sim: no mailbox left)
+    assert _mailboxes(own_tmp) == []  # (sim: no mailbox left)
     # nothing is left behind: the device works, and the same store makes another communicator
     x = cg.ones(4, "float32", device=device)
     cg.ops.scale(2.0, x, out=x)
@@ -430,10 +428,10 @@ def test_init_waits_for_every_rank(device: cg.Device, tmp_path: Path) -> None:
     comm.close()
 
 
-def test_sim_refuses_two_ranks_of_one_communicator_in_one_process(tmp_path: Path) -> None:
+def test_sim_refuses_two_ranks_of_one_communicator_in_one_process(own_tmp: Path) -> None:
     # on sim, init() is one rank per process (a thread per rank would share one simulator)
     with cg.override(backend="sim", sim_devices=2):
-        store = dist.FileStore(tmp_path / "store")
+        store = dist.FileStore(own_tmp / "store")
         errors: list[BaseException] = []
 
         def rank0() -> None:
@@ -442,12 +440,11 @@ def test_sim_refuses_two_ranks_of_one_communicator_in_one_process(tmp_path: Path
             except BaseException as exc:  # (checked below)
                 errors.append(exc)
 
-        boxes = Path(tempfile.gettempdir()) / "cudagraphs-sim"
-        before = set(boxes.glob("*/joined.0"))
+        boxes = own_tmp / "tmp" / "cudagraphs-sim"
         t = threading.Thread(target=rank0)
         t.start()
         deadline = time.monotonic() + 10
-        while not set(boxes.glob("*/joined.0")) - before:
+        while not list(boxes.glob("*/joined.0")):
             assert time.monotonic() < deadline, "rank 0 never joined"
             time.sleep(0.01)
         with pytest.raises(cg.DistributedError, match="one rank per process"):
@@ -567,13 +564,30 @@ _PROCESS_BACKENDS = [
 ]
 
 
+@pytest.fixture
+def own_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A temporary directory of the test's own for sim's mailboxes (forked children's too), as _ranks'."""
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    return tmp_path
+
+
+def _mailboxes(tmp_path: Path) -> list[Path]:
+    """The sim mailboxes left in the temporary directory of :func:`_ranks` run in ``tmp_path``."""
+    root = tmp_path / "tmp" / "cudagraphs-sim"
+    return sorted(root.iterdir()) if root.is_dir() else []
+
+
 def _ranks(tmp_path: Path, backend: str, mode: str, n: int = 2, script: str = _RANK) -> list[str]:
     """Run ``script`` as ranks ``0..n-1``, one process each (argv: rank, store, mode, n); their output."""
     _skip_without_nccl(backend)  # (a parametrized backend: the fixture's skip does not see it)
-    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / "tmp").mkdir(parents=True, exist_ok=True)
     path = tmp_path / "rank.py"
     path.write_text(script)
     env = {**os.environ, "CUDAGRAPHS_BACKEND": backend, "CUDAGRAPHS_SIM_DEVICES": str(n)}
+    # sim's mailboxes go to the test's own temporary directory: runs of other tests or
+    # sessions at the same time (or a killed one's leftovers) are not seen, nor see these
+    env["TMPDIR"] = str(tmp_path / "tmp")
     procs = [
         subprocess.Popen(
             [sys.executable, str(path), str(r), str(tmp_path / "store"), mode, str(n)],
@@ -610,8 +624,6 @@ def test_one_process_per_gpu_rank_that_never_calls(tmp_path: Path, backend: str)
 
 def test_one_process_per_gpu_errors_on_sim(tmp_path: Path) -> None:
     # where a GPU hangs or corrupts memory, sim's processes raise, each naming the ranks' calls
-    boxes = Path(tempfile.gettempdir()) / "cudagraphs-sim"
-    before = set(boxes.iterdir()) if boxes.is_dir() else set()
     for r, out in enumerate(_ranks(tmp_path / "disagree", "sim", "disagree")):
         assert "DISAGREE DistributedError" in out, out
         assert "rank 0: all_reduce(1024 float32, sum), rank 1: all_reduce(512 float32, sum)" in out, (r, out)
@@ -625,7 +637,7 @@ def test_one_process_per_gpu_errors_on_sim(tmp_path: Path) -> None:
     assert "rank(s) [1] closed their communicator" in out, out
     assert time.monotonic() - t0 < 60
     # every run's mailbox was removed by the last of its ranks to leave
-    assert (set(boxes.iterdir()) if boxes.is_dir() else set()) <= before
+    assert [_mailboxes(tmp_path / run) for run in ("disagree", "abort", "block")] == [[], [], []]
 
 
 def _forked_rank(rank: int, path: str) -> None:
@@ -651,8 +663,6 @@ _MISMATCH = textwrap.dedent(
 
 
 def test_ranks_that_disagree_on_the_world_size_are_refused_on_sim(tmp_path: Path) -> None:
-    boxes = Path(tempfile.gettempdir()) / "cudagraphs-sim"
-    before = set(boxes.iterdir()) if boxes.is_dir() else set()
     outs = _ranks(tmp_path, "sim", "", script=_MISMATCH)
     assert "REFUSED sim: rank 0 joins with a world size of 2, but rank(s) [1] joined with [3]" in outs[0], (
         outs
@@ -660,20 +670,18 @@ def test_ranks_that_disagree_on_the_world_size_are_refused_on_sim(tmp_path: Path
     assert "REFUSED sim: rank 1 joins with a world size of 3, but rank(s) [0] joined with [2]" in outs[1], (
         outs
     )
-    assert (set(boxes.iterdir()) if boxes.is_dir() else set()) <= before  # (the last to leave removed it)
+    assert _mailboxes(tmp_path) == []  # (the last to leave removed it)
 
 
-def test_ranks_in_multiprocessing_children_leave_no_mailbox(tmp_path: Path) -> None:
+def test_ranks_in_multiprocessing_children_leave_no_mailbox(own_tmp: Path) -> None:
     ctx = multiprocessing.get_context("fork")
-    boxes = Path(tempfile.gettempdir()) / "cudagraphs-sim"
-    before = set(boxes.iterdir()) if boxes.is_dir() else set()
-    procs = [ctx.Process(target=_forked_rank, args=(r, str(tmp_path / "store"))) for r in range(2)]
+    procs = [ctx.Process(target=_forked_rank, args=(r, str(own_tmp / "store"))) for r in range(2)]
     for p in procs:
         p.start()
     for p in procs:
         p.join(60)
     assert [p.exitcode for p in procs] == [0, 0]
-    assert (set(boxes.iterdir()) if boxes.is_dir() else set()) <= before
+    assert _mailboxes(own_tmp) == []
 
 
 @pytest.mark.parametrize("backend", _PROCESS_BACKENDS)
