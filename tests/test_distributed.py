@@ -280,6 +280,25 @@ def test_a_groups_ranks_that_disagree_are_refused_at_the_call(
         np.testing.assert_allclose(x.get(), np.sum(data, axis=0), rtol=1e-5)
 
 
+def test_a_group_call_refused_inside_a_capture_leaves_the_capture_usable(group: dist.LocalGroup) -> None:
+    n = len(group)
+    xs = [cg.ones(8, "float32", device=d) for d in group.devices]
+    short = [*xs[:-1], cg.ones(4, "float32", device=group.devices[-1])]
+    for d in group.devices:
+        d.synchronize()
+    s = group.devices[0].create_stream()
+    with cg.capture(stream=s) as g:  # (the other ranks fork into it, then join it back)
+        with pytest.raises(ValueError, match="the ranks' arrays differ"):
+            group.all_reduce(short, streams=[s] + [None] * (n - 1))
+        group.all_reduce(xs, streams=[s] + [None] * (n - 1))
+    for x in xs:
+        x.set(np.arange(8, dtype=np.float32))
+    g.replay(group.devices[0].current_stream())
+    for x in xs:
+        np.testing.assert_array_equal(x.get(), np.arange(8) * n)
+    g.close()
+
+
 # what only the simulator can check (on a GPU: a hang, or corrupt memory) --------------------------
 @pytest.fixture
 def sim_group() -> Iterator[dist.LocalGroup]:
