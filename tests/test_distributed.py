@@ -11,6 +11,7 @@ import contextlib
 import gc
 import multiprocessing
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -29,6 +30,7 @@ import cudagraphs as cg
 from cudagraphs import _recording
 from cudagraphs import distributed as dist
 from cudagraphs._pool import GraphPool
+from cudagraphs.distributed import _nccl
 
 REDUCE = {
     "sum": lambda a: np.sum(a, axis=0),
@@ -37,6 +39,42 @@ REDUCE = {
     "min": lambda a: np.min(a, axis=0),
     "avg": lambda a: np.mean(a, axis=0),
 }
+
+
+def _skip_without_nccl(backend: str) -> None:
+    """On the cuda backend, skip (with the reason) where the ``nccl`` extra is not installed.
+
+    An optional extra that is missing is a skip, never a failure; sim's
+    collectives need nothing, so its tests always run.
+    """
+    if backend == "cuda" and not _nccl.available():
+        pytest.skip(f"cg.distributed on GPUs needs nccl4py: {_nccl.INSTALL_HINT}")
+
+
+def test_a_missing_nccl4py_skips_the_cuda_tests_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing(name: str) -> Any:
+        raise ModuleNotFoundError(f"No module named {name.split('.')[0]!r}")
+
+    monkeypatch.setattr(_nccl.importlib, "import_module", missing)
+    assert not _nccl.available()
+    with pytest.raises(pytest.skip.Exception, match=re.escape(f"needs nccl4py: {_nccl.INSTALL_HINT}")):
+        _skip_without_nccl("cuda")
+    _skip_without_nccl("sim")  # sim's collectives need no extra: its tests run
+    with pytest.raises(ImportError, match=re.escape(_nccl.INSTALL_HINT)):  # what the library says
+        _nccl.NcclEngine()
+
+
+# the shared fixtures, each skipped on cuda without nccl4py (sim's parametrizations run)
+@pytest.fixture
+def backend(backend: str) -> str:
+    _skip_without_nccl(backend)
+    return backend
+
+
+@pytest.fixture
+def devices(devices: list[cg.Device]) -> list[cg.Device]:
+    _skip_without_nccl(devices[0].backend_name)
+    return devices
 
 
 @pytest.fixture
@@ -208,6 +246,59 @@ def test_argument_errors(group: dist.LocalGroup) -> None:
         dist.local_group([])
 
 
+def test_a_groups_ranks_that_disagree_are_refused_at_the_call(
+    group: dist.LocalGroup, rng: np.random.Generator
+) -> None:
+    n, last = len(group), len(group) - 1
+    data = [rng.standard_normal(8).astype(np.float32) for _ in range(n)]
+    xs = [cg.asarray(v, device=d) for v, d in zip(data, group.devices)]
+    short = [*xs[:last], cg.asarray(data[last][:4], device=group.devices[last])]  # the last rank's
+    for call, kind in (
+        (lambda: group.all_reduce(short), "all_reduce(%d float32, sum)"),
+        (lambda: group.all_gather(short), "all_gather(%d float32)"),
+        (lambda: group.broadcast(short, root=0), "broadcast(%d float32, root 0)"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(f"rank {last}: {kind % 4}")) as err:
+            call()
+        assert f"rank 0: {kind % 8}, " in str(err.value)
+        assert "same size and dtype" in str(err.value)
+    parts = [
+        cg.asarray(rng.standard_normal((n, 3 if r == 0 else 2)).astype(np.float32), device=d)
+        for r, d in enumerate(group.devices)
+    ]
+    with pytest.raises(ValueError, match=re.escape("rank 0: reduce_scatter(3 float32, sum), rank 1: ")):
+        group.reduce_scatter(parts)
+    ints = [*xs[:last], cg.asarray(data[last].astype(np.int32), device=group.devices[last])]
+    with pytest.raises(TypeError, match=re.escape(f"rank {last}: all_reduce(8 int32, sum)")):
+        group.all_reduce(ints)
+    for d in group.devices:  # nothing was issued: no error waits in a stream
+        d.synchronize()
+    for x, v in zip(xs, data):
+        np.testing.assert_array_equal(x.get(), v)
+    group.all_reduce(xs)  # the group goes on: its ranks still meet
+    for x in xs:
+        np.testing.assert_allclose(x.get(), np.sum(data, axis=0), rtol=1e-5)
+
+
+def test_a_group_call_refused_inside_a_capture_leaves_the_capture_usable(group: dist.LocalGroup) -> None:
+    n = len(group)
+    xs = [cg.ones(8, "float32", device=d) for d in group.devices]
+    short = [*xs[:-1], cg.ones(4, "float32", device=group.devices[-1])]
+    for d in group.devices:
+        d.synchronize()
+    s = group.devices[0].create_stream()
+    with cg.capture(stream=s) as g:  # (the other ranks fork into it, then join it back)
+        with pytest.raises(ValueError, match="the ranks' arrays differ"):
+            group.all_reduce(short, streams=[s] + [None] * (n - 1))
+        group.all_reduce(xs, streams=[s] + [None] * (n - 1))
+    for x in xs:
+        x.set(np.arange(8, dtype=np.float32))
+    g.replay(group.devices[0].current_stream())
+    for x in xs:
+        np.testing.assert_array_equal(x.get(), np.arange(8) * n)
+    g.close()
+
+
 # what only the simulator can check (on a GPU: a hang, or corrupt memory) --------------------------
 @pytest.fixture
 def sim_group() -> Iterator[dist.LocalGroup]:
@@ -224,20 +315,30 @@ def sim_group() -> Iterator[dist.LocalGroup]:
                     d.synchronize()
 
 
-def test_sim_ranks_that_disagree_raise(sim_group: dist.LocalGroup) -> None:
-    d0, d1 = sim_group.devices
-    with dist.group_calls():
-        sim_group[0].all_reduce(cg.zeros(8, "float32", device=d0))
-        sim_group[1].all_reduce(cg.zeros(4, "float32", device=d1))
+def _errors(devices: list[cg.Device]) -> list[str]:
+    """The errors that synchronizing every device, three times over, raises."""
     errors = []
-    for _ in range(4):  # each rank's stream raises once (in the order the streams run)
-        for d in (d0, d1):
+    for _ in range(3):
+        for d in devices:
             try:
                 d.synchronize()
             except cg.DistributedError as exc:
                 errors.append(str(exc))
-    assert len(errors) == 2
-    assert all("rank 0: all_reduce(8 float32, sum), rank 1: all_reduce(4 float32, sum)" in e for e in errors)
+    return errors
+
+
+def test_sim_ranks_that_disagree_raise_once(sim_group: dist.LocalGroup) -> None:
+    d0, d1 = sim_group.devices
+    with dist.group_calls():  # (each rank's own call: only the streams can compare them)
+        sim_group[0].all_reduce(cg.zeros(8, "float32", device=d0))
+        sim_group[1].all_reduce(cg.zeros(4, "float32", device=d1))
+    errors = _errors([d0, d1])  # one error, not one per rank's stream (in a later call)
+    assert len(errors) == 1, errors
+    assert "rank 0: all_reduce(8 float32, sum), rank 1: all_reduce(4 float32, sum)" in errors[0]
+    xs = [cg.asarray(np.array([1.5, -2.0], np.float32) * (r + 1), device=d) for r, d in enumerate((d0, d1))]
+    sim_group.all_reduce(xs)  # the ranks still meet
+    for x in xs:
+        np.testing.assert_array_equal(x.get(), [4.5, -6.0])
 
 
 def test_sim_a_rank_that_never_joins_times_out_and_abort_frees_the_stream(sim_group: dist.LocalGroup) -> None:
@@ -258,8 +359,9 @@ def test_sim_a_send_and_its_recv_must_match(sim_group: dist.LocalGroup) -> None:
     with dist.group_calls():
         sim_group[0].send(cg.zeros(8, "float32", device=d0), 1)
         sim_group[1].recv(cg.zeros(8, "int32", device=d1), 0)
-    with pytest.raises(cg.DistributedError, match="sends 8 float32 to rank 1, which receives 8 int32"):
-        d1.synchronize()
+    errors = _errors([d1, d0])
+    assert len(errors) == 1, errors
+    assert "sends 8 float32 to rank 1, which receives 8 int32" in errors[0]
 
 
 def test_sim_an_ungrouped_exchange_deadlocks_as_on_a_gpu(sim_group: dist.LocalGroup) -> None:
@@ -327,16 +429,14 @@ def test_a_new_groups_first_collective_may_be_captured(
 
 
 # one rank per call of init(): the store ------------------------------------------------------------
-def test_init_waits_for_every_rank(device: cg.Device, tmp_path: Path) -> None:
+def test_init_waits_for_every_rank(device: cg.Device, own_tmp: Path) -> None:
     # rank 1 never starts: rank 0's init times out instead of hanging (NCCL's and sim's alike)
-    store = dist.FileStore(tmp_path / "store")
-    boxes = Path(tempfile.gettempdir()) / "cudagraphs-sim"
-    before = set(boxes.iterdir()) if boxes.is_dir() else set()
+    store = dist.FileStore(own_tmp / "store")
     t0 = time.monotonic()
     with pytest.raises(cg.CollectiveTimeoutError, match="rank"):
         dist.init(0, 2, store=store, device=device, timeout=0.5)
     assert time.monotonic() - t0 < 30
-    assert (set(boxes.iterdir()) if boxes.is_dir() else set()) <= before  # (sim: no mailbox left)
+    assert _mailboxes(own_tmp) == []  # (sim: no mailbox left)
     # nothing is left behind: the device works, and the same store makes another communicator
     x = cg.ones(4, "float32", device=device)
     cg.ops.scale(2.0, x, out=x)
@@ -347,10 +447,10 @@ def test_init_waits_for_every_rank(device: cg.Device, tmp_path: Path) -> None:
     comm.close()
 
 
-def test_sim_refuses_two_ranks_of_one_communicator_in_one_process(tmp_path: Path) -> None:
+def test_sim_refuses_two_ranks_of_one_communicator_in_one_process(own_tmp: Path) -> None:
     # on sim, init() is one rank per process (a thread per rank would share one simulator)
     with cg.override(backend="sim", sim_devices=2):
-        store = dist.FileStore(tmp_path / "store")
+        store = dist.FileStore(own_tmp / "store")
         errors: list[BaseException] = []
 
         def rank0() -> None:
@@ -359,12 +459,11 @@ def test_sim_refuses_two_ranks_of_one_communicator_in_one_process(tmp_path: Path
             except BaseException as exc:  # (checked below)
                 errors.append(exc)
 
-        boxes = Path(tempfile.gettempdir()) / "cudagraphs-sim"
-        before = set(boxes.glob("*/joined.0"))
+        boxes = own_tmp / "tmp" / "cudagraphs-sim"
         t = threading.Thread(target=rank0)
         t.start()
         deadline = time.monotonic() + 10
-        while not set(boxes.glob("*/joined.0")) - before:
+        while not list(boxes.glob("*/joined.0")):
             assert time.monotonic() < deadline, "rank 0 never joined"
             time.sleep(0.01)
         with pytest.raises(cg.DistributedError, match="one rank per process"):
@@ -484,12 +583,30 @@ _PROCESS_BACKENDS = [
 ]
 
 
+@pytest.fixture
+def own_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A temporary directory of the test's own for sim's mailboxes (forked children's too), as _ranks'."""
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    return tmp_path
+
+
+def _mailboxes(tmp_path: Path) -> list[Path]:
+    """The sim mailboxes left in the temporary directory of :func:`_ranks` run in ``tmp_path``."""
+    root = tmp_path / "tmp" / "cudagraphs-sim"
+    return sorted(root.iterdir()) if root.is_dir() else []
+
+
 def _ranks(tmp_path: Path, backend: str, mode: str, n: int = 2, script: str = _RANK) -> list[str]:
     """Run ``script`` as ranks ``0..n-1``, one process each (argv: rank, store, mode, n); their output."""
-    tmp_path.mkdir(exist_ok=True)
+    _skip_without_nccl(backend)  # (a parametrized backend: the fixture's skip does not see it)
+    (tmp_path / "tmp").mkdir(parents=True, exist_ok=True)
     path = tmp_path / "rank.py"
     path.write_text(script)
     env = {**os.environ, "CUDAGRAPHS_BACKEND": backend, "CUDAGRAPHS_SIM_DEVICES": str(n)}
+    # sim's mailboxes go to the test's own temporary directory: runs of other tests or
+    # sessions at the same time (or a killed one's leftovers) are not seen, nor see these
+    env["TMPDIR"] = str(tmp_path / "tmp")
     procs = [
         subprocess.Popen(
             [sys.executable, str(path), str(r), str(tmp_path / "store"), mode, str(n)],
@@ -526,8 +643,6 @@ def test_one_process_per_gpu_rank_that_never_calls(tmp_path: Path, backend: str)
 
 def test_one_process_per_gpu_errors_on_sim(tmp_path: Path) -> None:
     # where a GPU hangs or corrupts memory, sim's processes raise, each naming the ranks' calls
-    boxes = Path(tempfile.gettempdir()) / "cudagraphs-sim"
-    before = set(boxes.iterdir()) if boxes.is_dir() else set()
     for r, out in enumerate(_ranks(tmp_path / "disagree", "sim", "disagree")):
         assert "DISAGREE DistributedError" in out, out
         assert "rank 0: all_reduce(1024 float32, sum), rank 1: all_reduce(512 float32, sum)" in out, (r, out)
@@ -541,7 +656,7 @@ def test_one_process_per_gpu_errors_on_sim(tmp_path: Path) -> None:
     assert "rank(s) [1] closed their communicator" in out, out
     assert time.monotonic() - t0 < 60
     # every run's mailbox was removed by the last of its ranks to leave
-    assert (set(boxes.iterdir()) if boxes.is_dir() else set()) <= before
+    assert [_mailboxes(tmp_path / run) for run in ("disagree", "abort", "block")] == [[], [], []]
 
 
 def _forked_rank(rank: int, path: str) -> None:
@@ -567,8 +682,6 @@ _MISMATCH = textwrap.dedent(
 
 
 def test_ranks_that_disagree_on_the_world_size_are_refused_on_sim(tmp_path: Path) -> None:
-    boxes = Path(tempfile.gettempdir()) / "cudagraphs-sim"
-    before = set(boxes.iterdir()) if boxes.is_dir() else set()
     outs = _ranks(tmp_path, "sim", "", script=_MISMATCH)
     assert "REFUSED sim: rank 0 joins with a world size of 2, but rank(s) [1] joined with [3]" in outs[0], (
         outs
@@ -576,20 +689,18 @@ def test_ranks_that_disagree_on_the_world_size_are_refused_on_sim(tmp_path: Path
     assert "REFUSED sim: rank 1 joins with a world size of 3, but rank(s) [0] joined with [2]" in outs[1], (
         outs
     )
-    assert (set(boxes.iterdir()) if boxes.is_dir() else set()) <= before  # (the last to leave removed it)
+    assert _mailboxes(tmp_path) == []  # (the last to leave removed it)
 
 
-def test_ranks_in_multiprocessing_children_leave_no_mailbox(tmp_path: Path) -> None:
+def test_ranks_in_multiprocessing_children_leave_no_mailbox(own_tmp: Path) -> None:
     ctx = multiprocessing.get_context("fork")
-    boxes = Path(tempfile.gettempdir()) / "cudagraphs-sim"
-    before = set(boxes.iterdir()) if boxes.is_dir() else set()
-    procs = [ctx.Process(target=_forked_rank, args=(r, str(tmp_path / "store"))) for r in range(2)]
+    procs = [ctx.Process(target=_forked_rank, args=(r, str(own_tmp / "store"))) for r in range(2)]
     for p in procs:
         p.start()
     for p in procs:
         p.join(60)
     assert [p.exitcode for p in procs] == [0, 0]
-    assert (set(boxes.iterdir()) if boxes.is_dir() else set()) <= before
+    assert _mailboxes(own_tmp) == []
 
 
 @pytest.mark.parametrize("backend", _PROCESS_BACKENDS)
@@ -645,16 +756,18 @@ def test_bench_ratios_are_the_issue_comparisons() -> None:
     assert _ratios({"cudagraphs graph": {4096: 6.6}}, 4096) == []  # (nothing to compare with)
 
 
-def test_bench_devices_cli_on_sim() -> None:
+@pytest.mark.parametrize(("sim_devices", "used"), [("1", 2), ("3", 3)])  # (one is raised to two)
+def test_bench_devices_cli_on_sim(sim_devices: str, used: int) -> None:
     r = subprocess.run(
         [sys.executable, "-m", "cudagraphs", "bench", "--devices"],
         capture_output=True,
         text=True,
-        timeout=300,
-        env={**os.environ, "CUDAGRAPHS_BACKEND": "sim"},
+        timeout=300,  # (the count is the test's, whatever CUDAGRAPHS_SIM_DEVICES the suite runs with)
+        env={**os.environ, "CUDAGRAPHS_BACKEND": "sim", "CUDAGRAPHS_SIM_DEVICES": sim_devices},
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "data-parallel MLP step (2 devices)" in r.stdout
+    assert f"data-parallel MLP step ({used} devices)" in r.stdout
+    assert f"all-reduce, us per call ({used} devices" in r.stdout
     assert "ok (against numpy" in r.stdout
     assert "cudagraphs graph" in r.stdout
 

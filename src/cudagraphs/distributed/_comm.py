@@ -24,7 +24,7 @@ from .._device import Device, Stream, device_count, resolve_stream
 from .._errors import CaptureError, CollectiveTimeoutError, DistributedError
 from .._recording import Work, submit
 from . import _nccl, _simulated
-from ._engine import REDUCTIONS, Engine, Op
+from ._engine import REDUCTIONS, Engine, Op, disagreement
 from ._store import exchange
 
 __all__ = ["Communicator", "LocalGroup", "engine_for", "group_calls", "init", "local_group"]
@@ -391,6 +391,22 @@ def _reduction(op: Any) -> str:
     return str(op)
 
 
+def _agree(ops: list[Op]) -> None:
+    """Refuse, before anything is issued, ranks of one process whose calls differ.
+
+    (NCCL checks nothing: on a GPU they would hang or corrupt memory; the
+    simulator would raise only when the streams run.)
+    """
+    calls = disagreement(dict(enumerate(ops)))
+    if calls is None:
+        return
+    error = TypeError if len({op.dtype for op in ops}) > 1 else ValueError
+    raise error(
+        f"{ops[0].kind}: the ranks' arrays differ ({calls}); every rank's array must have "
+        "the same size and dtype. Nothing was issued"
+    )
+
+
 def _timeout(timeout: Any) -> float:
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
@@ -532,6 +548,7 @@ class LocalGroup(Sequence[Communicator]):
         with group_calls():  # (joins the forked streams back when the outermost group ends)
             st = self._fork(st)
             plans = [plan(c, x, o, s) for c, x, o, s in zip(self.comms, xs, outs, st)]
+            _agree([p.op for p in plans])
             try:
                 for c, p, s in zip(self.comms, plans, st):
                     _join_group(c)

@@ -8,11 +8,12 @@ arrays alive); the engine enqueues one operation on one raw stream.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-__all__ = ["REDUCTIONS", "Engine", "Op"]
+__all__ = ["REDUCTIONS", "Engine", "Op", "disagreement"]
 
 REDUCTIONS = ("sum", "prod", "max", "min", "avg")
 
@@ -45,6 +46,10 @@ class Op(NamedTuple):
     reduce: str = ""
     peer: int = -1
 
+    def signature(self) -> tuple[Any, ...]:
+        """What every rank of a collective must call alike: all but the addresses."""
+        return (self.kind, self.n, self.dtype, self.reduce, self.peer)
+
     def describe(self) -> str:
         """``all_reduce(1024 float32, sum)``: what each rank must call alike."""
         extra = f", {self.reduce}" if self.reduce else ""
@@ -53,6 +58,20 @@ class Op(NamedTuple):
         elif self.kind in ("send", "recv"):
             extra += f", {'to' if self.kind == 'send' else 'from'} rank {self.peer}"
         return f"{self.kind}({self.n} {self.dtype}{extra})"
+
+
+def disagreement(ops: Mapping[int, Op]) -> str | None:
+    """Each rank's call, when the ranks' ops of one collective differ; else None.
+
+    ``ops`` maps each rank to its op; they differ in the operation, size,
+    type, reduction or root. The text is ``rank 0: all_reduce(8 float32,
+    sum), rank 1: ...``. NCCL checks none of this: on a GPU such ranks hang
+    or corrupt memory.
+    """
+    first = next(iter(ops.values()))
+    if all(op.signature() == first.signature() for op in ops.values()):
+        return None
+    return ", ".join(f"rank {r}: {ops[r].describe()}" for r in sorted(ops))
 
 
 class Engine(Protocol):

@@ -25,7 +25,7 @@ import numpy as np
 from .._errors import CollectiveTimeoutError, DistributedError
 from ._engine import Op
 
-__all__ = ["INSTALL_HINT", "NcclEngine"]
+__all__ = ["INSTALL_HINT", "NcclEngine", "available"]
 
 INSTALL_HINT = "pip install 'cudagraphs[nccl]' (nccl4py 0.6, with NCCL from the nvidia-nccl-cu13 wheel)"
 _UID_BYTES = 128  # sizeof(ncclUniqueId)
@@ -51,6 +51,15 @@ _CALLS = {
     "recv": "ncclRecv",
 }
 _REDUCE = {"sum": "Sum", "prod": "Prod", "max": "Max", "min": "Min", "avg": "Avg"}
+
+
+def available() -> bool:
+    """Whether nccl4py's bindings can be imported here (the ``nccl`` extra is installed)."""
+    try:
+        importlib.import_module("nccl.bindings.nccl")
+    except ImportError:
+        return False
+    return True
 
 
 class NcclEngine:

@@ -42,7 +42,7 @@ import numpy as np
 
 from .._errors import CollectiveTimeoutError, DistributedError
 from ..backends.sim import Rendezvous
-from ._engine import Op
+from ._engine import Op, disagreement
 from ._mailbox import Mailbox
 
 __all__ = ["SimulatedEngine"]
@@ -142,7 +142,7 @@ class _Meeting(Rendezvous):
         self.world, self.key, self.expected = world, key, expected
         # (rank, kind) -> its op, what it sends, its backend (None: a rank of another process)
         self.arrivals: dict[tuple[int, str], tuple[Op, np.ndarray | None, Any]] = {}
-        self.error: BaseException | None = None
+        self.error: BaseException | None = None  # raised by the first of its ranks' work to end
         self.name = "-".join(str(k) for k in key)  # (its files' name in the mailbox)
         self.remote = [r for r in expected if r not in world.devices] if world.mailbox else []
         if self.remote:
@@ -173,6 +173,16 @@ class _Meeting(Rendezvous):
             self.world.meetings.pop(self.key, None)
             self.complete()
         return self.done
+
+    def take_error(self) -> BaseException | None:
+        """Its error, for the first of its ranks' work that ends; None for the others.
+
+        One operation that failed is reported once: the ranks of this process
+        that wait on it end together, and the same error raised again by each
+        of their streams would surface in later, unrelated calls.
+        """
+        error, self.error = self.error, None
+        return error
 
     def describe(self) -> str:
         came = sorted(r for r, _ in self.arrivals)
@@ -205,13 +215,8 @@ class _Meeting(Rendezvous):
         self.done = True
         ops = {rank: op for (rank, _), (op, _, _) in self.arrivals.items()}
         if self.key[0] == "collective":
-            first = ops[0]
-            if any(
-                (op.kind, op.n, op.dtype, op.reduce, op.peer)
-                != (first.kind, first.n, first.dtype, first.reduce, first.peer)
-                for op in ops.values()
-            ):
-                calls = ", ".join(f"rank {r}: {ops[r].describe()}" for r in sorted(ops))
+            calls = disagreement(ops)
+            if calls is not None:
                 self.error = DistributedError(
                     f"sim: the ranks' collective #{self.key[1]} (counting the warm-up's 4) disagree "
                     f"({calls}); every rank must "
@@ -219,7 +224,7 @@ class _Meeting(Rendezvous):
                     "reductions and roots (on a GPU this hangs or corrupts memory)"
                 )
                 return
-            self._collective(first)
+            self._collective(ops[0])
         else:
             (_, src, dst, _) = self.key
             send_op, data, _ = self.arrivals[(src, "send")]
@@ -395,8 +400,9 @@ class SimulatedEngine:
             for meeting in meetings:
                 while not meeting.done:
                     yield meeting
-                if meeting.error is not None:
-                    raise meeting.error
+                error = meeting.take_error()
+                if error is not None:
+                    raise error
 
         backend.queue_work(stream, _call(ops[0][2]), label, work)
         if eager and any(world.mailbox is not None for world, _, _ in ops):
