@@ -167,14 +167,15 @@ MUTATIONS = [
     (
         "cache reuse does not wait for other streams",
         "src/cudagraphs/_allocator.py",
-        "                if self._waits:\n                    self._wait_for(ptr, stream)",
+        "                if self._waits:  # (a failed wait leaves the block where it was)\n"
+        "                    self._wait_for(cached[-1], stream)",
         "                pass",
     ),
     (
         "stolen block does not wait for its owner",
         "src/cudagraphs/_allocator.py",
-        "                    self._backend.stream_wait_event(stream._raw, event)\n",
-        "",
+        "                    self._follow(stream, owner_stream)\n",
+        "                    pass\n",
     ),
     (
         "DLPack consumer does not wait",

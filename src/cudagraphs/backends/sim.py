@@ -639,6 +639,8 @@ FAULTS: dict[str, tuple[str, int]] = {
     "copy": ("cuMemcpyAsync", CUDA_ERROR_INVALID_VALUE),
     "memset": ("cuMemsetD8Async", CUDA_ERROR_INVALID_VALUE),
     "event": ("cuEventCreate", CUDA_ERROR_OUT_OF_MEMORY),
+    "record": ("cuEventRecord", CUDA_ERROR_INVALID_HANDLE),
+    "wait": ("cuStreamWaitEvent", CUDA_ERROR_INVALID_HANDLE),
     "stream": ("cuStreamCreate", CUDA_ERROR_OUT_OF_MEMORY),
     "instantiate": ("cuGraphInstantiate", CUDA_ERROR_OUT_OF_MEMORY),
     "update": ("cuGraphExecUpdate", CUDA_ERROR_INVALID_VALUE),
@@ -1066,6 +1068,7 @@ class SimBackend:
         return int(getattr(self._query, "depth", 0))
 
     def event_record(self, event: _SimEvent, stream: _SimStream, external: bool = False) -> None:
+        self._fault("record")
         self._live(event, "cuEventRecord")
 
         def work() -> None:  # (an event destroyed after its record completes when it runs)
@@ -1088,6 +1091,7 @@ class SimBackend:
             event.captured, event.graph, event.deps = True, stream.capture, list(stream.deps)
 
     def stream_wait_event(self, stream: _SimStream, event: _SimEvent, external: bool = False) -> None:
+        self._fault("wait")
         self._live(event, "cuStreamWaitEvent")
         if stream.capture is not None and external:
 
