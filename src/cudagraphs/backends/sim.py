@@ -16,7 +16,8 @@ It is the living spec of the library's behaviour on machines without a GPU:
   between two streams gives wrong results instead of passing by luck;
 * device addresses are resolved when work runs: touching freed memory then
   raises CUDA_ERROR_ILLEGAL_ADDRESS and, as on a GPU, leaves the context
-  unusable until :meth:`SimBackend.reset` (tests reset it);
+  unusable until :meth:`SimBackend.reset` (tests reset it); a free
+  (``cuMemFreeAsync``) runs in its stream's order, as the driver's;
 * pageable host memory is staged when an upload is queued, and a download
   into it completes before the call returns (the driver's rules); pinned
   memory is read and written when the copy runs;
@@ -1239,7 +1240,11 @@ class SimBackend:
             graph.freed.append(ptr)
             return
         self._unsafe(stream.ordinal, "cuMemFreeAsync")
-        self._memory.free(ptr)
+        self._live(stream, "cuMemFreeAsync")
+        if ptr not in self._memory.buffers:
+            self._memory.free(ptr)  # (raises the driver's error at the call)
+        self._check_context()  # stream-ordered: the work queued before it may still use the memory
+        self._queue(stream, lambda: self._memory.free(ptr))
 
     def mem_pool(
         self, ordinal: int, release_threshold: int | None = None, trim: bool = False
