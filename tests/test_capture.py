@@ -14,7 +14,7 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import live_blocks, random_array
+from conftest import live_blocks, random_array, settle
 
 import cudagraphs as cg
 
@@ -27,8 +27,7 @@ def dev(device: cg.Device) -> cg.Device:
 
 
 def baseline(dev: cg.Device) -> cg.AllocatorStats:
-    gc.collect()
-    return dev.allocator.stats()
+    return settle(dev)
 
 
 def assert_clean(dev: cg.Device, before: cg.AllocatorStats) -> None:
@@ -36,7 +35,7 @@ def assert_clean(dev: cg.Device, before: cg.AllocatorStats) -> None:
     gc.collect()
     assert cg.capture_status(dev.stream) == "none"
     assert not dev.captures
-    in_use = dev.allocator.stats().in_use
+    in_use = settle(dev).in_use
     assert in_use == before.in_use, live_blocks(dev)
     probe = cg.asarray(np.arange(4, dtype=np.float32))
     np.testing.assert_array_equal(cg.ops.scale(2.0, probe).get(), [0, 2, 4, 6])
@@ -186,14 +185,12 @@ def test_pool_allocations_live_after_capture_and_return_to_cache(
     assert g.pool.reserved > 0
     g.replay()
     np.testing.assert_allclose(u.get(), 3 * x_h, rtol=1e-6)
-    mid = dev.allocator.stats()
+    mid = settle(dev)
     g.close()
-    gc.collect()
-    assert dev.allocator.stats().in_use == mid.in_use  # u keeps the pool alive
+    assert settle(dev).in_use == mid.in_use  # u keeps the pool alive
     np.testing.assert_allclose(u.get(), 3 * x_h, rtol=1e-6)
     del u, x
-    gc.collect()
-    after = dev.allocator.stats()
+    after = settle(dev)
     assert after.in_use == before.in_use
     assert after.cached >= mid.in_use - before.in_use - 1024  # the pool went back to the cache
 
@@ -563,7 +560,7 @@ def test_refcount_of_inputs_drops_after_close(dev: cg.Device) -> None:
         cg.ops.scale(2.0, x, out=x)
     assert sys.getrefcount(x) > start
     g.close()
-    gc.collect()
+    settle(dev)
     assert sys.getrefcount(x) == start
 
 
