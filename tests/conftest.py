@@ -130,6 +130,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+def settle(dev: cg.Device) -> cg.AllocatorStats:
+    """The allocator's counters once nothing pending can change them (idle device, no capture).
+
+    A check of memory in use must not depend on how fast the device runs (under
+    compute-sanitizer it runs many times slower): wait for the work queued on
+    every stream of the device, collect garbage, and run the releases deferred
+    to a safe point (a synchronize and ``stats()`` are ones); twice, as a
+    release may let go of what holds other blocks.
+    """
+    for _ in range(2):
+        gc.collect()
+        dev.synchronize()
+    return dev.allocator.stats()
+
+
 def live_blocks(dev: cg.Device) -> str:
     """Who holds the device's live blocks (for the message of a failed memory check)."""
     from cudagraphs import _allocator

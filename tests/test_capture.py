@@ -14,7 +14,7 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import live_blocks, random_array
+from conftest import live_blocks, random_array, settle
 
 import cudagraphs as cg
 
@@ -27,8 +27,7 @@ def dev(device: cg.Device) -> cg.Device:
 
 
 def baseline(dev: cg.Device) -> cg.AllocatorStats:
-    gc.collect()
-    return dev.allocator.stats()
+    return settle(dev)
 
 
 def assert_clean(dev: cg.Device, before: cg.AllocatorStats) -> None:
@@ -36,7 +35,7 @@ def assert_clean(dev: cg.Device, before: cg.AllocatorStats) -> None:
     gc.collect()
     assert cg.capture_status(dev.stream) == "none"
     assert not dev.captures
-    in_use = dev.allocator.stats().in_use
+    in_use = settle(dev).in_use
     assert in_use == before.in_use, live_blocks(dev)
     probe = cg.asarray(np.arange(4, dtype=np.float32))
     np.testing.assert_array_equal(cg.ops.scale(2.0, probe).get(), [0, 2, 4, 6])
@@ -186,16 +185,55 @@ def test_pool_allocations_live_after_capture_and_return_to_cache(
     assert g.pool.reserved > 0
     g.replay()
     np.testing.assert_allclose(u.get(), 3 * x_h, rtol=1e-6)
-    mid = dev.allocator.stats()
+    mid = settle(dev)
     g.close()
-    gc.collect()
-    assert dev.allocator.stats().in_use == mid.in_use  # u keeps the pool alive
+    assert settle(dev).in_use == mid.in_use  # u keeps the pool alive
     np.testing.assert_allclose(u.get(), 3 * x_h, rtol=1e-6)
     del u, x
-    gc.collect()
-    after = dev.allocator.stats()
+    after = settle(dev)
     assert after.in_use == before.in_use
     assert after.cached >= mid.in_use - before.in_use - 1024  # the pool went back to the cache
+
+
+def test_a_pool_array_used_after_its_graph_closed_is_freed_after_that_work(
+    dev: cg.Device, rng: np.random.Generator
+) -> None:
+    """The pool gives its memory back in stream order: after the work queued on it so far."""
+    x_h = random_array(rng, 256, "float32")
+    x = cg.asarray(x_h)
+    with cg.capture() as g:
+        y = cg.ops.scale(2.0, x)  # from the graph's pool
+    g.replay()
+    g.close()
+    z = cg.full(256, np.nan, "float32")
+    cg.ops.scale(3.0, y, out=y)  # queued, not run: reads and writes the pool's memory
+    cg.ops.add(y, y, out=z)
+    del y  # the pool's last array: its memory goes back to the driver
+    dev.allocator.stats()  # (a safe point: the release runs here)
+    np.testing.assert_allclose(z.get(), 12 * x_h, rtol=1e-6)
+
+
+def test_a_pool_freed_after_work_on_another_stream_waits_for_that_stream(
+    dev: cg.Device, rng: np.random.Generator
+) -> None:
+    """The free of a pool's segment, on its first stream, waits for the others' work."""
+    s1, s2 = dev.create_stream(), dev.create_stream()
+    x_h = random_array(rng, 256, "float32")
+    x = cg.asarray(x_h, stream=s1)
+    out = cg.full(256, np.nan, "float32", stream=s2)
+    with cg.capture(stream=s1) as g:
+        t = cg.ops.scale(2.0, x, stream=s1)  # from the graph's pool
+    g.replay(stream=s1)
+    g.close()  # (waits for s1)
+    s2.wait(s1)
+    cg.ops.copy(out, t, stream=s2)  # s2 reads t, later
+    t.record_stream(s2)
+    del t  # the pool's last array: its segment is freed on s1, after s2's copy
+    dev.allocator.stats()  # (a safe point: the release runs here)
+    s1.synchronize()  # (on sim: runs s1 alone, unless it waits on s2)
+    np.testing.assert_array_equal(out.get(stream=s2), 2 * x_h)
+    s1.close()
+    s2.close()
 
 
 def test_shared_pool_reuses_memory_between_graphs(dev: cg.Device) -> None:
@@ -522,7 +560,7 @@ def test_refcount_of_inputs_drops_after_close(dev: cg.Device) -> None:
         cg.ops.scale(2.0, x, out=x)
     assert sys.getrefcount(x) > start
     g.close()
-    gc.collect()
+    settle(dev)
     assert sys.getrefcount(x) == start
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import random_array
+from conftest import random_array, settle
 
 import cudagraphs as cg
 
@@ -668,8 +668,7 @@ def test_another_librarys_array_is_let_go_only_outside_captures(dev: cg.Device) 
         cg.empty(4, "float32")  # an allocation: a safe point where dead blocks are released
         assert alive() is not None  # its free may call the driver: not during a capture
     g.close()
-    gc.collect()
-    cg.empty(4, "float32")
+    settle(dev)  # (a safe point where dead blocks are released, the device idle)
     assert alive() is None
 
 
@@ -759,8 +758,7 @@ def test_a_direct_replay_reads_the_last_input_which_is_kept_alive(
     graph.replay(dev.current_stream())  # (in order after the poisoning)
     np.testing.assert_allclose(static_out.get(), 3 * xh, rtol=1e-6)
     f(cg.asarray(random_array(rng, 32, "float32")))  # the next input takes its place
-    dev.synchronize()  # (what queued work holds is let go once it has run)
-    gc.collect()
+    settle(dev)
     assert alive() is None
 
 

@@ -215,6 +215,26 @@ def test_seed_is_stream_ordered(backend: str, device: cg.Device) -> None:
     np.testing.assert_array_equal(y.get(stream=s), _random.reference("uniform", (16,), "float32", 2, 0, 0, 1))
 
 
+def test_a_generator_dropped_after_a_draw_on_another_stream_keeps_its_state_for_that_draw(
+    backend: str, device: cg.Device
+) -> None:
+    """The state is declared used on the draw's stream (record_stream): its memory waits for it."""
+    s = device.create_stream()
+    gen = cgr.Generator(9)  # its state is allocated and seeded on the current stream
+    state = gen._state.ptr
+    x = _poison((256,), "float32")
+    s.wait(device.current_stream())
+    gen.uniform(x, stream=s)  # reads the state when s runs
+    del gen  # the state's block goes back to the current stream's cache
+    junk = cg.empty(2, "uint64")  # the same size class on the same stream: that block
+    assert junk.ptr == state
+    junk.set(np.array([2**63 + 12345, 2**40 + 7], np.uint64))  # must not land before the draw
+    device.current_stream().synchronize()  # (on sim: runs this stream alone, unless it waits on s)
+    expect = _random.reference("uniform", (256,), "float32", 9, 0, 0, 1)
+    np.testing.assert_array_equal(x.get(stream=s), expect)
+    s.close()
+
+
 @pytest.fixture
 def fresh_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     """No default generator exists yet, and cg.random.seed was never called."""

@@ -15,6 +15,12 @@ Rules (the same on every backend):
   recorded on each of them when it was freed;
 * when the driver reports out of memory, the cache is emptied, the pool
   trimmed and the allocation retried once; then :class:`OutOfMemoryError`;
+* when the driver fails to create, record or wait on one of those events,
+  nothing is lost: an allocation that needed it raises the driver's error and
+  leaves the block in the cache; a release (a block, a graph pool's segment)
+  raises nothing and sets the memory aside, reserved and cached, until
+  :meth:`CachingAllocator.empty_cache` frees it after its device synchronize
+  (the one point where no queued work can still use it);
 * the driver pool keeps up to ``CUDAGRAPHS_POOL_RELEASE_THRESHOLD_MB`` (512)
   across synchronizations, so blocks the cache returns are cheap to get back.
 
@@ -309,6 +315,7 @@ class CachingAllocator(_Counters):
         "_ordinal",
         "_reserved",
         "_streams",
+        "_unordered",
         "_waits",
     )
 
@@ -322,6 +329,9 @@ class CachingAllocator(_Counters):
         self._waits: dict[int, list[Any]] = {}  # ptr -> raw events to wait for
         self._live: dict[int, tuple[int, int]] = {}  # ptr -> (size, stream key)
         self._streams: dict[int, Stream] = {}  # stream key -> Stream
+        # ptr -> size: freed memory the next user could not be ordered after (an event the
+        # driver refused), reused by no one until empty_cache's device synchronize frees it
+        self._unordered: dict[int, int] = {}
         self._in_use = 0
         self._reserved = 0
         self._peak = 0
@@ -392,10 +402,10 @@ class CachingAllocator(_Counters):
         with self._lock:
             cached = self._free.get((handle, size))
             if cached:
+                if self._waits:  # (a failed wait leaves the block where it was)
+                    self._wait_for(cached[-1], stream)
                 ptr = cached.pop()
                 self._hits += 1
-                if self._waits:
-                    self._wait_for(ptr, stream)
             else:
                 ptr = self._miss(size, stream)
             self._live[ptr] = (size, handle)
@@ -410,10 +420,26 @@ class CachingAllocator(_Counters):
         ``streams`` are other streams that used the memory: the next user
         will wait for the work queued on them so far. No capture may be
         active on the device when ``streams`` are given (see :meth:`release`).
+
+        Notes
+        -----
+        Never raises for the driver's events: when one cannot be created or
+        recorded on ``streams``, the memory is set aside until
+        :meth:`empty_cache` (it stays reserved, counted as cached).
         """
         if not streams and _fastcall is not None and _fastcall.give(self, ptr):
             return  # (in C, the lock free)
-        events = [self._record(s) for s in streams if not s.closed] if streams else None
+        events: list[Any] = []
+        try:
+            for s in streams or ():
+                if not s.closed:
+                    events.append(self._record(s))
+        except CudaError:  # (a release must not fail its caller: often a collection)
+            for event in events:
+                self._backend.destroy(event)
+            with self._lock:
+                self._set_aside_locked(ptr)
+            return
         with self._lock:
             self._cache_locked(ptr)
             if events:
@@ -430,12 +456,34 @@ class CachingAllocator(_Counters):
         else:
             cached.append(ptr)
 
+    def _set_aside_locked(self, ptr: int) -> None:
+        """Take back ``ptr`` for :meth:`empty_cache` only (the caller holds the lock).
+
+        For memory the next user could not be ordered after: reserved and
+        cached, reused by no allocation, freed after the device synchronize.
+        """
+        size, _ = self._live.pop(ptr)
+        self._in_use -= size
+        self._unordered[ptr] = size
+
     def _record(self, stream: Stream) -> Any:
         """A new event recorded on ``stream`` now (destroyed once waited for)."""
         backend = self._backend
         event = backend.event_create(self._ordinal, False)
-        backend.event_record(event, stream._raw)
+        try:
+            backend.event_record(event, stream._raw)
+        except BaseException:
+            backend.destroy(event)
+            raise
         return event
+
+    def _follow(self, stream: Stream, other: Stream) -> None:
+        """Make later work on ``stream`` wait for the work queued on ``other`` so far."""
+        event = self._record(other)
+        try:
+            self._backend.stream_wait_event(stream._raw, event)
+        finally:
+            self._backend.destroy(event)
 
     def segment(self, nbytes: int) -> int:
         """Fresh device memory for a graph pool, taken outside any capture.
@@ -485,25 +533,40 @@ class CachingAllocator(_Counters):
         """Give a pool's segment back to the driver after the work of ``streams``.
 
         No capture may be active on the device (pools release through
-        :func:`cudagraphs._recording.release`).
+        :func:`cudagraphs._recording.release`). When the driver fails an
+        event that orders the free after ``streams``, the segment is set aside
+        for :meth:`empty_cache` instead (no error: a release must not fail
+        the unrelated call that ran it).
         """
-        backend = self._backend
         live = [s for s in streams if not s.closed] or [self._device.stream]
         first = live[0]
-        for other in live[1:]:
-            event = self._record(other)
-            backend.stream_wait_event(first._raw, event)
-            backend.destroy(event)
-        backend.mem_free(ptr, first._raw)
+        try:
+            for other in live[1:]:
+                self._follow(first, other)  # the free is queued on first: after them all
+        except CudaError:
+            with self._lock:
+                self._set_aside_locked(ptr)
+            return
+        self._backend.mem_free(ptr, first._raw)
         with self._lock:
             size, _ = self._live.pop(ptr)
             self._in_use -= size
             self._reserved -= size
 
     def _wait_for(self, ptr: int, stream: Stream) -> None:
+        """Order ``stream`` after the events ``ptr``'s release recorded (the lock is held).
+
+        The events are dropped only once every wait is queued: after a
+        failed wait, the next user of ``ptr`` still waits on them all.
+        """
+        events = self._waits.get(ptr)
+        if not events:
+            return
         backend = self._backend
-        for event in self._waits.pop(ptr, ()):
+        for event in events:
             backend.stream_wait_event(stream._raw, event)
+        del self._waits[ptr]
+        for event in events:
             _recording.release(self._device, backend.destroy, event)
 
     def _miss(self, size: int, stream: Stream) -> int:
@@ -516,15 +579,13 @@ class CachingAllocator(_Counters):
                 owner_stream = self._streams.get(owner)
                 if owner_stream is not None and owner_stream._recording is not None:
                     continue  # an event on a capturing stream would land in its graph
-                # another stream's block: order our stream after its last use
-                # (a closed stream finished its work when it was closed)
-                ptr = cached.pop()
+                # another stream's block: order our stream after its last use (a closed
+                # stream finished its work when it was closed); taken once ordered, so
+                # that a failed event leaves it in the cache
                 if owner_stream is not None and not owner_stream.closed:
-                    event = self._record(owner_stream)
-                    self._backend.stream_wait_event(stream._raw, event)
-                    self._backend.destroy(event)
-                self._wait_for(ptr, stream)
-                return ptr
+                    self._follow(stream, owner_stream)
+                self._wait_for(cached[-1], stream)
+                return cached.pop()
         try:
             ptr = self._driver_alloc(size, stream)
         except CudaError as exc:
@@ -594,6 +655,11 @@ class CachingAllocator(_Counters):
                 self._reserved -= size
             cached.clear()
         self._free.clear()
+        unordered = self._unordered
+        while unordered:  # (after the synchronize above: no queued work uses them)
+            ptr, size = unordered.popitem()
+            backend.mem_free(ptr, raw)
+            self._reserved -= size
         for events in self._waits.values():
             for event in events:
                 backend.destroy(event)

@@ -16,7 +16,8 @@ It is the living spec of the library's behaviour on machines without a GPU:
   between two streams gives wrong results instead of passing by luck;
 * device addresses are resolved when work runs: touching freed memory then
   raises CUDA_ERROR_ILLEGAL_ADDRESS and, as on a GPU, leaves the context
-  unusable until :meth:`SimBackend.reset` (tests reset it);
+  unusable until :meth:`SimBackend.reset` (tests reset it); a free
+  (``cuMemFreeAsync``) runs in its stream's order, as the driver's;
 * pageable host memory is staged when an upload is queued, and a download
   into it completes before the call returns (the driver's rules); pinned
   memory is read and written when the copy runs;
@@ -677,6 +678,8 @@ FAULTS: dict[str, tuple[str, int]] = {
     "copy": ("cuMemcpyAsync", CUDA_ERROR_INVALID_VALUE),
     "memset": ("cuMemsetD8Async", CUDA_ERROR_INVALID_VALUE),
     "event": ("cuEventCreate", CUDA_ERROR_OUT_OF_MEMORY),
+    "record": ("cuEventRecord", CUDA_ERROR_INVALID_HANDLE),
+    "wait": ("cuStreamWaitEvent", CUDA_ERROR_INVALID_HANDLE),
     "stream": ("cuStreamCreate", CUDA_ERROR_OUT_OF_MEMORY),
     "instantiate": ("cuGraphInstantiate", CUDA_ERROR_OUT_OF_MEMORY),
     "update": ("cuGraphExecUpdate", CUDA_ERROR_INVALID_VALUE),
@@ -1136,6 +1139,7 @@ class SimBackend:
         return int(getattr(self._query, "depth", 0))
 
     def event_record(self, event: _SimEvent, stream: _SimStream, external: bool = False) -> None:
+        self._fault("record")
         self._live(event, "cuEventRecord")
 
         def work() -> None:  # (an event destroyed after its record completes when it runs)
@@ -1158,6 +1162,7 @@ class SimBackend:
             event.captured, event.graph, event.deps = True, stream.capture, list(stream.deps)
 
     def stream_wait_event(self, stream: _SimStream, event: _SimEvent, external: bool = False) -> None:
+        self._fault("wait")
         self._live(event, "cuStreamWaitEvent")
         if stream.capture is not None and external:
 
@@ -1307,7 +1312,11 @@ class SimBackend:
             graph.freed.append(ptr)
             return
         self._unsafe(stream.ordinal, "cuMemFreeAsync")
-        self._memory.free(ptr)
+        self._live(stream, "cuMemFreeAsync")
+        if ptr not in self._memory.buffers:
+            self._memory.free(ptr)  # (raises the driver's error at the call)
+        self._check_context()  # stream-ordered: the work queued before it may still use the memory
+        self._queue(stream, lambda: self._memory.free(ptr))
 
     def mem_pool(
         self, ordinal: int, release_threshold: int | None = None, trim: bool = False
