@@ -66,6 +66,7 @@ __all__ = [
     "forbid",
     "instantiate_blocked",
     "later",
+    "refuse_beside_capture",
     "release",
     "resolve_handles",
     "status",
@@ -481,6 +482,27 @@ def _all_active() -> list[Recording]:
         for recs in _ACTIVE.values():
             out.extend(r for r in recs if r not in out)
         return out
+
+
+def refuse_beside_capture(stream: Any, what: str, subject: str) -> None:
+    """Raise CaptureError if this thread captures while ``what`` runs on ``stream``, not captured.
+
+    Work queued on a stream outside the capture runs now and is not in the
+    graph: where a graph or a graphed callable is replayed, that is never
+    what a thread in the middle of a capture means (``subject`` names what
+    would run).
+    """
+    if not _ACTIVE:
+        return
+    me = _get_ident()
+    for r in _all_active():
+        if r.thread == me:
+            raise CaptureError(
+                f"{what} on stream 0x{stream.handle:x}, called at {user_line()}, while this thread "
+                f"captures stream 0x{r.stream.handle:x}: {subject} would run now, not in that "
+                "capture. Replay on the captured stream (pass stream=, or inside `with stream:`) "
+                "to embed it in the capture, or after the capture ends"
+            )
 
 
 def status(stream: Any) -> str:
