@@ -514,15 +514,18 @@ class CachingAllocator(_Counters):
         for (owner, other_size), cached in stealable:
             if other_size == size and cached and owner != stream.handle:
                 owner_stream = self._streams.get(owner)
-                if owner_stream is not None and owner_stream._recording is not None:
-                    continue  # an event on a capturing stream would land in its graph
-                # another stream's block: order our stream after its last use
-                # (a closed stream finished its work when it was closed)
-                ptr = cached.pop()
-                if owner_stream is not None and not owner_stream.closed:
-                    event = self._record(owner_stream)
-                    self._backend.stream_wait_event(stream._raw, event)
-                    self._backend.destroy(event)
+                # (under the lock a capture begins with: another thread cannot begin one on
+                # the owner stream between this look and the event recorded there)
+                with _recording._lock:
+                    if owner_stream is not None and owner_stream._recording is not None:
+                        continue  # an event on a capturing stream would land in its graph
+                    # another stream's block: order our stream after its last use
+                    # (a closed stream finished its work when it was closed)
+                    ptr = cached.pop()
+                    if owner_stream is not None and not owner_stream.closed:
+                        event = self._record(owner_stream)
+                        self._backend.stream_wait_event(stream._raw, event)
+                        self._backend.destroy(event)
                 self._wait_for(ptr, stream)
                 return ptr
         try:

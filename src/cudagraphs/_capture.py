@@ -37,7 +37,7 @@ from typing import Any, Literal
 from . import _recording, interop
 from ._allocator import safe_point
 from ._array import empty
-from ._device import Device, Stream, current_device, resolve_stream
+from ._device import Device, Event, Stream, current_device, resolve_stream
 from ._errors import CaptureError
 from ._graph import Graph, Resources, release_resources
 from ._pool import ForbidMemory, GraphMemory, GraphPool, PoolMemory
@@ -112,9 +112,10 @@ class CaptureSession:
             If the stream is already being captured.
         """
         self.stream._live()
+        before = Event(self.device)  # (see _recording.mark)
         self.pool.acquire()
         try:
-            rec = _recording.begin(self.device, self.stream, self.mode, self.memory)
+            rec = _recording.begin(self.device, self.stream, self.mode, self.memory, before)
         except BaseException:
             self.pool.drop([])
             raise

@@ -57,6 +57,7 @@ from .backends.base import (
 )
 
 __all__ = [
+    "EXPIRING",
     "NodeRecord",
     "Recording",
     "Work",
@@ -66,6 +67,7 @@ __all__ = [
     "forbid",
     "instantiate_blocked",
     "later",
+    "mark",
     "refuse_beside_capture",
     "release",
     "resolve_handles",
@@ -197,6 +199,7 @@ class Recording:
         self.active = False
         self.frees: collections.deque[int] = collections.deque()  # graph memory to free
         self.conditions: dict[int, str] = {}  # handles no conditional node uses yet -> where made
+        self.before: Any = None  # an event recorded on the stream before the capture began
 
     # the rules ------------------------------------------------------------------
     def fail(self, what: str) -> None:
@@ -381,8 +384,12 @@ class Recording:
         drain()
 
 
-def begin(device: Any, stream: Any, mode: str, memory: Any) -> Recording:
+def begin(device: Any, stream: Any, mode: str, memory: Any, before: Any) -> Recording:
     """Start capturing ``stream`` in ``mode``; allocations go to ``memory``.
+
+    ``before`` (an event) is recorded on the stream first, as
+    :attr:`Recording.before`: what another thread queued there before the
+    capture began, which it can still wait for (see :func:`mark`).
 
     Raises
     ------
@@ -397,12 +404,39 @@ def begin(device: Any, stream: Any, mode: str, memory: Any) -> Recording:
             "stream at a time: capture on another stream (device.create_stream())"
         )
     rec = Recording(device, stream, mode, memory)
-    backend.capture_begin(stream._raw, mode)
-    rec.active = True
-    with _lock:
+    with _lock:  # (one step for mark(): the stream is captured, or its mark is before it)
+        backend.event_record(before._raw, stream._raw)
+        rec.before = before
+        backend.capture_begin(stream._raw, mode)
+        rec.active = True
         _ACTIVE.setdefault(device, []).append(rec)
-    stream._recording = rec
+        stream._recording = rec
     return rec
+
+
+def mark(stream: Any, record: Callable[[], Any]) -> Any:
+    """An event after the work queued on ``stream`` so far, from any thread.
+
+    ``record()`` records one now, unless the stream is being captured: then
+    the event recorded before its capture began (the work queued since then
+    is the capture's, which does not run now).
+    """
+    with _lock:
+        rec = stream._recording
+        if rec is not None and rec.before is not None:
+            return rec.before
+        return record()
+
+
+EXPIRING: set[type] = set()
+"""Array classes whose instances expire (a graphed callable's outputs).
+
+Each has ``_check()`` (raises once the array is stale) and ``_guard`` (the
+lock of what makes it stale). Work that uses one is queued, outside
+captures, holding that lock and after checking under it (:func:`_issue_guarded`):
+so the check and the queued read are one step for the thread that makes the
+array stale (a call of the callable holds the lock).
+"""
 
 
 def submit(stream: Any, work: Work) -> Any:
@@ -413,8 +447,28 @@ def submit(stream: Any, work: Work) -> Any:
     """
     rec = stream._recording
     if rec is None:
-        return work.issue(stream._raw, work.arg)
+        if EXPIRING.isdisjoint(map(type, work.reads)) and EXPIRING.isdisjoint(map(type, work.writes)):
+            return work.issue(stream._raw, work.arg)
+        return _issue_guarded(stream, work)
     return rec.record(stream, work)
+
+
+def _issue_guarded(stream: Any, work: Work) -> Any:
+    """Issue ``work``, which uses expiring arrays, holding their locks and checking them under those."""
+    found = [a for a in (*work.reads, *work.writes) if type(a) in EXPIRING]
+    # (each lock once, in one order: two threads queuing work on outputs of two callables)
+    locks = sorted({id(lock): lock for lock in (a._guard for a in found)}.values(), key=id)
+    taken = []
+    try:
+        for lock in locks:
+            lock.acquire()
+            taken.append(lock)
+        for a in found:
+            a._check()
+        return work.issue(stream._raw, work.arg)
+    finally:
+        for lock in reversed(taken):
+            lock.release()
 
 
 def resolve_handles(backend: Any, graph: Any, records: list[NodeRecord]) -> list[NodeRecord]:
