@@ -726,3 +726,22 @@ def test_inside_another_capture_the_call_uses_a_graph_without_input_nodes(
     outer.replay()
     np.testing.assert_allclose(out.get(stream=s), 2 * xh, rtol=1e-6)
     s.close()
+
+
+def test_a_function_that_queues_nothing_returns_what_it_returns(
+    dev: cg.Device, rng: np.random.Generator
+) -> None:
+    """Issue 26, item 6: a zero-size batch without buckets (its capture records nothing)."""
+    f = cg.graphed(lambda x: cg.ops.scale(2.0, x), device=dev)
+    for _ in range(3):
+        out = f(cg.zeros((0, 4), "float32"))
+        assert out.shape == (0, 4)
+        assert out.get().shape == (0, 4)
+    x_h = random_array(rng, (3, 4), "float32")
+    np.testing.assert_allclose(f(cg.asarray(x_h)).get(), 2 * x_h, rtol=1e-6)  # other shapes: graphs
+    assert len(f.graphs) == 1
+    stats = f.stats()
+    assert stats["calls"] == 4
+    (only,) = stats["graphs"].values()
+    assert only["nodes"] > 0
+    f.close()

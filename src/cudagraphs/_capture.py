@@ -150,6 +150,16 @@ class CaptureSession:
         CaptureError
             If graph memory is still alive, or nothing was recorded.
         """
+        graph = self._end(allow_empty=False)
+        assert graph is not None
+        return graph
+
+    def end_or_none(self) -> Graph | None:
+        """:meth:`end`, but a capture that recorded nothing is undone and None returned."""
+        return self._end(allow_empty=True)
+
+    def _end(self, allow_empty: bool) -> Graph | None:
+        """End the capture (see :meth:`end`); None for an empty one if ``allow_empty``."""
         rec, graph = self.rec, self.graph
         assert rec is not None
         assert graph is not None
@@ -182,6 +192,9 @@ class CaptureSession:
                     "condition in a while_loop/if_then/if_else/switch, or do not make it"
                 )
             if not rec.nodes and not self.device.backend.graph_topology(raw)[0]:
+                if allow_empty:
+                    self._undo(raw)
+                    return None
                 raise CaptureError(
                     f"the capture on stream 0x{self.stream.handle:x} recorded nothing: queue "
                     "kernels, copies or memsets on the captured stream inside the block"

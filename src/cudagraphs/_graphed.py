@@ -453,7 +453,9 @@ class GraphedCallable:
                 entry.hits += 1
                 self._stage(entry, ins, n, bucket, stream)
             graph = entry.graph
-            assert graph is not None
+            if graph is None:  # fn queued no work for this key: what it returns, from an eager run
+                with stream, _streams_only(device, stream):
+                    return self.fn(*args, **kwargs)
             graph.replay(stream)
             _still_valid(leaves, self._lease)
             result = self._outputs(entry, n, bucket, stream)
@@ -725,7 +727,9 @@ class GraphedCallable:
         except BaseException:
             session.abort()
             raise
-        session.end()
+        if session.end_or_none() is None:  # nothing to replay (a zero-size batch): calls run fn
+            self._entries[key] = entry
+            return entry
         graph.output = None
         outs: list[Any] = []
         entry.out_spec = _flatten(out, outs)
@@ -811,11 +815,19 @@ class GraphedCallable:
     @property
     def graphs(self) -> dict[Any, Graph]:
         """The captured graphs by bucket (or by input shapes without buckets), for inspection."""
-        out: dict[Any, Graph] = {}
+        return {name: graph for name, graph, _ in self._named()}
+
+    def _named(self) -> list[tuple[Any, Graph, _Entry]]:
+        """(name, graph, entry) of the keys with a graph (not those whose function queued no work)."""
+        out: list[tuple[Any, Graph, _Entry]] = []
+        names: set[Any] = set()
         for key, entry in self._entries.items():
+            if entry.graph is None:
+                continue
             name = entry.bucket if entry.bucket is not None else tuple(shape for _, shape in key[1])
-            assert entry.graph is not None
-            out[name if name not in out else (name, len(out))] = entry.graph
+            name = name if name not in names else (name, len(out))
+            names.add(name)
+            out.append((name, entry.graph, entry))
         return out
 
     def stats(self) -> dict[str, Any]:
@@ -828,7 +840,7 @@ class GraphedCallable:
         with self._lock:
             per = {
                 name: {"hits": e.hits, "memory": e.memory, "nodes": len(g.nodes)}
-                for (name, g), e in zip(self.graphs.items(), self._entries.values())
+                for name, g, e in self._named()
             }
             return {
                 "calls": self._lease.made,
