@@ -382,6 +382,47 @@ def test_a_read_of_an_output_and_another_threads_call_do_not_interleave(
         out_a.get()
 
 
+def test_a_call_after_another_thread_began_capturing_the_previous_calls_stream(
+    dev: cg.Device, rng: np.random.Generator
+) -> None:
+    """The call waits for what was queued there before that capture, and records nothing in it."""
+    f = cg.graphed(lambda x: cg.ops.scale(2.0, x), device=dev)
+    a_h, b_h = random_array(rng, 64, "float32"), random_array(rng, 64, "float32")
+    a = cg.asarray(a_h)
+    dev.synchronize()
+    theirs = dev.create_stream()
+    capturing, done = threading.Event(), threading.Event()
+    results: dict[str, Any] = {}
+
+    def other_thread() -> None:
+        try:
+            with theirs:
+                b = cg.asarray(b_h)
+                results["b"] = f(b).copy()  # the callable's last stream: `theirs`
+                with cg.capture() as g:  # ... which this thread captures now
+                    cg.ops.scale(3.0, b, out=b)
+                    capturing.set()
+                    done.wait(30)
+                g.replay()
+                results["b*3"] = b.get()
+        except BaseException as exc:  # reported below
+            results["error"] = exc
+            capturing.set()
+
+    t = threading.Thread(target=other_thread)
+    t.start()
+    capturing.wait(30)
+    try:
+        got = f(a).get()  # waits for `theirs` as it was before the capture began
+    finally:
+        done.set()
+        t.join(30)
+    assert "error" not in results, results["error"]
+    np.testing.assert_allclose(got, 2 * a_h, rtol=1e-6)
+    np.testing.assert_allclose(results["b"].get(), 2 * b_h, rtol=1e-6)
+    np.testing.assert_allclose(results["b*3"], 3 * b_h, rtol=1e-6)  # the capture was not broken
+
+
 def test_foreign_arrays_are_viewed_without_copies(dev: cg.Device, rng: np.random.Generator) -> None:
     base = cg.asarray(random_array(rng, 6, "float32"))
     foreign = FakeForeign(base)
