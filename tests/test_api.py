@@ -67,6 +67,7 @@ PUBLIC = {
     "capture_status",
     "is_capturing",
     "GraphState",
+    "GraphStateError",
     "GraphModule",
     "GraphOutput",
     "GraphedCallable",

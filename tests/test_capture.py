@@ -585,3 +585,121 @@ def test_a_graph_captured_inside_another_capture_is_instantiated_on_first_use(de
     assert inner.state == "ready"
     side.synchronize()
     np.testing.assert_array_equal(x.get(), np.ones(4, "float32"))
+
+
+# replay inside a capture (issue 26, item 4) ----------------------------------------------
+def _doubling_graph(dev: cg.Device, x: cg.DeviceArray) -> cg.Graph:
+    """A graph captured on a stream of its own: x *= 2."""
+    dev.current_stream().synchronize()  # (x was written there; the graph's stream reads it)
+    own = dev.create_stream()
+    with cg.capture(stream=own) as g:
+        cg.ops.scale(2.0, x, out=x, stream=own)
+    own.synchronize()
+    return g
+
+
+def test_replay_without_stream_inside_a_capture_is_embedded(dev: cg.Device, rng: np.random.Generator) -> None:
+    x_h = random_array(rng, 64, "float32")
+    x = cg.asarray(x_h)
+    g = _doubling_graph(dev, x)
+    with cg.capture() as outer:  # the current stream is captured: g.replay() lands in outer
+        g.replay()
+        cg.ops.axpy(1.0, x, x)  # x += x
+    dev.synchronize()
+    np.testing.assert_array_equal(x.get(), x_h)  # nothing ran while capturing
+    assert "child" in {n.type for n in outer.nodes}
+    outer.replay()
+    outer.replay()
+    np.testing.assert_allclose(x.get(), x_h * 16, rtol=1e-6)
+    assert g.replays == 0  # it ran only as outer's child node
+
+
+def test_replay_without_stream_inside_a_graphed_function_is_embedded(dev: cg.Device) -> None:
+    acc = cg.ones(8, "float32")
+    g = _doubling_graph(dev, acc)
+
+    def body(x: cg.DeviceArray) -> cg.DeviceArray:
+        g.replay()  # acc *= 2, in the graphed body's graph
+        cg.ops.axpy(1.0, x, acc)  # acc += x
+        return acc
+
+    f = cg.graphed(body, warmup=0)
+    one = cg.ones(8, "float32")
+    seen = [float(f(one).get()[0]) for _ in range(3)]
+    assert seen == [3.0, 7.0, 15.0]  # each call: acc = 2 acc + 1 (eagerly once: 3, 3, 3)
+
+
+def test_replay_beside_a_capture_of_this_thread_is_refused(dev: cg.Device, rng: np.random.Generator) -> None:
+    x_h = random_array(rng, 64, "float32")
+    x = cg.asarray(x_h)
+    g = _doubling_graph(dev, x)
+    y = cg.zeros(64, "float32")
+    other = dev.create_stream()
+    before = dev.allocator.stats().in_use
+    refused = r"Graph.replay\(\) on stream .* while this thread captures"
+    for how in ({}, {"stream": dev.stream}):  # the default (g's stream), or one given
+        with pytest.raises(cg.CaptureError, match=refused), cg.capture(stream=other):
+            cg.ops.fill(y, 1.0, stream=other)
+            g.replay(**how)  # would run now, outside the capture of `other`
+    dev.synchronize()
+    np.testing.assert_array_equal(x.get(), x_h)  # g never ran
+    assert g.replays == 0
+    assert dev.allocator.stats().in_use == before
+    g.replay()  # after the capture: on its own stream, as before
+    g.stream.synchronize()
+    np.testing.assert_array_equal(x.get(), x_h * 2)
+
+
+def test_replay_from_another_thread_beside_a_capture_runs(dev: cg.Device, rng: np.random.Generator) -> None:
+    """Only a capture of the replaying thread refuses: another thread's replay runs."""
+    x_h = random_array(rng, 64, "float32")
+    x = cg.asarray(x_h)
+    g = _doubling_graph(dev, x)
+    errors: list[BaseException] = []
+    backend = dev.backend.name
+
+    def replay() -> None:
+        try:
+            with cg.override(backend=backend):
+                g.replay()
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    y = cg.zeros(8, "float32")
+    with cg.capture():
+        cg.ops.fill(y, 1.0)
+        t = threading.Thread(target=replay)
+        t.start()
+        t.join()
+    assert not errors, errors
+    g.stream.synchronize()
+    np.testing.assert_array_equal(x.get(), x_h * 2)
+
+
+# a graph that is not ready (issue 26, item 9) ------------------------------------------------
+def test_a_closed_graph_names_the_operation_refused(dev: cg.Device) -> None:
+    x = cg.ones(8, "float32")
+    y = cg.ones(8, "float32")
+    with cg.capture() as g:
+        cg.ops.scale(2.0, x, out=x)
+    with cg.capture(instantiate=False) as source:
+        cg.ops.scale(2.0, x, out=x)
+    g.close()
+    calls = {
+        "Graph.replay()": lambda: g.replay(),
+        "Graph.upload()": lambda: g.upload(),
+        "Graph.update()": lambda: g.update(source),
+        "Graph.rebind()": lambda: g.rebind(x, y),
+        "Graph.repoint()": lambda: g.repoint(x, y),
+        "Graph.set_arg()": lambda: g.set_arg(0, 0, 1.0),
+    }
+    for op, call in calls.items():
+        with pytest.raises(cg.GraphStateError) as info:
+            call()
+        assert isinstance(info.value, cg.CudaGraphsError)
+        assert isinstance(info.value, RuntimeError)  # (what it was before: still caught there)
+        assert str(info.value).startswith(f"{op}: this graph is closed"), str(info.value)
+        assert "capture it again" in str(info.value)
+    with pytest.raises(cg.GraphStateError, match=r"Graph.replay\(\): this graph is captured.*instantiate"):
+        source.replay()
+    g.close()  # (still idempotent)

@@ -106,6 +106,78 @@ def test_outputs_expire_at_the_next_call(dev: cg.Device, rng: np.random.Generato
     np.testing.assert_allclose(kept.get(), 2 * x.get() + y.get(), rtol=1e-6)
 
 
+def test_every_use_of_a_stale_output_raises(dev: cg.Device, rng: np.random.Generator) -> None:
+    """Issue 26, item 7: the callable, host slots, repoint and every read refuse a stale output."""
+    f = cg.graphed(lambda x: cg.ops.scale(2.0, x), device=dev)
+    x_h = random_array(rng, 8, "float32")
+    x = cg.asarray(x_h)
+    stale = f(x)
+    f(x)
+    target_h = random_array(rng, 8, "float32")
+    target = cg.asarray(target_h)
+    with cg.capture() as g:
+        cg.ops.scale(3.0, target, out=target)
+    slot = cg.HostSlot(8, "float32")
+    slot.array[...] = 7.0
+    keep = slot.array.copy()
+    uses = {
+        "the callable": lambda: f(stale),
+        "HostSlot.copy_from": lambda: slot.copy_from(stale),
+        "HostSlot.copy_to": lambda: slot.copy_to(stale),
+        "Graph.repoint (new)": lambda: g.repoint(target, stale),
+        "Graph.repoint (old)": lambda: g.repoint(stale, target),
+        "Graph.rebind": lambda: g.rebind(target, stale),
+        "get": stale.get,
+        "get_async": stale.get_async,
+        "copy": stale.copy,
+        "set": lambda: stale.set(np.ones(8, "float32")),
+        "a view": lambda: stale.reshape(2, 4),
+        "an op": lambda: cg.ops.add(stale, x),
+        "an op's out=": lambda: cg.ops.scale(1.0, x, out=stale),
+        "ptr": lambda: stale.ptr,
+    }
+    if dev.backend.capabilities.shares_memory:  # (sim arrays have neither)
+        uses["__cuda_array_interface__"] = lambda: stale.__cuda_array_interface__
+        uses["__dlpack__"] = stale.__dlpack__
+    for name, use in uses.items():
+        with pytest.raises(cg.StaleOutputError, match="copy them"):
+            use()
+            pytest.fail(f"{name} took a stale output")
+    dev.synchronize()
+    np.testing.assert_array_equal(slot.array, keep)  # nothing was copied in or out
+    g.replay()
+    np.testing.assert_allclose(target.get(), 3 * target_h, rtol=1e-6)  # g was not repointed
+    assert f.stats()["calls"] == 2  # the refused call counted nothing
+
+
+def test_an_output_fed_back_into_its_callable_is_read_before_it_is_overwritten(
+    dev: cg.Device, rng: np.random.Generator
+) -> None:
+    """``h = f(h)``: the output is valid at the call; the call reads it, then overwrites it."""
+    f = cg.graphed(lambda h: cg.ops.add(cg.ops.scale(2.0, h), h), device=dev)
+    h_h = random_array(rng, 16, "float32")
+    h = f(cg.asarray(h_h))
+    expect = 3 * h_h
+    for _ in range(4):
+        h = f(h)
+        expect = 3 * expect
+        np.testing.assert_allclose(h.get(), expect, rtol=1e-5)
+
+
+def test_an_output_of_another_callable_is_an_input(dev: cg.Device, rng: np.random.Generator) -> None:
+    g = cg.graphed(lambda x: cg.ops.scale(2.0, x), device=dev)
+    f = cg.graphed(lambda x: cg.ops.add(x, x), device=dev)
+    x_h = random_array(rng, 16, "float32")
+    x = cg.asarray(x_h)
+    for _ in range(3):
+        out = f(g(x))
+        np.testing.assert_allclose(out.get(), 4 * x_h, rtol=1e-6)
+    first = g(x)
+    g(x)
+    with pytest.raises(cg.StaleOutputError):
+        f(first)
+
+
 def test_copy_outputs_returns_arrays_that_survive_later_calls(
     dev: cg.Device, rng: np.random.Generator
 ) -> None:
@@ -259,6 +331,96 @@ def test_calls_from_several_threads_are_serialized(dev: cg.Device, rng: np.rando
         t.join()
     assert not errors, errors[0]
     assert f.stats()["calls"] == 40
+
+
+def test_a_read_of_an_output_and_another_threads_call_do_not_interleave(
+    dev: cg.Device, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 26, item 8: the check of an output and the copy that reads it are one step.
+
+    Thread A reads its output; another thread calls the callable at the worst
+    moment, after A's check and before A's copy is queued (the copy's issue
+    is where it is made to happen). The call must wait for A's copy, so A
+    reads its own result, never the other thread's.
+    """
+    f = cg.graphed(lambda x: cg.ops.scale(2.0, x), device=dev)
+    a_h, b_h = random_array(rng, 64, "float32"), random_array(rng, 64, "float32")
+    a, b = cg.asarray(a_h), cg.asarray(b_h)
+    other = dev.create_stream()
+    dev.synchronize()
+    out_a = f(a)
+    results: dict[str, Any] = {}
+
+    def call_b() -> None:
+        try:
+            with other:
+                out_b = f(b)
+                results["b"] = out_b.get()  # (its replay has run: the buffers hold b's result)
+        except BaseException as exc:  # reported below
+            results["b"] = exc
+
+    backend = dev.backend
+    real = backend.memcpy
+    caller = threading.Thread(target=call_b)
+
+    def memcpy(raw: Any, copy: Any) -> Any:
+        if copy.kind == "dtoh" and not caller.is_alive() and "b" not in results:
+            caller.start()  # the other thread's call, between A's check and A's copy
+            caller.join(1.0)
+            results["b waited"] = caller.is_alive()
+        return real(raw, copy)
+
+    monkeypatch.setattr(backend, "memcpy", memcpy)
+    got = out_a.get()
+    monkeypatch.setattr(backend, "memcpy", real)
+    caller.join(30)
+    assert not isinstance(results["b"], BaseException), results["b"]
+    np.testing.assert_allclose(got, 2 * a_h, rtol=1e-6)  # A's own result
+    np.testing.assert_allclose(results["b"], 2 * b_h, rtol=1e-6)
+    assert results["b waited"]  # the call waited for A's copy (it takes the callable's lock)
+    with pytest.raises(cg.StaleOutputError):
+        out_a.get()
+
+
+def test_a_call_after_another_thread_began_capturing_the_previous_calls_stream(
+    dev: cg.Device, rng: np.random.Generator
+) -> None:
+    """The call waits for what was queued there before that capture, and records nothing in it."""
+    f = cg.graphed(lambda x: cg.ops.scale(2.0, x), device=dev)
+    a_h, b_h = random_array(rng, 64, "float32"), random_array(rng, 64, "float32")
+    a = cg.asarray(a_h)
+    dev.synchronize()
+    theirs = dev.create_stream()
+    capturing, done = threading.Event(), threading.Event()
+    results: dict[str, Any] = {}
+
+    def other_thread() -> None:
+        try:
+            with theirs:
+                b = cg.asarray(b_h)
+                results["b"] = f(b).copy()  # the callable's last stream: `theirs`
+                with cg.capture() as g:  # ... which this thread captures now
+                    cg.ops.scale(3.0, b, out=b)
+                    capturing.set()
+                    done.wait(30)
+                g.replay()
+                results["b*3"] = b.get()
+        except BaseException as exc:  # reported below
+            results["error"] = exc
+            capturing.set()
+
+    t = threading.Thread(target=other_thread)
+    t.start()
+    capturing.wait(30)
+    try:
+        got = f(a).get()  # waits for `theirs` as it was before the capture began
+    finally:
+        done.set()
+        t.join(30)
+    assert "error" not in results, results["error"]
+    np.testing.assert_allclose(got, 2 * a_h, rtol=1e-6)
+    np.testing.assert_allclose(results["b"].get(), 2 * b_h, rtol=1e-6)
+    np.testing.assert_allclose(results["b*3"], 3 * b_h, rtol=1e-6)  # the capture was not broken
 
 
 def test_foreign_arrays_are_viewed_without_copies(dev: cg.Device, rng: np.random.Generator) -> None:
@@ -797,3 +959,22 @@ def test_inside_another_capture_the_call_uses_a_graph_without_input_nodes(
     outer.replay()
     np.testing.assert_allclose(out.get(stream=s), 2 * xh, rtol=1e-6)
     s.close()
+
+
+def test_a_function_that_queues_nothing_returns_what_it_returns(
+    dev: cg.Device, rng: np.random.Generator
+) -> None:
+    """Issue 26, item 6: a zero-size batch without buckets (its capture records nothing)."""
+    f = cg.graphed(lambda x: cg.ops.scale(2.0, x), device=dev)
+    for _ in range(3):
+        out = f(cg.zeros((0, 4), "float32"))
+        assert out.shape == (0, 4)
+        assert out.get().shape == (0, 4)
+    x_h = random_array(rng, (3, 4), "float32")
+    np.testing.assert_allclose(f(cg.asarray(x_h)).get(), 2 * x_h, rtol=1e-6)  # other shapes: graphs
+    assert len(f.graphs) == 1
+    stats = f.stats()
+    assert stats["calls"] == 4
+    (only,) = stats["graphs"].values()
+    assert only["nodes"] > 0
+    f.close()

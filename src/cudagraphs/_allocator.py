@@ -572,20 +572,19 @@ class CachingAllocator(_Counters):
     def _miss(self, size: int, stream: Stream) -> int:
         self._misses += 1
         self._streams[stream.handle] = stream
-        # stealing needs an event on the owner stream: not while capturing
-        stealable = () if _recording.active(self._device) else self._free.items()
-        for (owner, other_size), cached in stealable:
-            if other_size == size and cached and owner != stream.handle:
-                owner_stream = self._streams.get(owner)
-                if owner_stream is not None and owner_stream._recording is not None:
-                    continue  # an event on a capturing stream would land in its graph
-                # another stream's block: order our stream after its last use (a closed
-                # stream finished its work when it was closed); taken once ordered, so
-                # that a failed event leaves it in the cache
-                if owner_stream is not None and not owner_stream.closed:
-                    self._follow(stream, owner_stream)
-                self._wait_for(cached[-1], stream)
-                return cached.pop()
+        # stealing needs an event on the owner stream: only while no capture is active, and
+        # none begins meanwhile (another thread's, on the owner stream, would take the event)
+        with _recording.quiet() as quiet:
+            for (owner, other_size), cached in self._free.items() if quiet else ():
+                if other_size == size and cached and owner != stream.handle:
+                    owner_stream = self._streams.get(owner)
+                    # another stream's block: order our stream after its last use (a closed
+                    # stream finished its work when it was closed); taken once ordered, so
+                    # that a failed event leaves it in the cache
+                    if owner_stream is not None and not owner_stream.closed:
+                        self._follow(stream, owner_stream)
+                    self._wait_for(cached[-1], stream)
+                    return cached.pop()
         try:
             ptr = self._driver_alloc(size, stream)
         except CudaError as exc:

@@ -37,7 +37,7 @@ from typing import Any, Literal
 from . import _recording, interop
 from ._allocator import safe_point
 from ._array import empty
-from ._device import Device, Stream, current_device, resolve_stream
+from ._device import Device, Event, Stream, current_device, resolve_stream
 from ._errors import CaptureError
 from ._graph import Graph, Resources, release_resources
 from ._pool import ForbidMemory, GraphMemory, GraphPool, PoolMemory
@@ -112,9 +112,10 @@ class CaptureSession:
             If the stream is already being captured.
         """
         self.stream._live()
+        before = Event(self.device)  # (see _recording.mark)
         self.pool.acquire()
         try:
-            rec = _recording.begin(self.device, self.stream, self.mode, self.memory)
+            rec = _recording.begin(self.device, self.stream, self.mode, self.memory, before)
         except BaseException:
             self.pool.drop([])
             raise
@@ -149,6 +150,16 @@ class CaptureSession:
         CaptureError
             If graph memory is still alive, or nothing was recorded.
         """
+        graph = self._end(allow_empty=False)
+        assert graph is not None
+        return graph
+
+    def end_or_none(self) -> Graph | None:
+        """:meth:`end`, but a capture that recorded nothing is undone and None returned."""
+        return self._end(allow_empty=True)
+
+    def _end(self, allow_empty: bool) -> Graph | None:
+        """End the capture (see :meth:`end`); None for an empty one if ``allow_empty``."""
         rec, graph = self.rec, self.graph
         assert rec is not None
         assert graph is not None
@@ -181,6 +192,9 @@ class CaptureSession:
                     "condition in a while_loop/if_then/if_else/switch, or do not make it"
                 )
             if not rec.nodes and not self.device.backend.graph_topology(raw)[0]:
+                if allow_empty:
+                    self._undo(raw)
+                    return None
                 raise CaptureError(
                     f"the capture on stream 0x{self.stream.handle:x} recorded nothing: queue "
                     "kernels, copies or memsets on the captured stream inside the block"

@@ -158,8 +158,9 @@ class Stream:
                 f"0x{self.handle:x} while it is being captured: end the capture first"
             )
         finalizer = self._finalizer
-        if finalizer is not None and finalizer.alive:
-            finalizer.detach()
+        with _recording._lock:  # (one step for _recording.mark: an event recorded before, or none)
+            closing = finalizer is not None and finalizer.detach() is not None
+        if closing:
             _recording.release(self.device, _destroy_stream, self.device.backend, self._raw)
 
     @property

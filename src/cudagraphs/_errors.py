@@ -8,6 +8,7 @@
     ├── CaptureError                 illegal work during stream capture
     │   └── CaptureInvalidatedError  the driver invalidated the capture
     ├── UpdateError(reason, node)    an executable graph could not be updated
+    ├── GraphStateError              (also a RuntimeError) a graph used in a state that forbids it
     ├── KernelCompileError(log)      NVRTC rejected a kernel's source
     ├── OutOfMemoryError             (also a MemoryError) the device is full
     └── DistributedError             a communicator failed (NCCL, or ranks that disagree)
@@ -27,6 +28,7 @@ __all__ = [
     "CudaError",
     "CudaGraphsError",
     "DistributedError",
+    "GraphStateError",
     "KernelCompileError",
     "OutOfMemoryError",
     "StaleOutputError",
@@ -73,6 +75,13 @@ class CaptureError(CudaGraphsError):
 
 class CaptureInvalidatedError(CaptureError):
     """The driver invalidated the capture (e.g. a synchronizing call)."""
+
+
+class GraphStateError(CudaGraphsError, RuntimeError):
+    """A graph was used in a state that forbids it: closed, consumed by an update, failed, not instantiated.
+
+    The message names the operation and the state, and what to do instead.
+    """
 
 
 class StaleOutputError(CudaGraphsError, RuntimeError):

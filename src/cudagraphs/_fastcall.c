@@ -1595,13 +1595,16 @@ static PyTypeObject ElementwiseType = {
 
 /* ---- Graph.replay's repeat path ----------------------------------------------------------
  *
- * replay_method(Graph, python_replay) makes a method of Graph, written in C, to put in place of
- * Graph.replay: for a ready graph replayed on its own stream, which no capture records, whose
- * launch function is the one fast_graph_launch() named (the cuda backend's, with the fast calls
- * bound), it calls cuGraphLaunch and counts the replay; every other call (another stream, a
- * graph not ready, a stream being captured, a driver error) goes to python_replay unchanged.
+ * replay_method(Graph, python_replay, active) makes a method of Graph, written in C, to put in
+ * place of Graph.replay: for a ready graph replayed on its own stream (the default) or one it
+ * replayed on before, while no capture is in progress
+ * (`active`, the dict of captures by device, is empty), whose launch function is the one
+ * fast_graph_launch() named (the cuda backend's, with the fast calls bound), it calls
+ * cuGraphLaunch and counts the replay; every other call (another stream, a graph not ready, a
+ * capture in progress anywhere, a driver error) goes to python_replay unchanged.
  */
 static PyObject *replay_slow, *replay_launch; /* the Python Graph.replay; the launch function */
+static PyObject *replay_active;               /* the captures in progress ({device: [Recording]}) */
 static PyTypeObject *graph_type;
 static Py_ssize_t g_exec, g_launch, g_stream, g_replays, g_res;
 static PyObject *str_streams;
@@ -1657,6 +1660,8 @@ static PyObject *graph_replay(PyObject *self, PyObject *const *args, size_t narg
     else if (nargs != 0 || kwnames != NULL) goto slow;
     PyObject *stream = SLOT(self, g_stream);
     if (stream_type == NULL || stream == NULL || Py_TYPE(stream) != stream_type) goto slow;
+    /* a capture in progress: Python decides (embed in it, or refuse a replay beside it) */
+    if (replay_active == NULL || !PyDict_CheckExact(replay_active) || PyDict_GET_SIZE(replay_active)) goto slow;
     if (given != NULL && given != Py_None && given != stream) { /* another stream: a known one */
         if (Py_TYPE(given) != stream_type || SLOT(given, s_device) != SLOT(stream, s_device) ||
             stream_open(given) != 1 || !known_stream(self, given))
@@ -1685,17 +1690,19 @@ slow:
 static PyMethodDef replay_def = {
     "replay", (PyCFunction)(void (*)(void))graph_replay, METH_FASTCALL | METH_KEYWORDS,
     "replay($self, /, stream=None)\n--\n\n"
-    "Queue one run of the graph on ``stream`` (default: the captured one).\n\n"
+    "Queue one run of the graph on ``stream`` (default: see below).\n\n"
     "Stream-ordered after earlier work on that stream; returns at once.\n"
-    "Inside the capture of another graph (``stream`` being captured), the\n"
-    "graph is embedded there as a child-graph node instead, and that graph\n"
-    "keeps this one alive.\n",
+    "The default stream is the current one while it is being captured (the\n"
+    "graph is then embedded in that capture as a child-graph node), else the\n"
+    "stream the graph was captured on. A replay on a stream no capture\n"
+    "records while this thread captures another raises CaptureError.\n",
 };
 
-/* replay_method(Graph, python_replay): the C method to put in place of Graph.replay. */
+/* replay_method(Graph, python_replay, active): the C method to put in place of Graph.replay. */
 static PyObject *replay_method(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2 || !PyType_Check(args[0]) || !PyCallable_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "replay_method takes the Graph class and its Python replay");
+    if (nargs != 3 || !PyType_Check(args[0]) || !PyCallable_Check(args[1]) || !PyDict_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "replay_method takes the Graph class, its Python replay and the dict of captures in progress");
         return NULL;
     }
     PyTypeObject *t = (PyTypeObject *)args[0];
@@ -1708,6 +1715,8 @@ static PyObject *replay_method(PyObject *self, PyObject *const *args, Py_ssize_t
     Py_XSETREF(graph_type, t);
     Py_INCREF(args[1]);
     Py_XSETREF(replay_slow, args[1]);
+    Py_INCREF(args[2]);
+    Py_XSETREF(replay_active, args[2]);
     return PyDescr_NewMethod(t, &replay_def);
 }
 
@@ -1782,6 +1791,8 @@ static int hot_stream(PyObject *hot) {
     PyObject *stream = PyTuple_GET_ITEM(hot, H_STREAM), *arg = PyTuple_GET_ITEM(hot, H_SOURCE_ARG);
     long mode = PyLong_AsLong(PyTuple_GET_ITEM(hot, H_MODE));
     if (Py_TYPE(stream) != stream_type || SLOT(stream, s_recording) != Py_None) return 0;
+    /* a capture in progress: the Python call (graph.replay) embeds in it or refuses, as replay does */
+    if (replay_active == NULL || !PyDict_CheckExact(replay_active) || PyDict_GET_SIZE(replay_active)) return 0;
     if (mode == MODE_TORCH) { /* PyTorch's current stream of the device, by handle */
         PyObject *h = PyObject_CallOneArg(PyTuple_GET_ITEM(hot, H_SOURCE), arg);
         int same = h == NULL ? -1 : PyObject_RichCompareBool(h, PyTuple_GET_ITEM(hot, H_HANDLE), Py_EQ);

@@ -21,6 +21,7 @@ import collections
 import enum
 import operator
 import os
+import threading
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +31,7 @@ from . import _patch, _picture, _recording
 from ._array import DeviceArray, foreign_view
 from ._control import Body, Condition, add_conditional, new_condition
 from ._device import Device, Event, Stream
-from ._errors import CaptureError, UpdateError
+from ._errors import CaptureError, GraphStateError, UpdateError
 from ._kernel import fastcall
 from ._recording import NodeRecord, Work, submit
 
@@ -53,6 +54,17 @@ class GraphState(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+_WHAT_NOW = {  # what a graph in each state that is not ready can still be used for
+    GraphState.CAPTURING: "it is still being captured: use it after the capture ends",
+    GraphState.CAPTURED: "call g.instantiate() first, or use it as a source for update()",
+    GraphState.CLOSED: "close() freed it: capture it again",
+    GraphState.FAILED: "its capture failed: capture it again",
+    GraphState.CONSUMED: (
+        "it was the source of another graph's update(), which took over its parameters: use that graph"
+    ),
+}
 
 
 class Node:
@@ -201,7 +213,7 @@ class Graph:
     ----------
     device : Device
     stream : Stream
-        The captured stream, where :meth:`replay` runs by default.
+        The captured stream, where :meth:`replay` runs by default outside captures.
     output : object
         What the captured function returned (closure form), else None.
     replays : int
@@ -351,7 +363,10 @@ class Graph:
         if self._broken is not None:
             raise self._broken()
         if self.state != GraphState.CAPTURED:
-            raise RuntimeError(f"this graph is {self.state}; only a captured graph can be instantiated")
+            raise GraphStateError(
+                f"Graph.instantiate(): this graph is {self.state}; only a captured graph can be "
+                "instantiated (one made with instantiate=False)"
+            )
         if _recording.instantiate_blocked(self.device):
             raise CaptureError(
                 f"a capture in progress on {self.device} forbids instantiating a graph now (the "
@@ -369,7 +384,9 @@ class Graph:
         """Keep ``objects`` alive as long as this graph (e.g. another library's arrays)."""
         if self._res is None:
             if self._rec is None:
-                raise RuntimeError(f"this graph is {self.state}; nothing can be kept with it")
+                raise GraphStateError(
+                    f"Graph.keep(): this graph is {self.state}; nothing can be kept with it"
+                )
             self._rec.keep.extend(objects)
         else:
             self._res.keep.extend(objects)
@@ -393,7 +410,7 @@ class Graph:
             differ (node count, node type, kernel) or the driver refuses; this
             graph is unchanged and keeps replaying as before.
         """
-        exec_ = self._ready()
+        exec_ = self._ready("Graph.update()")
         if not isinstance(source, Graph):
             raise TypeError(f"update takes a cudagraphs Graph, got {type(source).__name__}")
         if source is self:
@@ -401,7 +418,10 @@ class Graph:
         if source.device is not self.device:
             raise ValueError(f"the source graph is on {source.device}, this one on {self.device}")
         if source.state not in (GraphState.READY, GraphState.CAPTURED):
-            raise RuntimeError(f"the source graph is {source.state}; it cannot be used for an update")
+            raise GraphStateError(
+                f"Graph.update(): the source graph is {source.state}; it cannot be used for an "
+                f"update ({_WHAT_NOW.get(source.state, '')})"
+            )
         records = source._records
         if fastcall is not None:  # (in C: 1000 records compared in microseconds, no trace built)
             first, handles = fastcall.same_nodes(self._records, records)
@@ -532,7 +552,7 @@ class Graph:
             memsets, nodes inside conditional bodies): capture again and use
             :meth:`update`. Nothing is changed then.
         """
-        _patch.rebind(self, self._ready(), old, new)
+        _patch.rebind(self, self._ready("Graph.rebind()"), old, new)
         return self
 
     def repoint(self, old: Any, new: Any) -> int:
@@ -568,11 +588,11 @@ class Graph:
             conditional nodes), whose arguments it cannot see: capture again.
             Nothing is changed then.
         """
-        return _patch.repoint(self, self._ready(), [(_as_array(old), _as_array(new))])
+        return _patch.repoint(self, self._ready("Graph.repoint()"), [(_as_array(old), _as_array(new))])
 
     def _repoint(self, pairs: list[tuple[Any, Any]], keep: list[Any]) -> int:
         """:meth:`repoint` of several ``(old, new)`` pairs at once, ``keep``'s memory staying."""
-        return _patch.repoint(self, self._ready(), pairs, keep, required=False)
+        return _patch.repoint(self, self._ready("Graph.repoint()"), pairs, keep, required=False)
 
     def set_arg(self, node: int | Node, arg: int | str, value: Any) -> Graph:
         """Change one argument of kernel node ``node`` (by index or parameter name).
@@ -591,26 +611,25 @@ class Graph:
         UpdateError
             If the node is not a kernel recorded by cudagraphs.
         """
-        _patch.set_arg(self, self._ready(), node, arg, value)
+        _patch.set_arg(self, self._ready("Graph.set_arg()"), node, arg, value)
         return self
 
     def _point_copy(self, index: int, src: int | None) -> None:
         """Point the device copy of record ``index`` at ``src``, or switch it off (graphed inputs)."""
-        _patch.point_copy(self, self._ready(), index, src)
+        _patch.point_copy(self, self._ready("a graphed call"), index, src)
 
     # replay ---------------------------------------------------------------------------------
-    def _ready(self) -> Any:
+    def _ready(self, op: str) -> Any:
+        """The executable, for ``op`` (named in the error when the graph is not ready)."""
         if self._broken is not None:
             raise self._broken()
         if self._later and self.state == GraphState.CAPTURED:
             self.instantiate()  # captured inside another capture: instantiated on first use
         if self._exec is None or self.state != GraphState.READY:
-            hint = (
-                ": call g.instantiate() first, or use it as a source for update()"
-                if self.state == GraphState.CAPTURED
-                else ""
+            raise GraphStateError(
+                f"{op}: this graph is {self.state}; only a ready graph can be used "
+                f"({_WHAT_NOW.get(self.state, 'it is not ready')})"
             )
-            raise RuntimeError(f"this graph is {self.state}; only a ready graph can be replayed{hint}")
         return self._exec
 
     def upload(self, stream: Stream | None = None) -> Graph:
@@ -618,7 +637,7 @@ class Graph:
 
         Idempotent; returns the graph.
         """
-        exec_ = self._ready()
+        exec_ = self._ready("Graph.upload()")
         if not self._uploaded:
             s = self._check_stream(stream) if stream is not None else self.stream
             self.device.backend.graph_launch(exec_, s._live(), upload=True)
@@ -626,19 +645,35 @@ class Graph:
         return self
 
     def replay(self, stream: Stream | None = None) -> None:
-        """Queue one run of the graph on ``stream`` (default: the captured one).
+        """Queue one run of the graph on ``stream`` (default: see below).
 
         Stream-ordered after earlier work on that stream; returns at once.
-        Inside the capture of another graph (``stream`` being captured), the
-        graph is embedded there as a child-graph node instead, and that graph
-        keeps this one alive.
+        On a stream being captured, the graph is embedded in that capture as
+        a child-graph node instead, and that graph keeps this one alive.
+
+        The default stream is this thread's current stream while this thread
+        captures it (inside ``with cg.capture():`` or a graphed function: the
+        graph is embedded there), else the stream the graph was captured on
+        (:attr:`stream`).
+
+        Raises
+        ------
+        CaptureError
+            If ``stream`` is not being captured but this thread is capturing
+            another stream: the replay would run now instead of being
+            recorded. Replay on the captured stream (``stream=``, or inside
+            ``with captured_stream:``) to embed it, or after the capture.
+        GraphStateError
+            If the graph is not ready (closed, not instantiated, consumed).
         """
         exec_ = self._exec
         if exec_ is None and not self._later:
-            self._ready()  # (raises: the graph is not ready)
-        if stream is None:
-            stream = self.stream
-        elif stream is not self.stream:
+            self._ready("Graph.replay()")  # (raises: the graph is not ready)
+        if stream is None:  # (a capture of this thread's current stream, else the graph's own stream)
+            current = self.device.current_stream()
+            rec = current._recording
+            stream = current if rec is not None and rec.thread == threading.get_ident() else self.stream
+        if stream is not self.stream:
             self._check_stream(stream)
             streams = self._res.streams  # type: ignore[union-attr]
             if stream not in streams:
@@ -646,8 +681,9 @@ class Graph:
         if stream._recording is not None:
             self._embed(stream)
             return
+        _recording.refuse_beside_capture(stream, "Graph.replay()", "the graph")
         if exec_ is None:
-            exec_ = self._ready()
+            exec_ = self._ready("Graph.replay()")
         self._launch(exec_, stream._raw)
         self.replays += 1
 
@@ -732,6 +768,7 @@ class Graph:
             _recording.release(self.device, release_resources, self._res)
         self._exec = None
         self._res = None
+        self._later = False
         self._nodes = ()
         if self.state in (GraphState.READY, GraphState.CAPTURED):
             self.state = GraphState.CLOSED
@@ -747,4 +784,4 @@ class Graph:
 
 
 if fastcall is not None:  # the repeat path of replay() in C; the method above stays the reference
-    setattr(Graph, "replay", fastcall.replay_method(Graph, Graph.__dict__["replay"]))  # noqa: B010
+    setattr(Graph, "replay", fastcall.replay_method(Graph, Graph.__dict__["replay"], _recording._ACTIVE))  # noqa: B010

@@ -38,7 +38,7 @@ from typing import Any, NamedTuple, cast
 
 import numpy as np
 
-from . import interop
+from . import _recording, interop
 from ._array import DeviceArray, empty, foreign_view
 from ._builtin import copy_view, fill_value, fill_view
 from ._capture import CaptureSession, capture_options
@@ -55,27 +55,43 @@ __all__ = ["GraphOutput", "GraphedCallable", "graphed"]
 
 # outputs that expire -------------------------------------------------------------------
 class _Lease:
-    """The call counters of one graphed callable.
+    """The call counters of one graphed callable, and its lock.
 
     ``calls`` counts what changes its static buffers (outputs of older calls
     are stale); ``made`` counts the calls made (its ``stats()["calls"]``).
+    ``lock`` is the callable's: a call holds it from counting to queuing its
+    replay, and work that uses an output is queued holding it (see
+    :data:`cudagraphs._recording.EXPIRING`).
     """
 
-    __slots__ = ("calls", "made", "name")
+    __slots__ = ("calls", "lock", "made", "name")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, lock: Any) -> None:
         self.calls = 0
         self.made = 0
         self.name = name
+        self.lock = lock
+
+
+_PTR = DeviceArray.__dict__["ptr"]  # the address's slot, under GraphOutput's checking property
 
 
 class GraphOutput(DeviceArray):
     """A view of a graphed callable's static output, valid until its next call.
 
-    Using it (reading it, viewing it, passing it to a kernel or another
-    library) after a later call of the callable raises
-    :class:`~cudagraphs.StaleOutputError`: the graph has overwritten it.
-    ``.copy()`` it to keep it.
+    Using it (reading it, viewing it, passing it to a kernel, a host slot, a
+    graph's ``repoint``, the callable itself or another library) after a
+    later call of the callable raises :class:`~cudagraphs.StaleOutputError`:
+    the graph has overwritten it. ``.copy()`` it to keep it.
+
+    Notes
+    -----
+    Every use reads the array's address, :attr:`ptr`, which checks (the one
+    place). Work that uses an output is queued holding the callable's lock,
+    after checking again under it: a call from another thread comes wholly
+    before (the output is stale: the work raises) or after (the call waits
+    for the work on the previous call's stream, where outputs are read by
+    default). Work on another stream is ordered with the next call by you.
     """
 
     __slots__ = ("_call", "_lease")
@@ -86,7 +102,8 @@ class GraphOutput(DeviceArray):
     @classmethod
     def _expiring(cls, base: DeviceArray, lease: _Lease) -> GraphOutput:
         out: GraphOutput = object.__new__(cls)  # base's description, copied as it is
-        out._block, out.ptr, out.shape, out.strides = base._block, base.ptr, base.shape, base.strides
+        out._block, out.shape, out.strides = base._block, base.shape, base.strides
+        _PTR.__set__(out, base.ptr)
         out.dtype, out.device, out.size, out.is_contiguous = (
             base.dtype,
             base.device,
@@ -107,50 +124,41 @@ class GraphOutput(DeviceArray):
                 "copy_outputs=True) to keep them"
             )
 
-    def _view(self, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> DeviceArray:
+    @property
+    def ptr(self) -> int:
+        """The address (checked: a stale output raises :class:`~cudagraphs.StaleOutputError`)."""
         self._check()
+        address: int = _PTR.__get__(self, GraphOutput)
+        return address
+
+    @ptr.setter
+    def ptr(self, value: int) -> None:
+        _PTR.__set__(self, value)
+
+    @property
+    def _guard(self) -> Any:
+        """The lock work that uses this output is queued under (its callable's)."""
+        return self._lease.lock
+
+    def _view(self, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> DeviceArray:
         out = cast(GraphOutput, GraphOutput._wrap(self._block, ptr, shape, strides, self.dtype))
         out._lease, out._call = self._lease, self._call
         return out
 
     def _view_spec(self) -> Any:
-        self._check()
+        self._check()  # (the description is cached: made without reading ptr again)
         return DeviceArray._view_spec(self)
 
-    def get(self, *, stream: Stream | None = None) -> np.ndarray:
-        """Copy to a numpy array (see :meth:`DeviceArray.get`)."""
-        self._check()
-        return DeviceArray.get(self, stream=stream)
-
-    def get_async(self, *, stream: Stream | None = None) -> Any:
-        """Start a copy to the host (see :meth:`DeviceArray.get_async`)."""
-        self._check()
-        return DeviceArray.get_async(self, stream=stream)
-
-    def copy(self, *, stream: Stream | None = None) -> DeviceArray:
-        """A new array with the same contents, that does not expire."""
-        self._check()
-        return DeviceArray.copy(self, stream=stream)
-
-    def set(self, value: Any, *, stream: Stream | None = None) -> DeviceArray:
-        """Write ``value`` into the output (see :meth:`DeviceArray.set`)."""
-        self._check()
-        return DeviceArray.set(self, value, stream=stream)
-
-    @property
-    def __cuda_array_interface__(self) -> dict[str, Any]:
-        self._check()
-        return DeviceArray.__cuda_array_interface__.fget(self)  # type: ignore[attr-defined,no-any-return]
-
-    def __dlpack__(self, **kwargs: Any) -> object:
-        """Export as DLPack (see :meth:`DeviceArray.__dlpack__`)."""
-        self._check()
-        return DeviceArray.__dlpack__(self, **kwargs)
+    def _fixed(self) -> DeviceArray:
+        """A plain view of the same memory (checked now), for work that is ordered by the caller."""
+        return DeviceArray._wrap(self._block, self.ptr, self.shape, self.strides, self.dtype)
 
     def __repr__(self) -> str:
         state = "stale" if self._lease.calls != self._call else "valid until the next call"
         return f"<cudagraphs.GraphOutput shape={self.shape} dtype={self.dtype} ({state})>"
 
+
+_recording.EXPIRING.add(GraphOutput)
 
 _tuple_new = tuple.__new__  # (named tuples built in C: the repeat path)
 _FIXED, _TORCH, _CURRENT = 0, 1, 2  # where an armed call's stream comes from (see _fastcall.c)
@@ -260,6 +268,8 @@ class _In(NamedTuple):
 
 
 def _describe(obj: Any, device: Device) -> _In:
+    if type(obj) is GraphOutput:  # (checked now; the call reads it as plain memory)
+        obj = obj._fixed()
     if isinstance(obj, DeviceArray):
         if obj.device is not device:
             raise ValueError(f"graphed: an input array is on {obj.device}, the callable on {device}")
@@ -278,6 +288,20 @@ def _describe(obj: Any, device: Device) -> _In:
     if view is None:
         raise TypeError(f"graphed: {type(obj).__name__} is not a CUDA device array")
     return _In(view, None, view.ptr, view.shape, view.dtype, view.is_contiguous)
+
+
+def _still_valid(leaves: list[Any], lease: _Lease) -> None:
+    """Check again, after a call queued its replay, the inputs that are another callable's outputs.
+
+    They were checked when described, outside their callable's lock (holding
+    two callables' locks could deadlock two threads that feed each one's
+    outputs to the other). A call of theirs counts before it waits for its
+    previous call's stream: if none counted by now, it waits for this replay
+    where that is the stream the output was made on (this thread's, by default).
+    """
+    for x in leaves:
+        if type(x) is GraphOutput and x._lease is not lease:
+            x._check()
 
 
 def _array_of(i: _In, device: Device) -> DeviceArray:
@@ -388,7 +412,7 @@ class GraphedCallable:
         self._buffers: dict[Any, list[DeviceArray]] = {}  # static inputs, shared across buckets
         # (where the C part is built, an RLock its call takes without a method call)
         self._lock: Any = fastcall.Lock(reentrant=True) if fastcall is not None else threading.RLock()
-        self._lease = _Lease(getattr(fn, "__qualname__", "the graphed callable"))
+        self._lease = _Lease(getattr(fn, "__qualname__", "the graphed callable"), self._lock)
         self._last: Stream | None = None
         self._hot: tuple[Any, ...] | None = None  # what the C call may repeat (see _arm)
         self._misses = 0
@@ -403,22 +427,25 @@ class GraphedCallable:
             leaves = []
             spec = _flatten((args, kwargs), leaves)
         device = self.device
-        ins = [_describe(x, device) for x in leaves]
         key: tuple[Any, ...]
-        if self.buckets is None:  # (the common case: keyed by the exact shapes)
-            n = bucket = None
-            key = (spec, tuple([(i.dtype, i.shape) for i in ins]))
-        else:
-            n, bucket = self._bucket(ins)
-            key = (spec, tuple([(i.dtype, self._shape(i.shape, bucket)) for i in ins]))
-        with self._lock:
+        with self._lock:  # (inputs that are this callable's outputs are checked under it)
+            ins = [_describe(x, device) for x in leaves]
+            if self.buckets is None:  # (the common case: keyed by the exact shapes)
+                n = bucket = None
+                key = (spec, tuple([(i.dtype, i.shape) for i in ins]))
+            else:
+                n, bucket = self._bucket(ins)
+                key = (spec, tuple([(i.dtype, self._shape(i.shape, bucket)) for i in ins]))
             self._hot = None  # (armed again below, for this call's kind)
+            # every earlier output is stale from here on; counted before the wait for the
+            # previous call's stream, so that work a thread queued there on an output it
+            # checked before this count is waited for (see _still_valid)
+            self._lease.calls += 1
+            self._lease.made += 1
             stream = self._begin_on(self._call_stream(ins))
             if stream._recording is not None:  # inside a capture: graphs without input nodes
                 key = (*key, "captured")
             entry = self._entries.get(key)
-            self._lease.calls += 1  # every earlier output is stale from here on
-            self._lease.made += 1
             if entry is None:
                 self._misses += 1
                 entry = self._capture(key, spec, ins, n, bucket, stream)
@@ -426,8 +453,11 @@ class GraphedCallable:
                 entry.hits += 1
                 self._stage(entry, ins, n, bucket, stream)
             graph = entry.graph
-            assert graph is not None
+            if graph is None:  # fn queued no work for this key: what it returns, from an eager run
+                with stream, _streams_only(device, stream):
+                    return self.fn(*args, **kwargs)
             graph.replay(stream)
+            _still_valid(leaves, self._lease)
             result = self._outputs(entry, n, bucket, stream)
             if fastcall is not None and spec == _positional_spec(len(leaves)):
                 self._arm(entry, leaves, ins, stream)
@@ -512,8 +542,11 @@ class GraphedCallable:
             # (CUDA_ERROR_STREAM_CAPTURE_ISOLATION)
             return stream
         last = self._last
-        if last is not None and last is not stream and not last.closed:
-            stream.wait(last)
+        if last is not None and last is not stream:
+            # (another thread may be capturing `last` now: then what it queued there before)
+            event = _recording.mark(last, lambda: None if last.closed else last.record())
+            if event is not None:  # (a closed stream finished its work when it was closed)
+                stream.wait(event)
         self._last = stream
         return stream
 
@@ -694,7 +727,9 @@ class GraphedCallable:
         except BaseException:
             session.abort()
             raise
-        session.end()
+        if session.end_or_none() is None:  # nothing to replay (a zero-size batch): calls run fn
+            self._entries[key] = entry
+            return entry
         graph.output = None
         outs: list[Any] = []
         entry.out_spec = _flatten(out, outs)
@@ -753,14 +788,14 @@ class GraphedCallable:
             raise ValueError("capture_all needs buckets: without them, graphs are keyed by exact shape")
         leaves: list[Any] = []
         spec = _flatten((args, kwargs), leaves)
-        ins = [_describe(x, self.device) for x in leaves]
-        n, _ = self._bucket(ins)
-        assert n is not None
         d = self.dim
         with self._lock:
+            ins = [_describe(x, self.device) for x in leaves]
+            n, _ = self._bucket(ins)
+            assert n is not None
             self._hot = None
-            stream = self._begin_on(self._call_stream(ins))
             self._lease.calls += 1  # the static buffers change: earlier outputs are stale
+            stream = self._begin_on(self._call_stream(ins))
             for b in reversed(self.buckets):
                 key = (spec, tuple([(i.dtype, self._shape(i.shape, b)) for i in ins]))
                 if key in self._entries:
@@ -780,11 +815,19 @@ class GraphedCallable:
     @property
     def graphs(self) -> dict[Any, Graph]:
         """The captured graphs by bucket (or by input shapes without buckets), for inspection."""
-        out: dict[Any, Graph] = {}
+        return {name: graph for name, graph, _ in self._named()}
+
+    def _named(self) -> list[tuple[Any, Graph, _Entry]]:
+        """(name, graph, entry) of the keys with a graph (not those whose function queued no work)."""
+        out: list[tuple[Any, Graph, _Entry]] = []
+        names: set[Any] = set()
         for key, entry in self._entries.items():
+            if entry.graph is None:
+                continue
             name = entry.bucket if entry.bucket is not None else tuple(shape for _, shape in key[1])
-            assert entry.graph is not None
-            out[name if name not in out else (name, len(out))] = entry.graph
+            name = name if name not in names else (name, len(out))
+            names.add(name)
+            out.append((name, entry.graph, entry))
         return out
 
     def stats(self) -> dict[str, Any]:
@@ -797,7 +840,7 @@ class GraphedCallable:
         with self._lock:
             per = {
                 name: {"hits": e.hits, "memory": e.memory, "nodes": len(g.nodes)}
-                for (name, g), e in zip(self.graphs.items(), self._entries.values())
+                for name, g, e in self._named()
             }
             return {
                 "calls": self._lease.made,

@@ -35,7 +35,7 @@ from . import _nvrtc
 from ._device import _CURRENT, Device, Stream, current_device, resolve_stream
 from ._dtypes import SUPPORTED
 from ._errors import BackendUnavailableError, CudaError
-from ._recording import BY_VALUE, NodeRecord, Recording, Work, submit
+from ._recording import BY_VALUE, EXPIRING, NodeRecord, Recording, Work, submit
 from .backends.base import CUDA_ERROR_NOT_FOUND, ERROR_NAMES, KernelLaunch, Param, param_offsets
 
 try:  # the optional C part: Kernel.launch's repeat path (see Kernel._arm), node updates
@@ -454,10 +454,12 @@ class Kernel:
         rec = stream._recording
         if stream._finalizer is not None:
             stream._live()
-        if rec is None and not backend.capabilities.runs_host_code:
-            # what submit() does with work on a stream no capture records,
-            # without describing the work first (measured: a Work costs ~1 µs);
-            # the launch tuple is built in C, not by the NamedTuple's __new__
+        if rec is None and not backend.capabilities.runs_host_code and EXPIRING.isdisjoint(map(type, args)):
+            # what submit() does with work on a stream no capture records, that
+            # uses no expiring array (a graphed output: its check and this launch
+            # go together, under its lock, in submit), without describing the work
+            # first (measured: a Work costs ~1 µs); the launch tuple is built in
+            # C, not by the NamedTuple's __new__
             backend.launch(stream._raw, _tuple_new(KernelLaunch, (fn, grid, block, shared_mem, values, ())))
             return
         views: list[Any] = []  # each argument's view, for arrays (what the simulator runs on)

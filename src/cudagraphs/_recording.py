@@ -40,11 +40,12 @@ at safe points: when a capture ends, before an allocation, on a synchronize.
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import sys
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -57,6 +58,7 @@ from .backends.base import (
 )
 
 __all__ = [
+    "EXPIRING",
     "NodeRecord",
     "Recording",
     "Work",
@@ -66,6 +68,9 @@ __all__ = [
     "forbid",
     "instantiate_blocked",
     "later",
+    "mark",
+    "quiet",
+    "refuse_beside_capture",
     "release",
     "resolve_handles",
     "status",
@@ -196,6 +201,7 @@ class Recording:
         self.active = False
         self.frees: collections.deque[int] = collections.deque()  # graph memory to free
         self.conditions: dict[int, str] = {}  # handles no conditional node uses yet -> where made
+        self.before: Any = None  # an event recorded on the stream before the capture began
 
     # the rules ------------------------------------------------------------------
     def fail(self, what: str) -> None:
@@ -380,8 +386,12 @@ class Recording:
         drain()
 
 
-def begin(device: Any, stream: Any, mode: str, memory: Any) -> Recording:
+def begin(device: Any, stream: Any, mode: str, memory: Any, before: Any) -> Recording:
     """Start capturing ``stream`` in ``mode``; allocations go to ``memory``.
+
+    ``before`` (an event) is recorded on the stream first, as
+    :attr:`Recording.before`: what another thread queued there before the
+    capture began, which it can still wait for (see :func:`mark`).
 
     Raises
     ------
@@ -396,18 +406,47 @@ def begin(device: Any, stream: Any, mode: str, memory: Any) -> Recording:
             "stream at a time: capture on another stream (device.create_stream())"
         )
     rec = Recording(device, stream, mode, memory)
+    backend.event_record(before._raw, stream._raw)  # (first: see mark())
     with _lock:  # not while a release that began with no capture active runs (see _acting),
         while _acting[0]:  # and from here on none begins
             _settled.wait()
         _ACTIVE.setdefault(device, []).append(rec)
+        # from here mark() answers with ``before`` and the allocator steals nothing from the
+        # stream: the work queued on it since ``before`` may be this capture's
+        rec.before = before
+        stream._recording = rec
     try:  # (the driver called without the lock: work that holds the backend may need it)
         backend.capture_begin(stream._raw, mode)
     except BaseException:
         rec._close()
         raise
     rec.active = True
-    stream._recording = rec
     return rec
+
+
+def mark(stream: Any, record: Callable[[], Any]) -> Any:
+    """An event after the work queued on ``stream`` so far, from any thread.
+
+    ``record()`` records one now, unless the stream is being captured: then
+    the event recorded before its capture began (the work queued since then
+    is the capture's, which does not run now).
+    """
+    with _lock:
+        rec = stream._recording
+        if rec is not None and rec.before is not None:
+            return rec.before
+        return record()
+
+
+EXPIRING: set[type] = set()
+"""Array classes whose instances expire (a graphed callable's outputs).
+
+Each has ``_check()`` (raises once the array is stale) and ``_guard`` (the
+lock of what makes it stale). Work that uses one is queued, outside
+captures, holding that lock and after checking under it (:func:`_issue_guarded`):
+so the check and the queued read are one step for the thread that makes the
+array stale (a call of the callable holds the lock).
+"""
 
 
 def submit(stream: Any, work: Work) -> Any:
@@ -418,8 +457,28 @@ def submit(stream: Any, work: Work) -> Any:
     """
     rec = stream._recording
     if rec is None:
-        return work.issue(stream._raw, work.arg)
+        if EXPIRING.isdisjoint(map(type, work.reads)) and EXPIRING.isdisjoint(map(type, work.writes)):
+            return work.issue(stream._raw, work.arg)
+        return _issue_guarded(stream, work)
     return rec.record(stream, work)
+
+
+def _issue_guarded(stream: Any, work: Work) -> Any:
+    """Issue ``work``, which uses expiring arrays, holding their locks and checking them under those."""
+    found = [a for a in (*work.reads, *work.writes) if type(a) in EXPIRING]
+    # (each lock once, in one order: two threads queuing work on outputs of two callables)
+    locks = sorted({id(lock): lock for lock in (a._guard for a in found)}.values(), key=id)
+    taken = []
+    try:
+        for lock in locks:
+            lock.acquire()
+            taken.append(lock)
+        for a in found:
+            a._check()
+        return work.issue(stream._raw, work.arg)
+    finally:
+        for lock in reversed(taken):
+            lock.release()
 
 
 def resolve_handles(backend: Any, graph: Any, records: list[NodeRecord]) -> list[NodeRecord]:
@@ -487,6 +546,27 @@ def _all_active() -> list[Recording]:
         for recs in _ACTIVE.values():
             out.extend(r for r in recs if r not in out)
         return out
+
+
+def refuse_beside_capture(stream: Any, what: str, subject: str) -> None:
+    """Raise CaptureError if this thread captures while ``what`` runs on ``stream``, not captured.
+
+    Work queued on a stream outside the capture runs now and is not in the
+    graph: where a graph or a graphed callable is replayed, that is never
+    what a thread in the middle of a capture means (``subject`` names what
+    would run).
+    """
+    if not _ACTIVE:
+        return
+    me = _get_ident()
+    for r in _all_active():
+        if r.thread == me:
+            raise CaptureError(
+                f"{what} on stream 0x{stream.handle:x}, called at {user_line()}, while this thread "
+                f"captures stream 0x{r.stream.handle:x}: {subject} would run now, not in that "
+                "capture. Replay on the captured stream (pass stream=, or inside `with stream:`) "
+                "to embed it in the capture, or after the capture ends"
+            )
 
 
 def status(stream: Any) -> str:
@@ -559,6 +639,23 @@ def _acted() -> None:
         _acting[0] -= 1
         if not _acting[0]:
             _settled.notify_all()
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[bool]:
+    """Whether no capture is active; if so, none begins until the block ends.
+
+    For work on other streams than the caller's that a capture begun
+    meanwhile would take into its graph (an event the allocator records on
+    the stream a cached block came from).
+    """
+    if _ACTIVE or not _act():
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        _acted()
 
 
 def release(device: Any, fn: Callable[..., Any], *args: Any) -> None:
