@@ -23,26 +23,14 @@ THREADS = 6
 ROUNDS = 8
 
 
-def _sim_not_thread_safe(device: cg.Device, request: pytest.FixtureRequest) -> None:
-    """On sim, a failure is expected until the simulator serves threads (issue 26, item 20).
-
-    The test runs; remove this once sim is thread-safe (with every sim call
-    serialized by one lock, both tests pass on sim, 30 runs out of 30).
-    """
-    if device.backend.name == "sim":
-        reason = "sim is not thread-safe yet (issue 26, item 20): 'generator already executing', wrong values"
-        request.applymarker(pytest.mark.xfail(reason=reason, strict=False))
-
-
 def _report(errors: list[BaseException]) -> str:
     """The first error with its traceback (it was raised in a worker thread)."""
     return f"{len(errors)} errors; the first: " + "".join(traceback.format_exception(errors[0]))
 
 
-def _begin(dev: cg.Device, request: pytest.FixtureRequest) -> int:
+def _begin(dev: cg.Device) -> int:
     """Get the device ready; return the allocator's bytes in use (what the end must find)."""
     cg.ops.preload(["float32"], dev)
-    _sim_not_thread_safe(dev, request)
     gc.collect()
     dev.synchronize()
     return dev.allocator.stats().in_use
@@ -70,10 +58,10 @@ def _scale_add(x: cg.DeviceArray, y: cg.DeviceArray) -> cg.DeviceArray:
 
 
 def test_threads_capture_replay_call_one_graphed_callable_and_collect(
-    device: cg.Device, request: pytest.FixtureRequest
+    device: cg.Device,
 ) -> None:
     dev = device
-    start = _begin(dev, request)
+    start = _begin(dev)
     shared = [cg.graphed(_scale_add, device=dev)]
     barrier = threading.Barrier(THREADS)
     counts = {"right": 0, "stale": 0}
@@ -133,11 +121,12 @@ def test_threads_capture_replay_call_one_graphed_callable_and_collect(
 
 @pytest.mark.parametrize("copy_outputs", [False, True])
 def test_threads_reading_outputs_get_their_own_result_or_stale(
-    device: cg.Device, copy_outputs: bool, request: pytest.FixtureRequest
+    device: cg.Device,
+    copy_outputs: bool,
 ) -> None:
     """The issue's program: 8 threads x rounds of call-then-read; a copy is never stale."""
     dev = device
-    start = _begin(dev, request)
+    start = _begin(dev)
     shared = [cg.graphed(_scale_add, device=dev, copy_outputs=copy_outputs)]
     wrong: list[Any] = []
     errors: list[BaseException] = []
