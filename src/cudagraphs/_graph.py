@@ -666,7 +666,7 @@ class Graph:
         RuntimeError
             If Graphviz's ``dot`` program is needed but not installed.
         ValueError
-            For another file suffix.
+            For another file suffix, a directory, or a folder that does not exist.
         """
         return _picture.save(self.to_dot(), path)
 
