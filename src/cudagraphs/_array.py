@@ -42,12 +42,13 @@ __all__ = [
 ]
 
 Shape = int | Sequence[int]
+MAX_DIMS = 64  # numpy's limit (NPY_MAXDIMS): more could not come back to the host
 
 
 def _shape(shape: Any) -> tuple[int, ...]:
     if type(shape) is int and shape >= 0:  # the common cases, checked cheaply
         return (shape,)
-    if type(shape) is tuple and all(type(d) is int and d >= 0 for d in shape):
+    if type(shape) is tuple and len(shape) <= MAX_DIMS and all(type(d) is int and d >= 0 for d in shape):
         return shape
     if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
         shape = (shape,)
@@ -58,7 +59,13 @@ def _shape(shape: Any) -> tuple[int, ...]:
     for d in dims:
         if d < 0:
             raise ValueError(f"negative dimension {d} in shape {dims}")
+    _check_ndim(len(dims))
     return dims
+
+
+def _check_ndim(ndim: int) -> None:
+    if ndim > MAX_DIMS:
+        raise ValueError(f"an array has at most {MAX_DIMS} dimensions (as in numpy), got {ndim}")
 
 
 _c_strides = c_strides
@@ -231,6 +238,7 @@ class DeviceArray:
         if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
             shape = tuple(shape[0])
         dims = [operator.index(d) for d in shape]
+        _check_ndim(len(dims))
         if dims.count(-1) > 1:
             raise ValueError("only one dimension may be -1 in reshape")
         if any(d < -1 for d in dims):
@@ -261,9 +269,12 @@ class DeviceArray:
         Raises
         ------
         IndexError
-            For an index out of range or too many indices.
+            For an index out of range, too many indices, or a boolean scalar
+            (numpy reads ``x[True]`` as a mask, not as ``x[1]``).
         TypeError
             For advanced (array or boolean) indexing, which is not supported.
+        ValueError
+            For a view of more than 64 dimensions (numpy's limit).
         """
         if not isinstance(key, tuple):
             key = (key,)
@@ -293,6 +304,12 @@ class DeviceArray:
                 shape.append(length)
                 strides.append(s * step)
             else:
+                if type(k) is bool or type(k) is np.bool_:
+                    raise IndexError(
+                        f"a boolean index ({k!r}) is a mask in numpy (x[True] adds an axis, x[False] "
+                        "selects nothing), not the integer index 1 or 0; masks are not supported on "
+                        "a DeviceArray: index with int(...) or None"
+                    )
                 try:
                     i = operator.index(k)
                 except TypeError:
@@ -307,6 +324,8 @@ class DeviceArray:
             dim += 1
         shape.extend(self.shape[dim:])
         strides.extend(self.strides[dim:])
+        if len(shape) > MAX_DIMS:
+            _check_ndim(len(shape))
         return self._view(ptr, tuple(shape), tuple(strides))
 
     def __setitem__(self, key: Any, value: Any) -> None:
