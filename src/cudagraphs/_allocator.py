@@ -293,6 +293,23 @@ else:  # the counters the hot pair changes: C integers where the module is built
     _Counters = _fastcall.AllocatorBase if _fastcall is not None else _PyCounters
 
 
+def _refuse_outside(size: int, stream: Stream) -> None:
+    """Raise CaptureError if a capture of another device refuses this thread a new allocation."""
+    rec = _recording.unsafe_blocker()
+    if rec is None:
+        return
+    raise CaptureError(
+        f"allocation of {size} B at {_recording.user_line()} on stream 0x{stream.handle:x} of "
+        f"{stream.device}, during the {rec.mode} capture of stream 0x{rec.stream.handle:x} on "
+        f"{rec.device}, which does not include that stream: the driver refuses new memory "
+        "then (and would invalidate the capture). To record this work in the graph, fork that "
+        "stream into the capture: inside it, other.wait(captured) (a wait on an event recorded "
+        "in the capture), queue the work with stream=other, and join back with "
+        "captured.wait(other) before the capture ends; or allocate before capturing. The "
+        "capture is left as it was."
+    )
+
+
 class CachingAllocator(_Counters):
     """The caching allocator of one device (``device.allocator``)."""
 
@@ -558,9 +575,13 @@ class CachingAllocator(_Counters):
 
         While another stream of the device is being captured this is an unsafe
         call for the driver, so the thread's capture mode is relaxed around it.
+        A capture of another device that refuses this thread such calls refuses
+        it (the driver would invalidate that capture): the work belongs in it.
         """
         backend = self._backend
         if not _recording.active(self._device):
+            if _recording._ACTIVE:
+                _refuse_outside(size, stream)
             return backend.mem_alloc(self._ordinal, size, stream._raw)
         old = backend.capture_exchange_mode("relaxed")
         try:

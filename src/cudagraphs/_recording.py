@@ -70,6 +70,7 @@ __all__ = [
     "resolve_handles",
     "status",
     "submit",
+    "unsafe_blocker",
     "user_line",
 ]
 
@@ -464,8 +465,20 @@ def instantiate_blocked(device: Any) -> bool:
     ``cuGraphInstantiate`` is an unsafe call (``sim.RULES``): a global capture
     refuses it from any thread, a thread-local one from its own thread.
     """
+    return unsafe_blocker() is not None
+
+
+def unsafe_blocker() -> Recording | None:
+    """The capture in progress that refuses this thread the driver's unsafe calls, or None.
+
+    A global capture refuses them to every thread, a thread-local one to its
+    own thread, on every device (see :func:`_all_active`); relaxed ones to none.
+    """
     me = threading.get_ident()
-    return any(r.mode == "global" or (r.mode == "thread_local" and r.thread == me) for r in _all_active())
+    for r in _all_active():
+        if r.mode == "global" or (r.mode == "thread_local" and r.thread == me):
+            return r
+    return None
 
 
 def _all_active() -> list[Recording]:
