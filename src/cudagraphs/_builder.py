@@ -306,6 +306,7 @@ class GraphBuilder:
         made: Any = result[0]
         for body in made if isinstance(made, (list, tuple)) else [made]:
             body.node = node
+            body.redirect = True  # ops with no stream= in its block land in it (not run now)
         return result[0]
 
     def while_loop(self, cond: Condition, *, after: Sequence[BuilderNode] | None = None) -> Body:

@@ -180,6 +180,12 @@ class CaptureSession:
                     "node, and the driver refuses to instantiate such a graph: use each "
                     "condition in a while_loop/if_then/if_else/switch, or do not make it"
                 )
+            if rec.loops:
+                raise CaptureError(
+                    f"{'; '.join(rec.loops.values())}: a while loop whose body is never captured "
+                    "(`with body:`) would spin forever on the device; capture its body, or do "
+                    "not make the loop"
+                )
             if not rec.nodes and not self.device.backend.graph_topology(raw)[0]:
                 raise CaptureError(
                     f"the capture on stream 0x{self.stream.handle:x} recorded nothing: queue "

@@ -197,6 +197,7 @@ class Recording:
         self.active = False
         self.frees: collections.deque[int] = collections.deque()  # graph memory to free
         self.conditions: dict[int, str] = {}  # handles no conditional node uses yet -> where made
+        self.loops: dict[Any, str] = {}  # while bodies not captured yet -> which, where made
 
     # the rules ------------------------------------------------------------------
     def fail(self, what: str) -> None:
