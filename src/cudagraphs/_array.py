@@ -18,7 +18,7 @@ from . import _allocator, _config, _dlpack, _recording
 from ._allocator import Block, new_block
 from ._builtin import c_strides, check_same, copy_view, fill_view
 from ._builtin import fill_value as _fill_value
-from ._device import _DEFAULT_DEVICE, Device, Stream, current_device, resolve_stream
+from ._device import _DEFAULT_DEVICE, Device, Stream, as_device, resolve_stream
 from ._dtypes import SUPPORTED, normalize_dtype
 from ._kernel import fast_array_class, fastcall
 from ._recording import Work, release, submit
@@ -89,16 +89,6 @@ def _extent(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> 
     lo = sum(s * (n - 1) for n, s in zip(shape, strides) if s < 0)
     hi = sum(s * (n - 1) for n, s in zip(shape, strides) if s > 0) + itemsize
     return lo, hi
-
-
-def _device(device: Device | int | None) -> Device:
-    if device is None:
-        return current_device()
-    if isinstance(device, Device):
-        return device
-    if isinstance(device, int) and not isinstance(device, bool):
-        return Device(device)
-    raise TypeError(f"device must be a cudagraphs.Device, an int or None, got {device!r}")
 
 
 class DeviceArray:
@@ -506,10 +496,10 @@ def empty(
     dims = _shape(shape)
     dt = normalize_dtype(dtype)
     if stream is None:
-        dev = _device(device)
+        dev = as_device(device)
         stream = dev.current_stream()
     else:
-        dev = stream.device if device is None and type(stream) is Stream else _device(device)
+        dev = stream.device if device is None and type(stream) is Stream else as_device(device)
         stream = resolve_stream(stream, dev)
     size = _prod(dims)
     block = dev.allocator.malloc(size * dt.itemsize, stream)
@@ -595,7 +585,7 @@ def asarray(
                 )
             return view
     if isinstance(obj, DeviceArray):
-        dev = obj.device if device is None else _device(device)
+        dev = obj.device if device is None else as_device(device)
         dt = obj.dtype if dtype is None else normalize_dtype(dtype)
         if dev is obj.device and dt == obj.dtype:
             return obj
@@ -645,10 +635,10 @@ def _foreign_device(obj: Any, fallback: Device | int | None, found: int | None) 
                 found = value
                 break
     if found is not None:
-        if fallback is not None and _device(fallback).index != found:
+        if fallback is not None and as_device(fallback).index != found:
             raise ValueError(f"asarray: the {type(obj).__name__} is on device {found}, not {fallback}")
         return Device(found)
-    return _device(fallback)
+    return as_device(fallback)
 
 
 def _cai_dtype(cai: dict[str, Any]) -> np.dtype | None:

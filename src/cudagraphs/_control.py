@@ -29,7 +29,9 @@ from ._builtin import condition_kernel
 from ._errors import CudaError
 from ._recording import Recording, Work, submit, user_line
 
-__all__ = ["Body", "Condition", "add_conditional", "new_condition"]
+__all__ = ["MAX_SWITCH", "Body", "Condition", "add_conditional", "new_condition"]
+
+MAX_SWITCH = 4096  # bodies of a switch node (each is a graph: n = 2**70 would never end)
 
 
 class Condition:
@@ -174,6 +176,8 @@ def add_conditional(
             f"{cond!r} already drives a conditional node; each condition drives "
             "one node: make another with g.condition()"
         )
+    if kind == "switch" and size > MAX_SWITCH:
+        raise ValueError(f"a switch takes at most {MAX_SWITCH} bodies, got {size}")
     guard = None
     stream = rec.streams[-1]
     if max_iterations is not None:
