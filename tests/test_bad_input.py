@@ -59,6 +59,7 @@ class Env:
     def __init__(self, dev: cg.Device, tmp: Path) -> None:
         self.dev, self.tmp = dev, tmp
         self.data = np.random.default_rng(5).standard_normal(N).astype(np.float32)
+        self.raw_blocks: list[int] = []  # (given back at close if a call did not)
 
     @cached_property
     def x(self) -> cg.DeviceArray:
@@ -128,6 +129,12 @@ class Env:
     def module(self) -> cg.GraphModule:
         return cg.GraphModule(lambda a, w: cg.ops.add(a, w), params={"w": self.y}, warmup=0, device=self.dev)
 
+    @cached_property
+    def raw_block(self) -> int:
+        ptr: int = self.dev.allocator.raw_malloc(100)
+        self.raw_blocks.append(ptr)
+        return ptr
+
     def raw_stream(self) -> Any:
         return self.dev.backend.stream_create(self.dev.index)
 
@@ -135,6 +142,9 @@ class Env:
         if "builder" in self.__dict__:
             self.builder.close()
         self.dev.synchronize()  # (what the calls queued has run: then their memory goes)
+        for ptr in self.raw_blocks:
+            with contextlib.suppress(ValueError):  # (unless the valid call gave it back)
+                self.dev.allocator.raw_free(ptr)
         for name in ("graph", "other_graph", "graphed", "slot", "s"):
             if name in self.__dict__:
                 self.__dict__[name].close()
@@ -388,6 +398,7 @@ SPECS: dict[str, Callable[[Env], Call]] = {
     "CachingAllocator.empty_cache": lambda e: (e.dev.allocator.empty_cache, (), {}),
     "CachingAllocator.is_capturing": lambda e: (e.dev.allocator.is_capturing, (e.s,), {}),
     "CachingAllocator.malloc": lambda e: (e.dev.allocator.malloc, (100,), {"stream": e.s}),
+    "CachingAllocator.raw_free": lambda e: (e.dev.allocator.raw_free, (e.raw_block,), {"streams": [e.s]}),
     "CachingAllocator.reset_peak": lambda e: (e.dev.allocator.reset_peak, (), {}),
     "CachingAllocator.stats": lambda e: (e.dev.allocator.stats, (), {}),
     "HostSlot.close": lambda e: (e.slot.close, (), {}),
@@ -433,7 +444,6 @@ SKIPPED = {
     "GraphOutput": "made by graphed callables only; a DeviceArray (its methods are swept)",
     "GraphState": "an enum",
     "Node": "a read-only description from Graph.nodes",
-    "CachingAllocator.raw_free": "BlockOwner protocol: takes only what raw_malloc gave",
     "CachingAllocator.raw_malloc": "the raw form of malloc, which is swept",
     "CachingAllocator.release": "BlockOwner protocol: called by a Block's release",
     "CachingAllocator.segment": "graph pools' protocol (GraphPool)",

@@ -329,6 +329,18 @@ def _bad_stream(stream: Any, device: Device, what: str) -> Exception:
     return ValueError(f"{what}: stream {stream} is on {stream.device}, this allocator on {device}")
 
 
+def _check_free(live: dict[int, Any], ptr: Any, streams: Any) -> None:
+    """Raise if ``ptr`` given to raw_free is no block in use, or ``streams`` not Streams."""
+    if streams and (
+        not isinstance(streams, (list, tuple)) or not all(hasattr(s, "_recording") for s in streams)
+    ):
+        raise TypeError(f"raw_free: streams must be a list of cudagraphs Streams or None, got {streams!r}")
+    if isinstance(ptr, bool) or not isinstance(ptr, int) or ptr not in live:
+        raise ValueError(
+            f"raw_free: {ptr!r} is not an address this allocator gave (raw_malloc) and that is in use"
+        )
+
+
 def _refuse_outside(size: int, stream: Stream) -> None:
     """Raise CaptureError if a capture of another device refuses this thread a new allocation."""
     rec = _recording.unsafe_blocker()
@@ -479,9 +491,18 @@ class CachingAllocator(_Counters):
         ``streams`` are other streams that used the memory: the next user
         will wait for the work queued on them so far. No capture may be
         active on the device when ``streams`` are given (see :meth:`release`).
+
+        Raises
+        ------
+        ValueError
+            If ``ptr`` is not a block of this allocator in use (from :meth:`raw_malloc`).
+        TypeError
+            If ``streams`` is not a list of Streams.
         """
         if not streams and _fastcall is not None and _fastcall.give(self, ptr):
             return  # (in C, the lock free)
+        if streams or ptr not in self._live:  # (checked before an event is recorded)
+            _check_free(self._live, ptr, streams)
         events = [self._record(s) for s in streams if not s.closed] if streams else None
         with self._lock:
             self._cache_locked(ptr)
