@@ -143,7 +143,7 @@ MUTATIONS = [
     (
         "loop guard omitted",
         "src/cudagraphs/_control.py",
-        "            if exc_type is None and self._guard is not None:",
+        "            if exc_type is None and self._guard is not None and not empty:",
         "            if False:",
     ),
     # stream ordering (issue 9: each must be caught by sim's stream queues)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -10,6 +11,7 @@ import textwrap
 import pytest
 
 import cudagraphs as cg
+from cudagraphs import _config
 
 PUBLIC = {
     "AllocatorStats",
@@ -117,7 +119,28 @@ def test_env_var_selects_backend() -> None:
 def test_bad_env_var_is_a_clear_error() -> None:
     r = _run("import cudagraphs", CUDAGRAPHS_BACKEND="tpu")
     assert r.returncode != 0
-    assert "backend must be one of ('cuda', 'sim')" in r.stderr
+    assert "CUDAGRAPHS_BACKEND='tpu' is not accepted: it must be cuda or sim" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "accepted"),
+    [
+        ("CUDAGRAPHS_BACKEND", "gpu", "cuda or sim"),
+        ("CUDAGRAPHS_SIM_DEVICES", "-1", "a non-negative integer"),
+        ("CUDAGRAPHS_SIM_DEVICES", "two", "a non-negative integer"),
+        ("CUDAGRAPHS_SIM_SEED", "-3", "a non-negative integer"),
+        ("CUDAGRAPHS_SIM_MEMORY_MB", "1.5", "a non-negative integer (megabytes)"),
+        ("CUDAGRAPHS_POOL_RELEASE_THRESHOLD_MB", "-1", "a non-negative integer (megabytes)"),
+        ("CUDAGRAPHS_SIM_PEER", "2", "0 or 1"),
+        ("CUDAGRAPHS_FASTCALL", "maybe", "0 or 1"),
+    ],
+)
+def test_every_bad_env_var_names_itself_and_what_it_accepts(var: str, value: str, accepted: str) -> None:
+    """Issue 26 item 16: a bad value names the variable (not the setting) and the values it takes."""
+    with pytest.raises(ValueError, match=re.escape(var)) as err:
+        _config._from_environ({var: value})
+    assert accepted in str(err.value)
+    assert repr(value) in str(err.value)
 
 
 def test_auto_picks_cuda_only_when_a_gpu_answers() -> None:

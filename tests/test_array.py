@@ -193,3 +193,36 @@ def test_interop_surface(device: cg.Device) -> None:
         assert not hasattr(x, "__cuda_array_interface__")
         with pytest.raises(BufferError, match="needs the cuda backend"):
             x.__dlpack__()
+
+
+def test_more_than_64_dimensions_are_refused(backend: str, rng: np.random.Generator) -> None:
+    """Issue 26 item 16: numpy's limit (64) holds for every way to make an array or a view.
+
+    A 70-dimension array used to be accepted and broke later, unrelated calls on sim.
+    """
+    many = (1,) * 70
+    data = random_array(rng, (1,) * 63 + (3,), "float32")
+    x = cg.asarray(data)  # 64 dimensions: the most numpy takes
+    np.testing.assert_array_equal(x.get(), data)
+    flat = cg.asarray(data.reshape(-1))
+    for make in (
+        lambda: cg.empty(many, "float32"),
+        lambda: cg.zeros(many),
+        lambda: cg.HostSlot(many),
+        lambda: flat.reshape(*many[:-1], 3),
+        lambda: x[None],
+        lambda: cg.as_strided(flat, many, (4,) * 70),
+    ):
+        with pytest.raises(ValueError, match="at most 64 dimensions"):
+            make()
+    y = cg.asarray(data.reshape(-1) * 2)
+    np.testing.assert_array_equal(y.get(), data.reshape(-1) * 2)  # later calls unharmed
+
+
+@pytest.mark.parametrize("key", [True, False, np.True_, (0, True), (Ellipsis, False)], ids=str)
+def test_a_boolean_scalar_index_is_refused(backend: str, key: object) -> None:
+    """Issue 26 item 16: numpy reads x[True] as a mask (a new axis), not as x[1]: refused."""
+    x = cg.asarray(np.arange(6.0).reshape(2, 3))
+    with pytest.raises(IndexError, match="boolean index"):
+        x[key]
+    assert x[1].get().tolist() == [3.0, 4.0, 5.0]  # (integers still index)

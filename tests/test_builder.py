@@ -150,6 +150,53 @@ def test_while_loop_in_a_builder(dev: cg.Device) -> None:
     assert count.get()[0] == 5
 
 
+def test_ops_with_no_stream_in_a_builders_body_land_in_the_body(
+    dev: cg.Device, rng: np.random.Generator
+) -> None:
+    """Issue 26 item 5: as in cg.capture, ``with b.if_then(c): op(...)`` records op in the body.
+
+    It used to run op at build time, on the device's stream, and leave the body empty.
+    """
+    data = random_array(rng, 64, "float32")
+    x, out = cg.asarray(data), cg.full(64, np.nan, "float32")
+    flag = cg.zeros(1, "int32")
+    bld = cg.GraphBuilder()
+    cond = bld.condition()
+    set_flag = cg.ops.condition_kernel("cg_set_condition", np.dtype("int32"))
+    setter = bld.launch(set_flag, 1, 1, cond.handle, flag)
+    then, otherwise = bld.if_else(cond, after=[setter])
+    with then:
+        cg.ops.scale(2.0, x, out=out)  # no stream=: the body's
+    with otherwise:
+        cg.ops.scale(-3.0, x, out=out)
+        assert cg.current_stream() is otherwise.stream
+    assert cg.current_stream() is dev.stream  # (restored after the block)
+    assert np.isnan(out.get()).all()  # nothing ran while building
+    g = bld.instantiate()
+    g.replay()
+    np.testing.assert_allclose(out.get(), -3 * data, rtol=1e-6)
+    flag.set(np.ones(1, np.int32))
+    cg.ops.fill(out, np.nan)
+    g.replay()
+    np.testing.assert_allclose(out.get(), 2 * data, rtol=1e-6)
+
+
+def test_an_empty_while_body_in_a_builder_is_refused(dev: cg.Device) -> None:
+    """Issue 26 item 5: a loop body whose work went elsewhere would spin forever: refused."""
+    x = cg.zeros(4, "float32")
+    other = dev.create_stream()
+    bld = cg.GraphBuilder()
+    cond = bld.condition(default=1)
+    with pytest.raises(cg.CaptureError, match="while body 0 recorded no work"), bld.while_loop(cond):
+        cg.ops.fill(x, 1.0, stream=other)  # (not the body's stream: runs now, eagerly)
+    with pytest.raises(cg.CaptureInvalidatedError, match="recorded no work"):
+        bld.instantiate()
+    assert cg.capture_status(dev.stream) == "none"
+    assert not dev.captures
+    other.synchronize()
+    other.close()
+
+
 def test_misuse_and_abandoning(dev: cg.Device) -> None:
     gc.collect()
     before = dev.allocator.stats()

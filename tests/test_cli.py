@@ -147,3 +147,47 @@ def test_demo_prints_the_table(backend: str) -> None:
     assert "MLP decode" in r.stdout
     assert r.stdout.count(" ok") >= 2
     assert "WRONG" not in r.stdout
+
+
+def test_a_bad_out_is_refused_before_any_work(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 26 item 15: ``--out`` naming something unwritable fails at once, not after the work."""
+    from cudagraphs import cli as cli_module
+    from cudagraphs.bench import multigpu, runner
+
+    def never(argv: list[str]) -> int:
+        raise AssertionError(f"the benchmark ran with {argv}")
+
+    monkeypatch.setattr(runner, "main", never)
+    monkeypatch.setattr(multigpu, "main", never)
+    existing = tmp_path / "results.txt"
+    existing.write_text("keep me")
+    ran = tmp_path / "ran"
+    script = tmp_path / "work.py"
+    script.write_text(
+        textwrap.dedent(f"""
+        import pathlib
+        import cudagraphs as cg
+        pathlib.Path({str(ran)!r}).write_text("imported")  # (the work: never reached)
+        x = cg.ones(4, "float32")
+
+        def step():
+            cg.ops.scale(2.0, x, out=x)
+    """)
+    )
+    cases = [
+        (["bench", "--out", str(existing)], "exists and is not a directory"),
+        (["bench", "--devices", "--out", str(existing)], "exists and is not a directory"),
+        (["bench", "--out", str(existing / "sub")], "cannot make the directory"),
+        (["show", f"{script}:step", "--out", str(existing)], "save writes .dot, .svg, .png or .pdf files"),
+        (["show", f"{script}:step", "--out", str(tmp_path)], "is a directory"),
+        (["show", f"{script}:step", "--out", str(tmp_path / "no" / "g.dot")], "does not exist"),
+        (["show", "--example", "jacobi", "--out", str(existing)], "save writes"),
+    ]
+    for argv, message in cases:
+        assert cli_module.main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err, (argv, err)
+    assert not ran.exists()
+    assert existing.read_text() == "keep me"

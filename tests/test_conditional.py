@@ -209,3 +209,36 @@ def test_an_updated_graph_resets_its_conditions_at_every_launch(dev: cg.Device) 
     assert seen == [3, 6, 9]
     assert other.get()[0] == 0
     g.close()
+
+
+def test_a_while_loop_with_no_work_in_its_body_is_refused(dev: cg.Device) -> None:
+    """Issue 26 item 5: an empty while body (or one never captured) would spin forever: refused."""
+    x = cg.zeros(4, "float32")
+    gc.collect()
+    before = dev.allocator.stats().in_use
+    with pytest.raises(cg.CaptureError, match="the while body 0 recorded no work"), cg.capture() as g:
+        cond = g.condition(default=1)
+        with g.while_loop(cond):
+            pass
+    with (
+        pytest.raises(
+            cg.CaptureError, match=r"the while body 0 made at .*test_conditional.py:\d+: a while loop"
+        ),
+        cg.capture() as g,
+    ):
+        cond = g.condition(default=1)
+        g.while_loop(cond, max_iterations=3)  # (its body never captured)
+        cg.ops.fill(x, 1.0)
+    assert cg.capture_status() == "none"
+    assert not dev.captures
+    gc.collect()
+    assert dev.allocator.stats().in_use == before
+    assert np.all(x.get() == 0)  # nothing ran
+    # a loop whose body has work still captures and runs
+    count, one = cg.zeros(1, "float32"), cg.ones(1, "float32")
+    with cg.capture() as g:
+        body = g.while_loop(g.condition(default=1), max_iterations=4)
+        with body:
+            cg.ops.add(count, one, out=count)
+    g.replay()
+    assert count.get()[0] == 4

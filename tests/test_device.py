@@ -37,9 +37,11 @@ def test_device_properties(device: cg.Device) -> None:
     assert "Device 0" in repr(device)
 
 
-@pytest.mark.parametrize("bad", [-1, 1.5, "0", True])
-def test_bad_device_index(backend: str, bad: object) -> None:
-    with pytest.raises(ValueError, match="non-negative int"):
+@pytest.mark.parametrize(
+    ("bad", "error"), [(-1, ValueError), (1.5, TypeError), ("0", TypeError), (True, TypeError)]
+)
+def test_bad_device_index(backend: str, bad: object, error: type) -> None:
+    with pytest.raises(error, match=r"non-negative int|a device index is an int"):
         cg.Device(bad)  # type: ignore[arg-type]
 
 

@@ -203,3 +203,41 @@ def test_graph_memory_of_a_joined_device_is_freed_after_its_work(devices: list[c
     free = kinds.index("mem_free")
     assert (fill, free) in edges, (kinds, edges)
     g.close()
+
+
+def test_new_memory_on_a_device_outside_the_capture_is_a_capture_error(
+    devices: list[cg.Device], rng: np.random.Generator
+) -> None:
+    """Issue 26 item 13: new memory on a device not in the capture is a clear CaptureError.
+
+    It names the line and says to fork the stream into the capture; the capture stays valid.
+    It was a raw CudaError (the driver refusing cuMemAllocFromPoolAsync) with no line or hint.
+    """
+    a, b = devices[0], devices[1]
+    data = rng.standard_normal(300).astype(np.float32)
+    xb = cg.asarray(data, device=b)
+    xa, out = cg.ones(300, "float32", device=a), cg.full(300, np.nan, "float32", device=a)
+    b.allocator.empty_cache()  # (no cached block: the allocation needs the driver)
+    with cg.capture(device=a) as g:
+        cg.ops.scale(2.0, xa, out=out)
+        with pytest.raises(
+            cg.CaptureError, match=r"test_multidevice_capture.py:\d+ on stream .* fork"
+        ) as err:
+            cg.ops.scale(2.0, xb)  # a new array on b, on b's stream: not in the capture
+        assert "other.wait(captured)" in str(err.value)
+        assert cg.capture_status() == "active"  # refused before the driver could invalidate it
+    g.replay()
+    np.testing.assert_allclose(out.get(), np.full(300, 2.0, np.float32))
+    # forked, the same work is recorded (and runs at each replay)
+    sb = b.create_stream()
+    got = []
+    with cg.capture(device=a) as g2:
+        sb.wait(a.current_stream())
+        got.append(cg.ops.scale(2.0, xb, stream=sb))
+        a.current_stream().wait(sb)
+    xb.set(data + 1)
+    g2.replay()
+    np.testing.assert_allclose(got[0].get(), 2 * (data + 1), rtol=1e-6)  # (b's stream: after)
+    g.close()
+    g2.close()
+    sb.close()

@@ -47,9 +47,11 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import operator
 import sys
 import threading
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from . import _recording
@@ -69,6 +71,7 @@ __all__ = [
     "Block",
     "BlockOwner",
     "CachingAllocator",
+    "device_rule",
     "new_block",
     "release_dead_blocks",
     "round_size",
@@ -78,6 +81,16 @@ __all__ = [
 _SMALL = 1 << 20  # blocks up to 1 MiB are rounded to 512 B
 _SMALL_STEP = 512
 _LARGE_STEP = 2 << 20  # larger blocks are rounded to 2 MiB
+
+
+# the rule of every device= argument, _device.as_device (a layer above: it names it on import),
+# so that CachingAllocator(0) means CachingAllocator(Device(0)), as device=0 does everywhere
+_AS_DEVICE: list[Callable[..., Device]] = []
+
+
+def device_rule(as_device: Callable[..., Device]) -> None:
+    """Name the function that turns a ``device=`` argument into a Device (``_device.as_device``)."""
+    _AS_DEVICE[:] = [as_device]
 
 
 def round_size(nbytes: int) -> int:
@@ -181,7 +194,14 @@ class Block(_BlockFields):
         When the block is freed, events are recorded on each such stream and
         the next user of the memory waits on them (like PyTorch's
         ``record_stream``).
+
+        Raises
+        ------
+        TypeError
+            If ``stream`` is not a cudagraphs Stream.
         """
+        if not hasattr(stream, "_recording"):  # (a Stream: _device is above this layer)
+            raise TypeError(f"use_on takes a cudagraphs Stream, got {type(stream).__name__}")
         if self.extra is None:
             self.extra = []
         if stream not in self.extra:
@@ -299,8 +319,59 @@ else:  # the counters the hot pair changes: C integers where the module is built
     _Counters = _fastcall.AllocatorBase if _fastcall is not None else _PyCounters
 
 
+def _size(nbytes: Any) -> int:
+    """``nbytes`` given to malloc as an int (a numpy integer too), or TypeError/ValueError."""
+    if isinstance(nbytes, bool) or not hasattr(type(nbytes), "__index__"):
+        raise TypeError(f"malloc: nbytes must be an int, got {type(nbytes).__name__}: {nbytes!r}")
+    size = operator.index(nbytes)
+    if size < 0:
+        raise ValueError(f"malloc: nbytes must be >= 0, got {size}")
+    return size
+
+
+def _bad_stream(stream: Any, device: Device, what: str) -> Exception:
+    if not hasattr(stream, "_recording"):
+        return TypeError(f"{what}: stream must be a cudagraphs Stream or None, got {type(stream).__name__}")
+    return ValueError(f"{what}: stream {stream} is on {stream.device}, this allocator on {device}")
+
+
+def _check_free(live: dict[int, Any], ptr: Any, streams: Any) -> None:
+    """Raise if ``ptr`` given to raw_free is no block in use, or ``streams`` not Streams."""
+    if streams and (
+        not isinstance(streams, (list, tuple)) or not all(hasattr(s, "_recording") for s in streams)
+    ):
+        raise TypeError(f"raw_free: streams must be a list of cudagraphs Streams or None, got {streams!r}")
+    if isinstance(ptr, bool) or not isinstance(ptr, int) or ptr not in live:
+        raise ValueError(
+            f"raw_free: {ptr!r} is not an address this allocator gave (raw_malloc) and that is in use"
+        )
+
+
+def _refuse_outside(size: int, stream: Stream) -> None:
+    """Raise CaptureError if a capture of another device refuses this thread a new allocation."""
+    rec = _recording.unsafe_blocker()
+    if rec is None:
+        return
+    raise CaptureError(
+        f"allocation of {size} B at {_recording.user_line()} on stream 0x{stream.handle:x} of "
+        f"{stream.device}, during the {rec.mode} capture of stream 0x{rec.stream.handle:x} on "
+        f"{rec.device}, which does not include that stream: the driver refuses new memory "
+        "then (and would invalidate the capture). To record this work in the graph, fork that "
+        "stream into the capture: inside it, other.wait(captured) (a wait on an event recorded "
+        "in the capture), queue the work with stream=other, and join back with "
+        "captured.wait(other) before the capture ends; or allocate before capturing. The "
+        "capture is left as it was."
+    )
+
+
 class CachingAllocator(_Counters):
-    """The caching allocator of one device (``device.allocator``)."""
+    """The caching allocator of one device (``device.allocator``).
+
+    Parameters
+    ----------
+    device : Device or int
+        Its device (every device has one already: ``cg.Device(i).allocator``).
+    """
 
     # (slots: the C part reads the free lists and lock at fixed places, the counters in its base)
     __slots__ = (
@@ -319,7 +390,10 @@ class CachingAllocator(_Counters):
         "_waits",
     )
 
-    def __init__(self, device: Device) -> None:
+    def __init__(self, device: Device | int) -> None:
+        if device is None:  # (None is the current device elsewhere; an allocator names its own)
+            raise TypeError("CachingAllocator: device must be a cudagraphs Device or an index, got None")
+        device = _AS_DEVICE[0](device, "CachingAllocator: device")
         self._device = device
         self._backend = device.backend
         self._ordinal = device.index
@@ -356,6 +430,9 @@ class CachingAllocator(_Counters):
 
         Raises
         ------
+        TypeError, ValueError
+            For ``nbytes`` that is not a non-negative int, or ``stream`` that is
+            not a Stream of this device.
         OutOfMemoryError
             If the device cannot hold the block even after emptying the cache.
         CaptureError
@@ -365,8 +442,12 @@ class CachingAllocator(_Counters):
             release_dead_blocks()
         if _recording._QUEUE:
             safe_point()
+        if nbytes.__class__ is not int or nbytes < 0:
+            nbytes = _size(nbytes)
         if stream is None:
             stream = self._device.stream
+        elif getattr(stream, "device", None) is not self._device:
+            raise _bad_stream(stream, self._device, "malloc")
         rec = stream._recording
         if rec is None:
             return new_block(self._device, self.raw_malloc(nbytes, stream), nbytes, self)
@@ -421,6 +502,13 @@ class CachingAllocator(_Counters):
         will wait for the work queued on them so far. No capture may be
         active on the device when ``streams`` are given (see :meth:`release`).
 
+        Raises
+        ------
+        ValueError
+            If ``ptr`` is not a block of this allocator in use (from :meth:`raw_malloc`).
+        TypeError
+            If ``streams`` is not a list of Streams.
+
         Notes
         -----
         Never raises for the driver's events: when one cannot be created or
@@ -429,6 +517,8 @@ class CachingAllocator(_Counters):
         """
         if not streams and _fastcall is not None and _fastcall.give(self, ptr):
             return  # (in C, the lock free)
+        if streams or ptr not in self._live:  # (checked before an event is recorded)
+            _check_free(self._live, ptr, streams)
         events: list[Any] = []
         try:
             for s in streams or ():
@@ -618,9 +708,13 @@ class CachingAllocator(_Counters):
 
         While another stream of the device is being captured this is an unsafe
         call for the driver, so the thread's capture mode is relaxed around it.
+        A capture of another device that refuses this thread such calls refuses
+        it (the driver would invalidate that capture): the work belongs in it.
         """
         backend = self._backend
         if not _recording.active(self._device):
+            if _recording._ACTIVE:
+                _refuse_outside(size, stream)
             return backend.mem_alloc(self._ordinal, size, stream._raw)
         old = backend.capture_exchange_mode("relaxed")
         try:
@@ -682,7 +776,11 @@ class CachingAllocator(_Counters):
 
     def is_capturing(self, stream: Stream | None = None) -> bool:
         """Whether ``stream`` (default: the device's default stream) is being captured."""
-        return (stream if stream is not None else self._device.stream)._recording is not None
+        if stream is None:
+            stream = self._device.stream
+        elif getattr(stream, "device", None) is not self._device:
+            raise _bad_stream(stream, self._device, "is_capturing")
+        return stream._recording is not None
 
     def reset_peak(self) -> None:
         """Restart peak tracking from the bytes in use now."""

@@ -18,7 +18,7 @@ from . import _allocator, _config, _dlpack, _recording
 from ._allocator import Block, new_block
 from ._builtin import c_strides, check_same, copy_view, fill_view
 from ._builtin import fill_value as _fill_value
-from ._device import _DEFAULT_DEVICE, Device, Stream, current_device, resolve_stream
+from ._device import _DEFAULT_DEVICE, Device, Stream, as_device, resolve_stream
 from ._dtypes import SUPPORTED, normalize_dtype
 from ._kernel import fast_array_class, fastcall
 from ._recording import Work, release, submit
@@ -42,12 +42,13 @@ __all__ = [
 ]
 
 Shape = int | Sequence[int]
+MAX_DIMS = 64  # numpy's limit (NPY_MAXDIMS): more could not come back to the host
 
 
 def _shape(shape: Any) -> tuple[int, ...]:
     if type(shape) is int and shape >= 0:  # the common cases, checked cheaply
         return (shape,)
-    if type(shape) is tuple and all(type(d) is int and d >= 0 for d in shape):
+    if type(shape) is tuple and len(shape) <= MAX_DIMS and all(type(d) is int and d >= 0 for d in shape):
         return shape
     if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
         shape = (shape,)
@@ -58,7 +59,13 @@ def _shape(shape: Any) -> tuple[int, ...]:
     for d in dims:
         if d < 0:
             raise ValueError(f"negative dimension {d} in shape {dims}")
+    _check_ndim(len(dims))
     return dims
+
+
+def _check_ndim(ndim: int) -> None:
+    if ndim > MAX_DIMS:
+        raise ValueError(f"an array has at most {MAX_DIMS} dimensions (as in numpy), got {ndim}")
 
 
 _c_strides = c_strides
@@ -82,16 +89,6 @@ def _extent(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> 
     lo = sum(s * (n - 1) for n, s in zip(shape, strides) if s < 0)
     hi = sum(s * (n - 1) for n, s in zip(shape, strides) if s > 0) + itemsize
     return lo, hi
-
-
-def _device(device: Device | int | None) -> Device:
-    if device is None:
-        return current_device()
-    if isinstance(device, Device):
-        return device
-    if isinstance(device, int) and not isinstance(device, bool):
-        return Device(device)
-    raise TypeError(f"device must be a cudagraphs.Device, an int or None, got {device!r}")
 
 
 class DeviceArray:
@@ -231,6 +228,7 @@ class DeviceArray:
         if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
             shape = tuple(shape[0])
         dims = [operator.index(d) for d in shape]
+        _check_ndim(len(dims))
         if dims.count(-1) > 1:
             raise ValueError("only one dimension may be -1 in reshape")
         if any(d < -1 for d in dims):
@@ -261,9 +259,12 @@ class DeviceArray:
         Raises
         ------
         IndexError
-            For an index out of range or too many indices.
+            For an index out of range, too many indices, or a boolean scalar
+            (numpy reads ``x[True]`` as a mask, not as ``x[1]``).
         TypeError
             For advanced (array or boolean) indexing, which is not supported.
+        ValueError
+            For a view of more than 64 dimensions (numpy's limit).
         """
         if not isinstance(key, tuple):
             key = (key,)
@@ -293,6 +294,12 @@ class DeviceArray:
                 shape.append(length)
                 strides.append(s * step)
             else:
+                if type(k) is bool or type(k) is np.bool_:
+                    raise IndexError(
+                        f"a boolean index ({k!r}) is a mask in numpy (x[True] adds an axis, x[False] "
+                        "selects nothing), not the integer index 1 or 0; masks are not supported on "
+                        "a DeviceArray: index with int(...) or None"
+                    )
                 try:
                     i = operator.index(k)
                 except TypeError:
@@ -307,6 +314,8 @@ class DeviceArray:
             dim += 1
         shape.extend(self.shape[dim:])
         strides.extend(self.strides[dim:])
+        if len(shape) > MAX_DIMS:
+            _check_ndim(len(shape))
         return self._view(ptr, tuple(shape), tuple(strides))
 
     def __setitem__(self, key: Any, value: Any) -> None:
@@ -487,10 +496,10 @@ def empty(
     dims = _shape(shape)
     dt = normalize_dtype(dtype)
     if stream is None:
-        dev = _device(device)
+        dev = as_device(device)
         stream = dev.current_stream()
     else:
-        dev = stream.device if device is None and type(stream) is Stream else _device(device)
+        dev = stream.device if device is None and type(stream) is Stream else as_device(device)
         stream = resolve_stream(stream, dev)
     size = _prod(dims)
     block = dev.allocator.malloc(size * dt.itemsize, stream)
@@ -576,7 +585,7 @@ def asarray(
                 )
             return view
     if isinstance(obj, DeviceArray):
-        dev = obj.device if device is None else _device(device)
+        dev = obj.device if device is None else as_device(device)
         dt = obj.dtype if dtype is None else normalize_dtype(dtype)
         if dev is obj.device and dt == obj.dtype:
             return obj
@@ -626,10 +635,10 @@ def _foreign_device(obj: Any, fallback: Device | int | None, found: int | None) 
                 found = value
                 break
     if found is not None:
-        if fallback is not None and _device(fallback).index != found:
+        if fallback is not None and as_device(fallback).index != found:
             raise ValueError(f"asarray: the {type(obj).__name__} is on device {found}, not {fallback}")
         return Device(found)
-    return _device(fallback)
+    return as_device(fallback)
 
 
 def _cai_dtype(cai: dict[str, Any]) -> np.dtype | None:

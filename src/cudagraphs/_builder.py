@@ -22,7 +22,7 @@ from ._allocator import new_block
 from ._array import DeviceArray, Shape, _c_strides, _prod, _shape
 from ._capture import CaptureSession
 from ._control import Body, Condition
-from ._device import Device, Event, current_device
+from ._device import Device, Event, as_device
 from ._dtypes import normalize_dtype
 from ._errors import CaptureError
 from ._graph import Graph, GraphState
@@ -54,6 +54,11 @@ def _abandon(session: CaptureSession, device: Device, stream: Any) -> None:
         device.return_spare_stream(stream)
 
 
+def _check_event(what: str, event: Any) -> None:
+    if not isinstance(event, Event):
+        raise TypeError(f"{what}: event must be a cudagraphs Event, got {type(event).__name__}")
+
+
 class _Released:
     """Owner of graph memory freed by a free node: nothing left to release."""
 
@@ -70,7 +75,7 @@ class GraphBuilder:
 
     Parameters
     ----------
-    device : Device, optional
+    device : Device or int, optional
     pool : GraphPool, optional
         Memory for arrays allocated while building (default: a private pool).
 
@@ -83,8 +88,8 @@ class GraphBuilder:
     >>> g = b.instantiate()
     """
 
-    def __init__(self, *, device: Device | None = None, pool: GraphPool | None = None) -> None:
-        self.device = device if device is not None else current_device()
+    def __init__(self, *, device: Device | int | None = None, pool: GraphPool | None = None) -> None:
+        self.device = as_device(device)
         self.stream = self.device.spare_stream()
         self._session = CaptureSession(self.device, self.stream, "relaxed", pool, "pool")
         try:
@@ -134,6 +139,8 @@ class GraphBuilder:
         shared_mem: int = 0,
     ) -> BuilderNode:
         """A kernel node (arguments checked as for :meth:`Kernel.launch`)."""
+        if not isinstance(kernel, Kernel):
+            raise TypeError(f"launch: kernel must be a cudagraphs Kernel, got {type(kernel).__name__}")
         return self._node(
             "kernel",
             after,
@@ -222,6 +229,7 @@ class GraphBuilder:
     def event_record(self, event: Event, *, after: Sequence[BuilderNode] | None = None) -> BuilderNode:
         """An event-record node: ``event`` completes when the node runs."""
         backend = self._backend
+        _check_event("event_record", event)
         return self._node(
             "event_record",
             after,
@@ -238,6 +246,7 @@ class GraphBuilder:
     def event_wait(self, event: Event, *, after: Sequence[BuilderNode] | None = None) -> BuilderNode:
         """An event-wait node: later nodes wait for ``event``'s recorded work."""
         backend = self._backend
+        _check_event("event_wait", event)
         return self._node(
             "event_wait",
             after,
@@ -306,6 +315,7 @@ class GraphBuilder:
         made: Any = result[0]
         for body in made if isinstance(made, (list, tuple)) else [made]:
             body.node = node
+            body.redirect = True  # ops with no stream= in its block land in it (not run now)
         return result[0]
 
     def while_loop(self, cond: Condition, *, after: Sequence[BuilderNode] | None = None) -> Body:

@@ -37,7 +37,7 @@ from typing import Any, Literal
 from . import _recording, interop
 from ._allocator import safe_point
 from ._array import empty
-from ._device import Device, Event, Stream, current_device, resolve_stream
+from ._device import Device, Event, Stream, as_device, current_device, resolve_stream
 from ._errors import CaptureError
 from ._graph import Graph, Resources, release_resources
 from ._pool import ForbidMemory, GraphMemory, GraphPool, PoolMemory
@@ -50,7 +50,7 @@ _MEMORY = {"pool": PoolMemory, "forbid": ForbidMemory, "graph": GraphMemory}
 
 
 def capture_options(
-    device: Device | None, stream: Stream | None, mode: str, pool: GraphPool | None
+    device: Device | int | None, stream: Stream | None, mode: str, pool: GraphPool | None
 ) -> Device:
     """Check a capture's options; return its device (given, or the stream's, the pool's, the current).
 
@@ -67,10 +67,10 @@ def capture_options(
         raise TypeError(f"stream must be a cudagraphs Stream, got {type(stream).__name__}")
     if pool is not None and not isinstance(pool, GraphPool):
         raise TypeError(f"pool must be a cudagraphs GraphPool, got {type(pool).__name__}")
-    if device is not None and not isinstance(device, Device):
-        raise TypeError(f"device must be a cudagraphs Device, got {type(device).__name__}")
     if device is None:
         device = stream.device if stream is not None else pool.device if pool else current_device()
+    else:
+        device = as_device(device)
     if pool is not None and pool.device is not device:
         raise ValueError(f"pool is on {pool.device}, the capture on {device}")
     return device
@@ -84,7 +84,7 @@ class CaptureSession:
 
     def __init__(
         self,
-        device: Device | None,
+        device: Device | int | None,
         stream: Stream | None,
         mode: str,
         pool: GraphPool | None,
@@ -191,6 +191,12 @@ class CaptureSession:
                     "node, and the driver refuses to instantiate such a graph: use each "
                     "condition in a while_loop/if_then/if_else/switch, or do not make it"
                 )
+            if rec.loops:
+                raise CaptureError(
+                    f"{'; '.join(rec.loops.values())}: a while loop whose body is never captured "
+                    "(`with body:`) would spin forever on the device; capture its body, or do "
+                    "not make the loop"
+                )
             if not rec.nodes and not self.device.backend.graph_topology(raw)[0]:
                 if allow_empty:
                     self._undo(raw)
@@ -251,7 +257,7 @@ class _CaptureContext:
 def capture(
     fn: Callable[..., Any] | None = None,
     *args: Any,
-    device: Device | None = None,
+    device: Device | int | None = None,
     stream: Stream | None = None,
     mode: str = "thread_local",
     pool: GraphPool | None = None,
@@ -270,7 +276,7 @@ def capture(
     ----------
     fn : callable, optional
         Closure form: called with ``args`` inside the capture.
-    device : Device, optional
+    device : Device or int, optional
         Default: the stream's, the pool's, or the current device.
     stream : Stream, optional
         The stream to capture (default: this thread's current stream).

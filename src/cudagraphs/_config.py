@@ -23,7 +23,7 @@ import contextlib
 import dataclasses
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 __all__ = ["Settings", "configure", "override", "settings"]
@@ -79,28 +79,52 @@ class Settings:
         object.__setattr__(self, "cache_dir", Path(self.cache_dir))
 
 
+_INTS = {  # integer variables: the setting, what it accepts
+    "CUDAGRAPHS_POOL_RELEASE_THRESHOLD_MB": (
+        "pool_release_threshold_mb",
+        "a non-negative integer (megabytes)",
+    ),
+    "CUDAGRAPHS_SIM_MEMORY_MB": ("sim_memory_mb", "a non-negative integer (megabytes)"),
+    "CUDAGRAPHS_SIM_DEVICES": ("sim_devices", "a non-negative integer"),
+    "CUDAGRAPHS_SIM_SEED": ("sim_seed", "a non-negative integer"),
+}
+_FLAGS = {"CUDAGRAPHS_FASTCALL": "fastcall", "CUDAGRAPHS_SIM_PEER": "sim_peer"}
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
 def _from_environ(env: Mapping[str, str]) -> Settings:
-    """Build settings from ``CUDAGRAPHS_*`` variables in ``env``."""
+    """Build settings from ``CUDAGRAPHS_*`` variables in ``env``.
+
+    Raises
+    ------
+    ValueError
+        For a variable with a value it does not accept, naming the variable
+        and the values it accepts.
+    """
     kwargs: dict[str, object] = {}
+
+    def take(var: str, field: str, parse: Callable[[str], object], accepted: str) -> None:
+        try:  # (each value checked alone by Settings itself: the one set of rules)
+            value = parse(env[var])
+            Settings(**{field: value})  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise ValueError(f"{var}={env[var]!r} is not accepted: it must be {accepted}") from None
+        kwargs[field] = value
+
     if env.get("CUDAGRAPHS_BACKEND"):
-        kwargs["backend"] = env["CUDAGRAPHS_BACKEND"].strip().lower()
-    for var, field in (
-        ("CUDAGRAPHS_POOL_RELEASE_THRESHOLD_MB", "pool_release_threshold_mb"),
-        ("CUDAGRAPHS_SIM_MEMORY_MB", "sim_memory_mb"),
-        ("CUDAGRAPHS_SIM_DEVICES", "sim_devices"),
-        ("CUDAGRAPHS_SIM_SEED", "sim_seed"),
-    ):
+        backends = f"{' or '.join(_BACKENDS)} (unset: cuda if a GPU answers, else sim)"
+        take("CUDAGRAPHS_BACKEND", "backend", lambda s: s.strip().lower(), backends)
+    for var, (field, accepted) in _INTS.items():
         if env.get(var):
-            try:
-                kwargs[field] = int(env[var])
-            except ValueError:
-                raise ValueError(f"{var} must be an integer, got {env[var]!r}") from None
-    for var, field in (("CUDAGRAPHS_FASTCALL", "fastcall"), ("CUDAGRAPHS_SIM_PEER", "sim_peer")):
+            take(var, field, int, accepted)
+    for var, field in _FLAGS.items():
         flag = env.get(var, "").strip().lower()
         if flag:
-            if flag not in ("0", "1", "false", "true", "no", "yes", "off", "on"):
-                raise ValueError(f"{var} must be 0 or 1, got {env[var]!r}")
-            kwargs[field] = flag in ("1", "true", "yes", "on")
+            if flag not in _TRUE + _FALSE:
+                raise ValueError(
+                    f"{var} must be 0 or 1 (or {'/'.join(_TRUE[1:] + _FALSE[1:])}), got {env[var]!r}"
+                )
+            kwargs[field] = flag in _TRUE
     if env.get("CUDAGRAPHS_CACHE_DIR"):
         kwargs["cache_dir"] = Path(env["CUDAGRAPHS_CACHE_DIR"]).expanduser()
     return Settings(**kwargs)  # type: ignore[arg-type]

@@ -15,12 +15,13 @@ otherwise. No code swaps a stream for the whole process.
 from __future__ import annotations
 
 import contextvars
+import operator
 import threading
 import weakref
 from typing import Any, ClassVar
 
 from . import _recording, backends
-from ._allocator import CachingAllocator
+from ._allocator import CachingAllocator, device_rule
 from ._config import settings
 from ._errors import CaptureError
 from ._host import PinnedCache
@@ -30,6 +31,7 @@ __all__ = [
     "Device",
     "Event",
     "Stream",
+    "as_device",
     "current_device",
     "current_stream",
     "device_count",
@@ -68,11 +70,25 @@ class Stream:
         "device",
         "handle",
     )
+    device: Device
+    handle: int
+    _raw: Any
 
     def __init__(self, device: Device, raw: Any, owned: bool) -> None:
+        if not isinstance(device, Device):
+            raise TypeError(f"Stream: device must be a cudagraphs Device, got {type(device).__name__}")
+        handle = int(raw)
+        if not 0 <= handle < 2**64:
+            raise ValueError(f"Stream: raw must be a driver stream handle (64 bits), got {handle}")
+        if owned and any(int(s._raw) == handle for s in _builtin_streams(device)):
+            raise ValueError(
+                f"Stream: stream 0x{handle:x} is a built-in or external stream of {device}, which "
+                "lives as long as the process (or its library): owned=True would destroy it when "
+                "collected; make new streams with device.create_stream()"
+            )
         self.device = device
         self._raw = raw
-        self.handle = int(raw)
+        self.handle = handle
         self._recording: _recording.Recording | None = None
         self._tokens: list[contextvars.Token[tuple[Stream, ...]]] = []
         self._finalizer = (
@@ -136,8 +152,17 @@ class Stream:
             fork.join(self)
 
     def record(self, event: Event | None = None) -> Event:
-        """Record ``event`` (a new one by default) at this point of the stream."""
-        event = event if event is not None else Event(self.device)
+        """Record ``event`` (a new one by default) at this point of the stream.
+
+        Raises
+        ------
+        TypeError
+            If ``event`` is not an :class:`Event`.
+        """
+        if event is None:
+            event = Event(self.device)
+        elif not isinstance(event, Event):
+            raise TypeError(f"Stream.record: event must be an Event or None, got {type(event).__name__}")
         event.record(self)
         return event
 
@@ -189,6 +214,12 @@ class Stream:
         return f"<cudagraphs.Stream 0x{self.handle:x} on {self.device}{state}>"
 
 
+def _builtin_streams(device: Device) -> list[Stream]:
+    """The streams of ``device`` that no Stream may own (empty while the device is being set up)."""
+    fixed = [getattr(device, "stream", None), getattr(device, "copy_stream", None)]
+    return [s for s in fixed if s is not None] + list(getattr(device, "_external", {}).values())
+
+
 def _destroy_stream(backend: Backend, raw: Any) -> None:
     # finish the stream's work first: the allocator keys cached blocks by
     # stream handle, and the driver may hand the same handle to a new stream
@@ -201,7 +232,7 @@ class Event:
 
     Parameters
     ----------
-    device : Device, optional
+    device : Device or int, optional
         Default: the current device.
     timing : bool
         Whether :meth:`elapsed_ms` may be used (timing events cost more).
@@ -209,8 +240,8 @@ class Event:
 
     __slots__ = ("__weakref__", "_finalizer", "_raw", "_rec", "device", "timing")
 
-    def __init__(self, device: Device | None = None, timing: bool = False) -> None:
-        self.device = device if device is not None else current_device()
+    def __init__(self, device: Device | int | None = None, timing: bool = False) -> None:
+        self.device = as_device(device)
         self.timing = bool(timing)
         self._raw = self.device.backend.event_create(self.device.index, self.timing)
         self._rec: _recording.Recording | None = None  # the capture it was last recorded in
@@ -239,6 +270,8 @@ class Event:
 
     def elapsed_ms(self, end: Event) -> float:
         """Milliseconds between this event and ``end`` (both timing events)."""
+        if not isinstance(end, Event):
+            raise TypeError(f"elapsed_ms: end must be a cudagraphs Event, got {type(end).__name__}")
         if not (self.timing and end.timing):
             raise ValueError("elapsed_ms needs two events created with timing=True")
         return self.device.backend.event_elapsed_ms(self._raw, end._raw)
@@ -289,7 +322,9 @@ class Device:
     kernels: dict[object, object]
 
     def __new__(cls, index: int = 0, backend: str | None = None) -> Device:
-        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+        if type(index) is not int:
+            index = _index(index)
+        if index < 0:
             raise ValueError(f"device index must be a non-negative int, got {index!r}")
         name = backends.resolve_name(backend)
         key = (name, index)
@@ -384,6 +419,8 @@ class Device:
                 f"external_stream takes a stream handle (int) or an object with __cuda_stream__, "
                 f"got {type(stream).__name__}"
             )
+        if not 0 <= stream < 2**64:
+            raise ValueError(f"external_stream: a stream handle is 64 bits, got {stream}")
         found = self._external.get(stream)
         if found is None:
             raw = self.backend.stream_create(self.index, address=stream)
@@ -577,13 +614,55 @@ def current_device() -> Device:
 _DEFAULT_DEVICE: list[Any] = [None, None]  # [settings, device 0 of their backend]
 
 
-def current_stream(device: Device | None = None) -> Stream:
+def _index(index: Any) -> int:
+    """``index`` as a device ordinal (an int or a numpy integer, never a bool), else TypeError."""
+    if isinstance(index, bool) or not hasattr(type(index), "__index__"):
+        raise TypeError(f"a device index is an int, got {type(index).__name__}: {index!r}")
+    return operator.index(index)
+
+
+def as_device(device: Device | int | None, what: str = "device") -> Device:
+    """The Device that a ``device=`` argument names: the one rule of every such argument.
+
+    Parameters
+    ----------
+    device : Device, int or None
+        A Device, a device index (``0``; a numpy integer too), or None for
+        :func:`current_device`.
+    what : str
+        The argument's name, for the error.
+
+    Raises
+    ------
+    TypeError
+        For anything else (a bool, a string, a float, ...).
+    ValueError
+        For a negative index.
+    BackendUnavailableError
+        For an index the backend has no device for.
+    """
+    if device is None:
+        return current_device()
+    if isinstance(device, Device):
+        return device
+    if isinstance(device, bool) or not hasattr(type(device), "__index__"):
+        raise TypeError(
+            f"{what} must be a cudagraphs Device, a device index (int) or None, got "
+            f"{type(device).__name__}: {device!r}"
+        )
+    return Device(operator.index(device))
+
+
+device_rule(as_device)  # (the allocator, a layer below, takes device= by the same rule)
+
+
+def current_stream(device: Device | int | None = None) -> Stream:
     """The current stream of this thread on ``device`` (default: the current device).
 
     ``with stream:`` makes a stream current for the block; otherwise it is the
     device's default stream.
     """
-    return (device if device is not None else current_device()).current_stream()
+    return as_device(device).current_stream()
 
 
 def resolve_stream(stream: Any, device: Device) -> Stream:

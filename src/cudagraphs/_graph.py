@@ -525,7 +525,7 @@ class Graph:
         return then, otherwise
 
     def switch(self, cond: Condition, n: int) -> list[Body]:
-        """A switch node with ``n`` bodies: body ``cond`` runs; out of range, none."""
+        """A switch node with ``n`` bodies (at most 4096): body ``cond`` runs; out of range, none."""
         if type(n) is not int or n < 1:
             raise ValueError(f"switch needs n >= 1 bodies, got {n!r}")
         return add_conditional(self._capturing_now(), self, "switch", cond, n)
@@ -742,7 +742,7 @@ class Graph:
         RuntimeError
             If Graphviz's ``dot`` program is needed but not installed.
         ValueError
-            For another file suffix.
+            For another file suffix, a directory, or a folder that does not exist.
         """
         return _picture.save(self.to_dot(), path)
 

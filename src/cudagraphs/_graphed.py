@@ -52,6 +52,8 @@ from .backends.base import CUDA_ERROR_INVALID_VALUE, Copy
 
 __all__ = ["GraphOutput", "GraphedCallable", "graphed"]
 
+MAX_WARMUP = 1000  # eager runs before a capture: more is a mistake (2**70 would never end)
+
 
 # outputs that expire -------------------------------------------------------------------
 class _Lease:
@@ -380,7 +382,7 @@ class GraphedCallable:
         mode: str,
         copy_outputs: bool,
         pad_value: Any,
-        device: Device | None,
+        device: Device | int | None,
     ) -> None:
         if not callable(fn):
             raise TypeError(f"graphed takes a callable, got {type(fn).__name__}")
@@ -392,8 +394,10 @@ class GraphedCallable:
             buckets = tuple(sorted({int(b) for b in buckets}))
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 0:
             raise ValueError(f"dim must be a non-negative int, got {dim!r}")
-        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-            raise ValueError(f"warmup must be a non-negative int, got {warmup!r}")
+        if isinstance(warmup, bool) or not isinstance(warmup, int):
+            raise TypeError(f"warmup must be an int (eager runs before capturing), got {warmup!r}")
+        if not 0 <= warmup <= MAX_WARMUP:
+            raise ValueError(f"warmup must be in 0..{MAX_WARMUP} (eager runs before a capture), got {warmup}")
         device = capture_options(device, stream, mode, pool)
         if stream is not None and stream.device is not device:
             raise ValueError(f"stream {stream} is on {stream.device}, the callable on {device}")
@@ -792,7 +796,8 @@ class GraphedCallable:
         with self._lock:
             ins = [_describe(x, self.device) for x in leaves]
             n, _ = self._bucket(ins)
-            assert n is not None
+            if n is None:
+                raise TypeError("capture_all takes example arguments with at least one device array")
             self._hot = None
             self._lease.calls += 1  # the static buffers change: earlier outputs are stale
             stream = self._begin_on(self._call_stream(ins))
@@ -901,7 +906,7 @@ def graphed(
     mode: str = "thread_local",
     copy_outputs: bool = False,
     pad_value: Any = 0,
-    device: Device | None = None,
+    device: Device | int | None = None,
 ) -> Any:
     """Run ``fn`` as CUDA graphs: one per input shape (or bucket), captured on first use.
 
@@ -929,6 +934,7 @@ def graphed(
         Eager runs of ``fn`` on a new key's inputs before capturing it (they
         compile kernels and let libraries set up). Functions that update
         state in place see those runs too: use 0 for them, after compiling.
+        At most 1000.
     pool : GraphPool, optional
         The pool the graphs share (default: a new one for this callable).
     stream : Stream, optional

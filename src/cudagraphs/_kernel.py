@@ -25,14 +25,14 @@ from __future__ import annotations
 import re
 import struct
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MethodType
 from typing import Any
 
 import numpy as np
 
 from . import _nvrtc
-from ._device import _CURRENT, Device, Stream, current_device, resolve_stream
+from ._device import _CURRENT, Device, Stream, as_device, current_device, resolve_stream
 from ._dtypes import SUPPORTED
 from ._errors import BackendUnavailableError, CudaError
 from ._recording import BY_VALUE, EXPIRING, NodeRecord, Recording, Work, submit
@@ -227,6 +227,20 @@ def _check_dims(dims: Any, what: str) -> tuple[int, int, int]:
     return t
 
 
+def _define_options(defines: Any) -> tuple[str, ...]:
+    """NVRTC's ``-DNAME=VALUE`` options for a kernel's ``defines`` mapping."""
+    if defines is None:
+        return ()
+    if not isinstance(defines, Mapping):
+        raise TypeError(f"defines must be a mapping of macro names to values, got {type(defines).__name__}")
+    for k, v in defines.items():
+        if not isinstance(k, str) or not k.isidentifier():
+            raise ValueError(f"defines: a macro name must be a C identifier, got {k!r}")
+        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            raise TypeError(f"defines: the value of {k} must be a str or a number, got {type(v).__name__}")
+    return tuple(f"-D{k}={v}" for k, v in defines.items())
+
+
 class Kernel:
     """A CUDA C++ kernel that runs on both backends.
 
@@ -245,7 +259,7 @@ class Kernel:
         The parameter types, e.g. ``["float32*", "const float32*", "int64"]``
         or numpy dtypes (structs by value); default: parsed from the source.
     defines : mapping, optional
-        Preprocessor macros (``{"T": "float"}``).
+        Preprocessor macros (``{"T": "float"}``): C identifiers to strings or numbers.
 
     Notes
     -----
@@ -271,7 +285,7 @@ class Kernel:
         self.source = source
         self.name = name
         self.host = host
-        self.options = tuple(f"-D{k}={v}" for k, v in (defines or {}).items())
+        self.options = _define_options(defines)
         if signature is None:
             self.params = parse_params(source, name)
         else:
@@ -295,7 +309,7 @@ class Kernel:
         return f"<cudagraphs.Kernel {self.name}({args})>"
 
     # compilation ----------------------------------------------------------
-    def function(self, device: Device) -> Any:
+    def function(self, device: Device | int) -> Any:
         """The loaded kernel for ``device``, compiling it first if needed.
 
         Legal inside a capture (compiling and loading a module are).
@@ -307,6 +321,8 @@ class Kernel:
         BackendUnavailableError
             If the backend needs compiled code and NVRTC is missing.
         """
+        if type(device) is not Device:
+            device = as_device(device)
         fn = device.kernels.get(self)
         if fn is not None:
             return fn
@@ -394,7 +410,7 @@ class Kernel:
         *args: Any,
         stream: Stream | None = None,
         shared_mem: int = 0,
-        device: Device | None = None,
+        device: Device | int | None = None,
     ) -> None:
         """Launch the kernel on ``grid`` blocks of ``block`` threads.
 
@@ -412,6 +428,8 @@ class Kernel:
             raise TypeError(
                 f"kernel {self.name!r} takes {len(self.params)} arguments ({names}), got {len(args)}"
             )
+        if device is not None and type(device) is not Device:
+            device = as_device(device)
         if stream is None:
             if device is None:
                 device = _device_of(args)
@@ -425,8 +443,8 @@ class Kernel:
         if grid is not last_grid or block is not last_block:
             g3, b3 = normalize_dims(grid, "grid"), normalize_dims(block, "block")
             self._dims = (grid, block, g3, b3)
-        if type(shared_mem) is not int or shared_mem < 0:
-            raise ValueError(f"shared_mem must be a non-negative int, got {shared_mem!r}")
+        if type(shared_mem) is not int or not 0 <= shared_mem <= 0xFFFFFFFF:  # (the driver's unsigned)
+            raise ValueError(f"shared_mem must be an int in 0..2**32-1 (bytes), got {shared_mem!r}")
         self.enqueue(device, stream, g3, b3, shared_mem, values, args)
 
     def enqueue(
@@ -598,7 +616,7 @@ def _converter(p: Param, kernel: str) -> Callable[[Any, Device], Any]:
     return number
 
 
-def preload(kernels: Iterable[Kernel], device: Device | None = None) -> None:
+def preload(kernels: Iterable[Kernel], device: Device | int | None = None) -> None:
     """Compile and load ``kernels`` for ``device`` now (a cost paid early).
 
     Raises
@@ -608,7 +626,7 @@ def preload(kernels: Iterable[Kernel], device: Device | None = None) -> None:
     KernelCompileError
         If one of them does not compile.
     """
-    device = device if device is not None else current_device()
+    device = as_device(device)
     for k in kernels:
         if not isinstance(k, Kernel):
             raise TypeError(f"preload takes cudagraphs.Kernel objects, got {type(k).__name__}")

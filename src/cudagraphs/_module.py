@@ -134,7 +134,7 @@ class GraphModule:
         mode: str = "thread_local",
         copy_outputs: bool = False,
         pad_value: Any = 0,
-        device: Device | None = None,
+        device: Device | int | None = None,
     ) -> None:
         if module is not None and not callable(module):
             raise TypeError(f"GraphModule wraps a callable or a torch.nn.Module, got {type(module).__name__}")

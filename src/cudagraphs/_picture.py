@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-__all__ = ["save", "to_dot"]
+__all__ = ["check_destination", "save", "to_dot"]
 
 _COLORS = {
     "kernel": "#cfe2ff",
@@ -59,30 +59,48 @@ def _add(backend: Any, graph: Any, prefix: str, lines: list[str], indent: str) -
     return f"{prefix}0" if nodes else ""
 
 
-def save(dot: str, path: str | os.PathLike[str]) -> Path:
-    """Write ``dot`` to ``path``: ``.dot`` as text, ``.svg``/``.png``/``.pdf`` via Graphviz.
+def check_destination(path: str | os.PathLike[str]) -> Path:
+    """``path`` checked to be a picture :func:`save` can write, before any work is done.
 
     Raises
     ------
     RuntimeError
         If Graphviz's ``dot`` program is needed but not installed.
     ValueError
-        For another file suffix.
+        For another file suffix, a directory, or a folder that does not exist.
     """
     out = Path(path)
     fmt = out.suffix.lower().lstrip(".")
-    if fmt == "dot":
-        out.write_text(dot)
-        return out
-    if fmt not in ("svg", "png", "pdf"):
+    if out.is_dir():
+        raise ValueError(f"{str(out)!r} is a directory: give a file name (e.g. graph.svg or graph.dot)")
+    if fmt not in ("dot", "svg", "png", "pdf"):
         raise ValueError(f"save writes .dot, .svg, .png or .pdf files, got {out.name!r}")
-    program = shutil.which("dot")
-    if program is None:
+    if not out.parent.is_dir():
+        raise ValueError(f"cannot write {str(out)!r}: the folder {str(out.parent)!r} does not exist")
+    if fmt != "dot" and shutil.which("dot") is None:
         raise RuntimeError(
             f"saving {out.name!r} needs Graphviz's `dot` program, which is not installed: "
             "install graphviz (e.g. `apt install graphviz` or `conda install graphviz`), "
             "or save as .dot and render it elsewhere"
         )
+    return out
+
+
+def save(dot: str, path: str | os.PathLike[str]) -> Path:
+    """Write ``dot`` to ``path``: ``.dot`` as text, ``.svg``/``.png``/``.pdf`` via Graphviz.
+
+    Raises
+    ------
+    RuntimeError, ValueError
+        For a destination :func:`check_destination` refuses.
+    """
+    out = check_destination(path)
+    fmt = out.suffix.lower().lstrip(".")
+    if fmt == "dot":
+        out.write_text(dot)
+        return out
+    program = shutil.which("dot")
+    assert program is not None  # (checked above)
     subprocess.run(
         [program, f"-T{fmt}", "-o", str(out)], input=dot, text=True, check=True, capture_output=True
     )

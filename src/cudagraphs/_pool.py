@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _recording
 from ._allocator import round_size
-from ._device import Device, Stream, current_device
+from ._device import Device, Stream, as_device
 
 if TYPE_CHECKING:
     from ._recording import Recording
@@ -44,7 +44,7 @@ class GraphPool:
 
     Parameters
     ----------
-    device : Device, optional
+    device : Device or int, optional
         Default: the current device.
 
     Notes
@@ -55,10 +55,8 @@ class GraphPool:
     intermediate results.
     """
 
-    def __init__(self, device: Device | None = None) -> None:
-        if device is not None and not isinstance(device, Device):
-            raise TypeError(f"device must be a cudagraphs Device, got {type(device).__name__}")
-        self.device = device if device is not None else current_device()
+    def __init__(self, device: Device | int | None = None) -> None:
+        self.device = as_device(device)
         self._lock = threading.Lock()
         self._segments: dict[int, int] = {}  # segment ptr -> bytes
         self._blocks: dict[int, tuple[int, int]] = {}  # live block ptr -> (bytes, segment)

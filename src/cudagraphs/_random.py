@@ -31,9 +31,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._array import DeviceArray, _device, empty
+from ._array import DeviceArray, empty
 from ._builtin import _LAYOUT, MAX_NDIM, _make, layout
-from ._device import Device, Stream, resolve_stream
+from ._device import Device, Stream, as_device, resolve_stream
 from ._dtypes import SUPPORTED, normalize_dtype
 from ._kernel import Kernel
 
@@ -84,9 +84,16 @@ def philox4x32_10(counter: Any, key: Any) -> np.ndarray:
     -------
     numpy.ndarray of uint32, shape (..., 4)
         Random123's ``philox4x32_R(10, counter, key)``, word for word.
+
+    Raises
+    ------
+    TypeError
+        For words that are not integers.
+    ValueError
+        For words out of 0..2**32-1, or shapes other than these.
     """
-    c = np.asarray(counter, dtype=np.uint32).astype(np.uint64)
-    k = np.asarray(key, dtype=np.uint32).astype(np.uint64)
+    c = _words("counter", counter)
+    k = _words("key", key)
     if c.shape[-1:] != (4,) or k.shape != (2,):
         raise ValueError(
             f"philox4x32_10 takes counters of shape (..., 4) and a key of shape (2,); "
@@ -94,6 +101,16 @@ def philox4x32_10(counter: Any, key: Any) -> np.ndarray:
         )
     words = _philox(c[..., 0], c[..., 1], c[..., 2], c[..., 3], k[0], k[1])
     return np.stack(words, axis=-1).astype(np.uint32)
+
+
+def _words(what: str, value: Any) -> np.ndarray:
+    """``value`` checked to hold 32-bit words, as uint64 (what :func:`_philox` computes in)."""
+    a = np.asarray(value)
+    if a.dtype.kind not in "iuO" or (a.dtype.kind == "O" and not all(_is_int(w) for w in a.flat)):
+        raise TypeError(f"philox4x32_10: {what} must hold integers (uint32 words), got {a.dtype} values")
+    if a.size and not (int(a.min()) >= 0 and int(a.max()) <= 0xFFFFFFFF):
+        raise ValueError(f"philox4x32_10: {what} holds values out of 0..2**32-1")
+    return a.astype(np.uint64)
 
 
 def _philox(c0: Any, c1: Any, c2: Any, c3: Any, k0: Any, k1: Any) -> tuple[np.ndarray, ...]:
@@ -421,7 +438,7 @@ class Generator:
         self, seed: int = 0, *, device: Device | int | None = None, stream: Stream | None = None
     ) -> None:
         value = _check_u64("Generator seed", seed)
-        dev = stream.device if device is None and type(stream) is Stream else _device(device)
+        dev = stream.device if device is None and type(stream) is Stream else as_device(device)
         stream = resolve_stream(stream, dev)
         _refuse_captured(stream, "creating a Generator", "create it")
         self._device = dev
@@ -610,7 +627,7 @@ def default_generator(device: Device | int | None = None) -> Generator:
         If it does not exist yet and the device's current stream is being
         captured: make it first (call this, or :func:`seed`) before capturing.
     """
-    dev = _device(device)
+    dev = as_device(device)
     return _DEFAULTS.get(dev) or _default(dev, dev.current_stream())
 
 

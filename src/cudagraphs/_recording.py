@@ -75,6 +75,7 @@ __all__ = [
     "resolve_handles",
     "status",
     "submit",
+    "unsafe_blocker",
     "user_line",
 ]
 
@@ -202,6 +203,7 @@ class Recording:
         self.frees: collections.deque[int] = collections.deque()  # graph memory to free
         self.conditions: dict[int, str] = {}  # handles no conditional node uses yet -> where made
         self.before: Any = None  # an event recorded on the stream before the capture began
+        self.loops: dict[Any, str] = {}  # while bodies not captured yet -> which, where made
 
     # the rules ------------------------------------------------------------------
     def fail(self, what: str) -> None:
@@ -529,8 +531,20 @@ def instantiate_blocked(device: Any) -> bool:
     ``cuGraphInstantiate`` is an unsafe call (``sim.RULES``): a global capture
     refuses it from any thread, a thread-local one from its own thread.
     """
+    return unsafe_blocker() is not None
+
+
+def unsafe_blocker() -> Recording | None:
+    """The capture in progress that refuses this thread the driver's unsafe calls, or None.
+
+    A global capture refuses them to every thread, a thread-local one to its
+    own thread, on every device (see :func:`_all_active`); relaxed ones to none.
+    """
     me = threading.get_ident()
-    return any(r.mode == "global" or (r.mode == "thread_local" and r.thread == me) for r in _all_active())
+    for r in _all_active():
+        if r.mode == "global" or (r.mode == "thread_local" and r.thread == me):
+            return r
+    return None
 
 
 def _all_active() -> list[Recording]:

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from ._array import DeviceArray, Shape, _shape, empty
-from ._device import Device, Stream, current_device, resolve_stream
+from ._array import DeviceArray, Shape, _prod, _shape, empty
+from ._device import Device, Stream, as_device, resolve_stream
 from ._dtypes import normalize_dtype
 from ._host import hold, pinned_array
 from ._recording import Work, submit
@@ -24,6 +24,8 @@ from ._transfer import to_device
 from .backends.base import Copy
 
 __all__ = ["DeviceScalar", "HostSlot"]
+
+_MAX_HOST_BYTES = 2**63 - 1  # what a size_t of the driver's cuMemHostAlloc (and numpy) can hold
 
 _FROZEN = (
     "DeviceScalar.set() inside a capture would freeze the value into the graph: "
@@ -55,7 +57,7 @@ class DeviceScalar(DeviceArray):
         The initial value.
     dtype : dtype-like
         Default float32.
-    device : Device, optional
+    device : Device or int, optional
 
     Notes
     -----
@@ -103,7 +105,7 @@ class HostSlot:
     shape : int or sequence of int
     dtype : dtype-like
         Default float64.
-    device : Device, optional
+    device : Device or int, optional
 
     Attributes
     ----------
@@ -118,15 +120,14 @@ class HostSlot:
     def __init__(self, shape: Shape, dtype: Any = "float64", *, device: Device | int | None = None) -> None:
         dims = _shape(shape)
         dt = normalize_dtype(dtype)
-        dev = (
-            device
-            if isinstance(device, Device)
-            else Device(device)
-            if device is not None
-            else current_device()
-        )
+        dev = as_device(device)
         self.device = dev
-        nbytes = int(np.prod(dims, dtype=np.int64)) * dt.itemsize
+        nbytes = _prod(dims) * dt.itemsize
+        if nbytes > _MAX_HOST_BYTES:
+            raise ValueError(
+                f"HostSlot: shape {dims} of {dt} is {nbytes} bytes, more than any host can pin "
+                f"(at most {_MAX_HOST_BYTES})"
+            )
         self._bytes: np.ndarray | None = pinned_array(dev, nbytes)
         self._array: np.ndarray | None = self._bytes.view(dt).reshape(dims)
         self._shape, self._dtype = dims, dt

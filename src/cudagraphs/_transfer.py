@@ -16,6 +16,7 @@ import numpy as np
 
 from . import _recording
 from ._builtin import copy_view, scratch
+from ._device import resolve_stream
 from ._host import hold, stage
 from ._recording import Work, submit
 from .backends.base import Copy
@@ -115,10 +116,22 @@ class PendingCopy:
     stream does not wait for it. :meth:`result` waits for this copy only. The
     source memory is kept from reuse until the copy has finished; a handle
     dropped unread gives its pinned buffer back once no capture is active.
+
+    Made by :meth:`DeviceArray.get_async`; ``PendingCopy(x, stream)`` is the same.
+
+    Raises
+    ------
+    TypeError
+        If ``x`` is not a cudagraphs DeviceArray, or ``stream`` not a Stream.
+    ValueError
+        If ``stream`` is on another device.
     """
 
-    def __init__(self, x: Any, stream: Any) -> None:
+    def __init__(self, x: Any, stream: Any = None) -> None:
+        if not hasattr(x, "_view_spec") or not hasattr(x, "_block"):
+            raise TypeError(f"PendingCopy: x must be a cudagraphs DeviceArray, got {type(x).__name__}")
         device = x.device
+        stream = resolve_stream(stream, device)
         _recording.forbid(device, stream, "DeviceArray.get_async() (a copy to the host)", hint=_HOST_HINT)
         src = x if x.is_contiguous else _contiguous(x, stream)
         self.shape = x.shape

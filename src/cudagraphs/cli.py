@@ -105,20 +105,30 @@ def show(target: str | None, example: str | None, out: str | None) -> int:
     from pathlib import Path
 
     import cudagraphs as cg
+    from cudagraphs._picture import check_destination
     from cudagraphs.demo import EXAMPLES
 
     if example is not None:
         if example not in EXAMPLES:
             print(f"unknown example {example!r}; choose from {', '.join(EXAMPLES)}", file=sys.stderr)
             return 2
-        cg.ops.preload(["float32", "float64", "int32"])
-        graph = EXAMPLES[example](cg.Device(0))
         name = example
     else:
         if not target or ":" not in target:
             print("show needs FILE.py:function or --example NAME", file=sys.stderr)
             return 2
-        path, func_name = target.rsplit(":", 1)
+        path, name = target.rsplit(":", 1)
+    destination = Path(out) if out else Path(f"{name}.{'svg' if shutil.which('dot') else 'dot'}")
+    try:  # (before any capture: a bad --out is said at once, not after the work)
+        check_destination(destination)
+    except (ValueError, RuntimeError) as exc:
+        print(f"show --out: {exc}", file=sys.stderr)
+        return 2
+    if example is not None:
+        cg.ops.preload(["float32", "float64", "int32"])
+        graph = EXAMPLES[example](cg.Device(0))
+    else:
+        func_name = name
         spec = importlib.util.spec_from_file_location("cudagraphs_show_target", path)
         if spec is None or spec.loader is None or not Path(path).is_file():
             print(f"cannot load {path!r}: no such Python file", file=sys.stderr)
@@ -130,12 +140,23 @@ def show(target: str | None, example: str | None, out: str | None) -> int:
             print(f"{path} has no function {func_name!r}", file=sys.stderr)
             return 2
         graph = cg.capture(fn)
-        name = func_name
-    destination = Path(out) if out else Path(f"{name}.{'svg' if shutil.which('dot') else 'dot'}")
     graph.save(destination)
     print(graph.summary())
     print(f"wrote {destination}")
     return 0
+
+
+def _out_dir_problem(out: str) -> str | None:
+    """Why ``out`` cannot be the directory bench writes its files into (made now), or None."""
+    from pathlib import Path
+
+    try:
+        Path(out).mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        return "exists and is not a directory: give a directory for bench.json, bench.md and the plots"
+    except OSError as exc:
+        return f"cannot make the directory ({exc.strerror or exc})"
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -167,6 +188,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .bench.multigpu import main as devices_main
         from .bench.runner import main as bench_main
 
+        if args.out:
+            problem = _out_dir_problem(args.out)
+            if problem:  # (said before the benchmark runs, not after)
+                print(f"bench --out {args.out}: {problem}", file=sys.stderr)
+                return 2
         run = devices_main if args.devices else bench_main
         return run((["--quick"] if args.quick else []) + (["--out", args.out] if args.out else []))
     return show(args.target, args.example, args.out)

@@ -1327,7 +1327,10 @@ class SimBackend:
     def host_alloc(self, nbytes: int) -> int:
         self._fault("host_alloc")
         self._unsafe(0, "cuMemHostAlloc")
-        arr = np.empty(max(nbytes, 1), dtype=np.uint8)
+        try:
+            arr = np.empty(max(nbytes, 1), dtype=np.uint8)
+        except (MemoryError, ValueError):  # (the driver fails as the host does: out of memory)
+            raise _error(CUDA_ERROR_OUT_OF_MEMORY, "cuMemHostAlloc", f"{nbytes} B of pinned memory") from None
         ptr = arr.ctypes.data
         self._host[ptr] = arr
         return ptr

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from .. import _recording
 from .._array import DeviceArray, empty, operand
-from .._device import Device, Stream, device_count, resolve_stream
+from .._device import Device, Stream, as_device, device_count, resolve_stream
 from .._errors import CaptureError, CollectiveTimeoutError, DistributedError
 from .._recording import Work, submit
 from . import _nccl, _simulated
@@ -619,7 +619,7 @@ def init(
     world_size: int,
     *,
     store: Any,
-    device: Device | None = None,
+    device: Device | int | None = None,
     timeout: float = DEFAULT_TIMEOUT,
     name: str = "default",
 ) -> Communicator:
@@ -637,7 +637,7 @@ def init(
     rank, world_size : int
     store : object
         With ``set(key, value)`` and ``get(key)``, shared by every rank.
-    device : Device, optional
+    device : Device or int, optional
         This rank's device. Default: device ``rank % device_count()``.
     timeout : float
     name : str
@@ -650,10 +650,7 @@ def init(
         raise ValueError(f"world_size must be at least 1, got {world_size}")
     if not 0 <= rank < world_size:
         raise IndexError(f"rank {rank} is not in 0..{world_size - 1}")
-    if device is None:
-        device = Device(rank % device_count())
-    elif not isinstance(device, Device):
-        raise TypeError(f"device must be a cudagraphs Device, got {type(device).__name__}")
+    device = as_device(device) if device is not None else Device(rank % device_count())
     limit = _timeout(timeout)
     engine = engine_for(device)
     key = f"cudagraphs.distributed/{name}/unique_id"

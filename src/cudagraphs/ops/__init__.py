@@ -52,18 +52,18 @@ from .._builtin import (
     MAX_NDIM,
     builtin_kernel,
     check_same,
-    condition_kernel,
     copy_view,
     fill_value,
     fill_view,
     layout,
     run,
 )
+from .._builtin import condition_kernel as _condition_kernel
 from .._control import Condition
-from .._device import Device, Stream, current_device, resolve_stream
+from .._device import Device, Stream, as_device, resolve_stream
 from .._dtypes import normalize_dtype
 from .._errors import CaptureError
-from .._kernel import fastcall
+from .._kernel import Kernel, fastcall
 from .._kernel import preload as preload_kernels
 from .._recording import Work, submit
 from ..backends.base import Copy
@@ -84,11 +84,62 @@ __all__ = [
 ]
 
 _ARITH_DTYPES = frozenset(np.dtype(n) for n in ARITH)
-elementwise_kernel = builtin_kernel
-"""The built-in kernel ``name`` for a dtype (e.g. to launch one in a GraphBuilder)."""
+_CONDITION_KERNELS = ("cg_set_condition", "cg_set_condition_index", "cg_loop_guard")
 
 
-def preload(dtypes: Any = ("float32",), device: Device | None = None) -> None:
+def _kernel_name(what: str, name: Any, names: tuple[str, ...]) -> str:
+    if not isinstance(name, str):
+        raise TypeError(f"{what}: name must be a str, got {type(name).__name__}")
+    if name not in names:
+        raise ValueError(f"{what}: no built-in kernel {name!r}; the kernels are {', '.join(names)}")
+    return name
+
+
+def elementwise_kernel(name: str, dtype: Any) -> Kernel:
+    """The built-in kernel ``name`` for elements of ``dtype`` (e.g. to launch one in a GraphBuilder).
+
+    Parameters
+    ----------
+    name : str
+        One of the kernels of ``ops/kernels/elementwise.cu`` (``"cg_add"``,
+        ``"cg_fill"``, ``"cg_axpy"``, ...).
+    dtype : dtype-like
+        ``"float32"`` or ``np.dtype("float32")``; fill and copy kernels take
+        every supported dtype, arithmetic ones float32/64 and int32/64.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For a name that is not a built-in kernel, or a dtype it does not take.
+    """
+    name = _kernel_name("elementwise_kernel", name, KERNEL_NAMES)
+    dt = normalize_dtype(dtype)
+    if not name.startswith(("cg_fill", "cg_copy")) and dt not in _ARITH_DTYPES:
+        raise TypeError(f"elementwise_kernel: {name} takes {', '.join(ARITH)}, got {dt}")
+    return builtin_kernel(name, dt)
+
+
+def condition_kernel(name: str, dtype: Any) -> Kernel:
+    """The built-in kernel ``name`` that sets a graph condition from a flag of ``dtype``.
+
+    ``cg_set_condition`` (flag != 0) and ``cg_set_condition_index`` (the
+    value) take flags of bool, int32, int64, uint8, float32 or float64;
+    ``cg_loop_guard`` (a while loop's iteration cap) takes int64.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For another name, or a dtype the kernel does not take.
+    """
+    name = _kernel_name("condition_kernel", name, _CONDITION_KERNELS)
+    dt = normalize_dtype(dtype)
+    takes = ("int64",) if name == "cg_loop_guard" else tuple(FLAG_TYPES)
+    if dt.name not in takes:
+        raise TypeError(f"condition_kernel: {name} takes flags of {', '.join(takes)}, got {dt}")
+    return _condition_kernel(name, dt)
+
+
+def preload(dtypes: Any = ("float32",), device: Device | int | None = None) -> None:
     """Compile every built-in kernel for ``dtypes`` now (a cost paid early).
 
     ``dtypes`` is one dtype (``"float32"``) or a sequence of them.
@@ -98,6 +149,7 @@ def preload(dtypes: Any = ("float32",), device: Device | None = None) -> None:
     TypeError
         For an unsupported dtype.
     """
+    device = as_device(device)  # (checked before any compilation)
     if isinstance(dtypes, (str, np.dtype, type)):
         dtypes = (dtypes,)
     kernels = []
@@ -107,9 +159,9 @@ def preload(dtypes: Any = ("float32",), device: Device | None = None) -> None:
             if name.startswith(("cg_fill", "cg_copy")) or dt in _ARITH_DTYPES:
                 kernels.append(builtin_kernel(name, dt))
         if dt.name in FLAG_TYPES:
-            kernels += [condition_kernel(n, dt) for n in ("cg_set_condition", "cg_set_condition_index")]
-    kernels.append(condition_kernel("cg_loop_guard", np.dtype("int64")))
-    preload_kernels(kernels, device if device is not None else current_device())
+            kernels += [_condition_kernel(n, dt) for n in ("cg_set_condition", "cg_set_condition_index")]
+    kernels.append(_condition_kernel("cg_loop_guard", np.dtype("int64")))
+    preload_kernels(kernels, device)
 
 
 def set_condition(cond: Any, flag: DeviceArray, *, stream: Stream | None = None) -> None:
@@ -136,7 +188,7 @@ def set_condition(cond: Any, flag: DeviceArray, *, stream: Stream | None = None)
     device = flag.device
     stream = resolve_stream(stream, device)
     name = "cg_set_condition_index" if flag.dtype.kind in "iu" else "cg_set_condition"
-    kernel = condition_kernel(name, flag.dtype)
+    kernel = _condition_kernel(name, flag.dtype)
     first = flag[(0,) * flag.ndim] if flag.ndim else flag  # a 0-d view: contiguous
     kernel.launch(1, 1, cond.handle, first, stream=stream)
 
