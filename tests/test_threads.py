@@ -158,3 +158,36 @@ def test_threads_reading_outputs_get_their_own_result_or_stale(
         assert stale[0] == 0
     shared.pop().close()
     _end(dev, start)
+
+
+def test_a_graphed_call_from_a_new_thread_points_its_input_copy(device: cg.Device) -> None:
+    """A thread that never made a CUDA context current moves a graph's input copy.
+
+    The copy node's update takes the thread's current context; with none
+    (a fresh thread) the driver crashed the process (found by the stress
+    test above on an H100). Each thread's input lives at its own address.
+    """
+    rng = np.random.default_rng(7)
+    f = cg.graphed(lambda x: cg.ops.scale(2.0, x), device=device)
+    first = random_array(rng, (64,), "float32")
+    for _ in range(3):  # eager, capture, replay: the graph copies its input in
+        np.testing.assert_allclose(f(cg.asarray(first)).get(), 2 * first, rtol=1e-6)
+    results: list[np.ndarray] = []
+    errors: list[BaseException] = []
+    data = [random_array(rng, (64,), "float32") for _ in range(3)]
+
+    def worker(h: np.ndarray) -> None:
+        try:
+            x = cg.asarray(h)  # a new address: the copy node is pointed at it
+            results.append(f(x).get())
+        except BaseException as exc:
+            errors.append(exc)
+
+    for h in data:  # one after the other: each thread is new
+        t = threading.Thread(target=worker, args=(h,))
+        t.start()
+        t.join()
+    assert not errors, _report(errors)
+    for got, h in zip(results, data, strict=True):
+        np.testing.assert_allclose(got, 2 * h, rtol=1e-6)
+    f.close()

@@ -300,7 +300,8 @@ typedef struct { /* CUDA_MEMCPY3D */
 
 /* cuGraphExecMemcpyNodeSetParams(exec, node, dst, src, nbytes): a copy node of an executable
    graph set to copy nbytes from device address src to dst, in the calling thread's current
-   context (cuCtxGetCurrent), as the node was made. */
+   context (cuCtxGetCurrent), as the node was made. A thread with no current context gets
+   CUDA_ERROR_INVALID_CONTEXT without the call (the driver crashes on a NULL context). */
 static PyObject *copy_node_set(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     uintptr_t exec, node, dst, src;
     size_t n;
@@ -318,9 +319,9 @@ static PyObject *copy_node_set(PyObject *self, PyObject *const *args, Py_ssize_t
     handle ctx = NULL;
     Py_BEGIN_ALLOW_THREADS
     err = ((ctx_get_t)get)(&ctx);
+    if (!err && ctx == NULL) err = 201; /* CUDA_ERROR_INVALID_CONTEXT */
     if (!err) err = ((copy_node_set_t)fn)((handle)exec, (handle)node, &p, ctx);
     Py_END_ALLOW_THREADS
-    if (err && ctx == NULL) return PyErr_Format(PyExc_RuntimeError, "cuCtxGetCurrent returned CUresult %d", err);
     return result(err);
 }
 

@@ -21,7 +21,15 @@ from typing import Any
 from .._config import settings
 from .._errors import BackendUnavailableError, CudaError, UpdateError
 from . import base
-from .base import Capabilities, Copy, DeviceProperties, KernelLaunch, NodeInfo, move_words
+from .base import (
+    CUDA_ERROR_OUT_OF_MEMORY,
+    Capabilities,
+    Copy,
+    DeviceProperties,
+    KernelLaunch,
+    NodeInfo,
+    move_words,
+)
 
 __all__ = ["CudaBackend"]
 
@@ -305,6 +313,18 @@ class CudaBackend:
             ),
         )
 
+    def _context_of(self, ptr: int) -> Any:
+        """Make the primary context of ``ptr``'s device current on this thread; return it.
+
+        For calls that take the thread's current context (a copy node's
+        update), from a thread that never made one current: the driver
+        crashes on a NULL context.
+        """
+        drv = _driver()
+        attr = drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL  # (pool memory has no context)
+        self.activate(int(_check(drv.cuPointerGetAttribute(attr, ptr), "cuPointerGetAttribute")))
+        return _check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
+
     def activate(self, ordinal: int, peer: int | None = None) -> None:
         """Make the device's primary context current on this thread (and reach ``peer``'s memory)."""
         if peer is not None:
@@ -431,6 +451,8 @@ class CudaBackend:
     # memory -------------------------------------------------------------
     def mem_alloc(self, ordinal: int, nbytes: int, stream: Any) -> int:
         drv = _driver()
+        if nbytes >= 1 << 64:  # (no size_t holds it: the driver's answer for any size it cannot serve)
+            _raise(CUDA_ERROR_OUT_OF_MEMORY, "cuMemAlloc" if stream is None else "cuMemAllocFromPoolAsync")
         if stream is None:  # outside the pool: cuMemAlloc
             self.activate(ordinal)
             found = drv.cuMemAlloc(max(nbytes, 1))
@@ -788,6 +810,9 @@ class CudaBackend:
             fast = _call.get("cuGraphExecMemcpyNodeSetParams")
             if fast is not None and params.kind == "dtod":  # (in C: a graphed call's input, per call)
                 (err,) = fast(exec_, target, params.dst, params.src, params.nbytes)
+                if err == CUDA_ERROR_INVALID_CONTEXT:  # a thread with no current context
+                    self._context_of(params.dst)
+                    (err,) = fast(exec_, target, params.dst, params.src, params.nbytes)
                 if err:
                     _raise(err, "cuGraphExecMemcpyNodeSetParams")
                 return
@@ -797,6 +822,8 @@ class CudaBackend:
             p.dstMemoryType, p.dstDevice = device_memory, params.dst
             p.WidthInBytes, p.Height, p.Depth = params.nbytes, 1, 1
             ctx = _check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
+            if not int(ctx):
+                ctx = self._context_of(params.dst)
             _check(
                 drv.cuGraphExecMemcpyNodeSetParams(exec_, target, p, ctx), "cuGraphExecMemcpyNodeSetParams"
             )
