@@ -702,7 +702,12 @@ REPORTED: dict[str, tuple[Callable[[cg.Device], Any], type[Exception], str]] = {
     "Stream(default, owned=True)": (
         lambda d: cg.Stream(d, d.stream._raw, owned=True),
         ValueError,
-        "built-in or external stream",
+        "built-in stream",
+    ),
+    "Stream(legacy default stream, owned=True)": (
+        lambda d: cg.Stream(d, 1, owned=True),
+        ValueError,
+        "built-in stream",
     ),
     "Stream(copy stream, owned=True)": (
         lambda d: cg.Stream(d, d.copy_stream._raw, owned=True),

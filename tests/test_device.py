@@ -117,3 +117,21 @@ def test_elapsed_ms_before_the_events_complete_is_not_ready(device: cg.Device) -
     assert info.value.name == "CUDA_ERROR_INVALID_HANDLE"
     blocker.close()
     s.close()
+
+
+def test_a_handle_once_wrapped_as_external_can_be_owned_by_a_new_stream(device: cg.Device) -> None:
+    """Another library's stream, wrapped, then destroyed by it: the driver may give its handle again.
+
+    (Found on an H100: the bad-input sweep wrapped a stream as external, the
+    stream was destroyed, and the next ``create_stream()`` got its handle and
+    was refused as "a built-in or external stream".)
+    """
+    backend = device.backend
+    raw = backend.stream_create(device.index)  # the other library's stream
+    wrapped = device.external_stream(int(raw))
+    assert int(wrapped._raw) == int(raw)
+    owned = cg.Stream(device, raw, owned=True)  # as create_stream() would, given the same handle
+    x = cg.asarray(np.arange(8, dtype=np.float32), stream=owned)
+    np.testing.assert_array_equal(cg.ops.scale(2.0, x, stream=owned).get(stream=owned), 2 * np.arange(8))
+    owned.close()
+    assert owned.closed

@@ -80,11 +80,13 @@ class Stream:
         handle = int(raw)
         if not 0 <= handle < 2**64:
             raise ValueError(f"Stream: raw must be a driver stream handle (64 bits), got {handle}")
-        if owned and any(int(s._raw) == handle for s in _builtin_streams(device)):
+        if owned and (
+            handle in _SPECIAL_STREAMS or any(int(s._raw) == handle for s in _builtin_streams(device))
+        ):
             raise ValueError(
-                f"Stream: stream 0x{handle:x} is a built-in or external stream of {device}, which "
-                "lives as long as the process (or its library): owned=True would destroy it when "
-                "collected; make new streams with device.create_stream()"
+                f"Stream: stream 0x{handle:x} is a built-in stream of {device}, which lives as long "
+                "as the process: owned=True would destroy it when collected; make new streams with "
+                "device.create_stream()"
             )
         self.device = device
         self._raw = raw
@@ -214,10 +216,18 @@ class Stream:
         return f"<cudagraphs.Stream 0x{self.handle:x} on {self.device}{state}>"
 
 
+# the NULL, legacy and per-thread default streams: handles no Stream may own
+_SPECIAL_STREAMS = frozenset({0, 1, 2})
+
+
 def _builtin_streams(device: Device) -> list[Stream]:
-    """The streams of ``device`` that no Stream may own (empty while the device is being set up)."""
+    """The streams of ``device`` that no Stream may own (empty while the device is being set up).
+
+    (Not other libraries' streams wrapped by ``external_stream``: their owner
+    may destroy one, and the driver give its handle to a stream we create.)
+    """
     fixed = [getattr(device, "stream", None), getattr(device, "copy_stream", None)]
-    return [s for s in fixed if s is not None] + list(getattr(device, "_external", {}).values())
+    return [s for s in fixed if s is not None]
 
 
 def _destroy_stream(backend: Backend, raw: Any) -> None:
