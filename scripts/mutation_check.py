@@ -180,14 +180,20 @@ MUTATIONS = [
     (
         "stolen block does not wait for its owner",
         "src/cudagraphs/_allocator.py",
-        "                    self._follow(stream, owner_stream)\n",
-        "                    pass\n",
+        "                            self._follow(stream, other)\n",
+        "                            pass\n",
     ),
     (
         "pool release does not wait for its other streams",
         "src/cudagraphs/_allocator.py",
-        "                self._follow(first, other)  # the free is queued on first: after them all\n",
-        "                pass\n",
+        "                    self._follow(first, other)  # the free is queued on first: after them all\n",
+        "                    pass\n",
+    ),
+    (
+        "a stream closed while a release uses it is destroyed under it",
+        "src/cudagraphs/_recording.py",
+        "        if id(raw) in _held:\n",
+        "        if False:\n",
     ),
     (
         "sim: a free does not wait for its stream's work",

@@ -365,3 +365,45 @@ def test_a_graph_pool_whose_give_back_fails_raises_nothing_later_and_loses_nothi
     assert sim.allocator.stats().in_use == base.in_use  # the segment is not held for ever
     assert _driver_used(sim) == used_before  # empty_cache() reached it
     assert sim.allocator.stats().reserved == base.in_use
+
+
+def test_a_graph_pool_segment_whose_free_fails_is_set_aside_not_lost(
+    sim: cg.Device, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver refuses the free of a pool's segment: it waits for empty_cache, not in use for ever."""
+    s = sim.create_stream()
+    sim.synchronize()
+    used_before = _driver_used(sim)
+    base = sim.allocator.stats()
+    data = np.random.default_rng(3).standard_normal(256).astype(np.float32)
+    x = cg.asarray(data, stream=s)
+    with_x = sim.allocator.stats()
+    with cg.capture(stream=s) as g:
+        t = cg.ops.scale(2.0, x, stream=s)  # from the graph's pool
+    g.replay(stream=s)
+    g.close()
+    np.testing.assert_allclose(t.get(stream=s), 2 * data, rtol=1e-6)
+    real_free, failed = sim.backend.mem_free, []
+
+    def refuse(ptr: int, stream: object) -> None:
+        if stream is not None and not failed:  # (the segment's stream-ordered free)
+            failed.append(ptr)
+            raise CudaError(400, "CUDA_ERROR_INVALID_HANDLE", "cuMemFreeAsync", "destroyed")
+        real_free(ptr, stream)
+
+    monkeypatch.setattr(sim.backend, "mem_free", refuse)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (a deferred release that failed warns)
+        del t  # the pool's last array
+        gc.collect()
+        stats = sim.allocator.stats()  # a safe point, where the pool gives its segment back
+    monkeypatch.undo()
+    assert failed
+    assert stats.in_use == with_x.in_use  # set aside: not in use
+    assert stats.reserved > with_x.reserved  # but still reserved, for empty_cache
+    np.testing.assert_allclose(x.get(stream=s), data, rtol=0)
+    del x
+    gc.collect()
+    s.close()
+    assert _driver_used(sim) == used_before  # empty_cache() freed it
+    assert sim.allocator.stats().reserved == base.in_use

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import threading
 import traceback
+import warnings
 from typing import Any
 
 import numpy as np
@@ -191,3 +192,58 @@ def test_a_graphed_call_from_a_new_thread_points_its_input_copy(device: cg.Devic
     for got, h in zip(results, data, strict=True):
         np.testing.assert_allclose(got, 2 * h, rtol=1e-6)
     f.close()
+
+
+def test_a_stream_closed_by_its_thread_while_a_release_uses_it_is_destroyed_after(
+    device: cg.Device, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 26 item 8: a pool's segment, freed in one thread on another thread's stream.
+
+    The release found the stream open; its thread closed (destroyed) it before
+    the release queued the free there: the free failed on a destroyed stream
+    and the segment stayed in use for ever. Here the other thread closes it at
+    that very point (between ordering the free after the graph's streams and
+    queuing it), every time.
+    """
+    dev = device
+    start = _begin(dev)
+    backend, real_wait = dev.backend, dev.backend.stream_wait_event
+    handles = backend.live_handles() if backend.name == "sim" else {}
+    s1, s2 = dev.create_stream(), dev.create_stream()
+    x_h = random_array(np.random.default_rng(8), 256, "float32")
+    x = cg.asarray(x_h, stream=s1)
+    with cg.capture(stream=s1) as g:
+        t = cg.ops.scale(2.0, x, stream=s1)  # from the graph's pool
+    g.replay(stream=s1)
+    s2.wait(s1)
+    g.replay(stream=s2)  # the segment is freed on one of them, after the other
+    g.close()
+    np.testing.assert_allclose(t.get(stream=s2), 2 * x_h, rtol=1e-6)
+    closed: list[cg.Stream] = []
+
+    def wait_then_close(raw: Any, event: Any) -> None:  # the free is next, on `raw`
+        real_wait(raw, event)
+        if not closed:
+            victim = s1 if raw is s1._raw else s2
+            closer = threading.Thread(target=victim.close)  # its thread closes it now
+            closer.start()
+            closer.join(30)
+            assert not closer.is_alive()  # (the close does not wait for the release)
+            closed.append(victim)
+
+    monkeypatch.setattr(backend, "stream_wait_event", wait_then_close)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (a deferred release that failed warns)
+        del t  # the pool's last array: its segment goes back to the driver
+        gc.collect()
+        dev.allocator.stats()  # a safe point, where the release runs
+    monkeypatch.undo()
+    assert len(closed) == 1
+    assert closed[0].closed
+    s1.close()
+    s2.close()
+    np.testing.assert_allclose(x.get(), x_h, rtol=0)  # the device still works
+    del x
+    _end(dev, start)
+    if backend.name == "sim":  # both streams destroyed (the one closed mid-release after it)
+        assert backend.live_handles().get("stream", 0) == handles.get("stream", 0)

@@ -521,8 +521,8 @@ class CachingAllocator(_Counters):
             _check_free(self._live, ptr, streams)
         events: list[Any] = []
         try:
-            for s in streams or ():
-                if not s.closed:
+            with _recording.holding(streams or ()) as live:  # (another thread may close one)
+                for s in live:
                     events.append(self._record(s))
         except CudaError:  # (a release must not fail its caller: often a collection)
             for event in events:
@@ -624,20 +624,21 @@ class CachingAllocator(_Counters):
 
         No capture may be active on the device (pools release through
         :func:`cudagraphs._recording.release`). When the driver fails an
-        event that orders the free after ``streams``, the segment is set aside
-        for :meth:`empty_cache` instead (no error: a release must not fail
-        the unrelated call that ran it).
+        event that orders the free after ``streams``, or the free itself, the
+        segment is set aside for :meth:`empty_cache` instead (no error: a
+        release must not fail the unrelated call that ran it).
         """
-        live = [s for s in streams if not s.closed] or [self._device.stream]
-        first = live[0]
-        try:
-            for other in live[1:]:
-                self._follow(first, other)  # the free is queued on first: after them all
-        except CudaError:
-            with self._lock:
-                self._set_aside_locked(ptr)
-            return
-        self._backend.mem_free(ptr, first._raw)
+        # (the streams are held: one that another thread closes meanwhile is destroyed after)
+        with _recording.holding(streams) as live:
+            first, *others = live or [self._device.stream]
+            try:
+                for other in others:
+                    self._follow(first, other)  # the free is queued on first: after them all
+                self._backend.mem_free(ptr, first._raw)
+            except CudaError:  # (the memory stays accounted, freed after a device synchronize)
+                with self._lock:
+                    self._set_aside_locked(ptr)
+                return
         with self._lock:
             size, _ = self._live.pop(ptr)
             self._in_use -= size
@@ -671,8 +672,9 @@ class CachingAllocator(_Counters):
                     # another stream's block: order our stream after its last use (a closed
                     # stream finished its work when it was closed); taken once ordered, so
                     # that a failed event leaves it in the cache
-                    if owner_stream is not None and not owner_stream.closed:
-                        self._follow(stream, owner_stream)
+                    with _recording.holding([owner_stream] if owner_stream is not None else []) as live:
+                        for other in live:  # (open: held until ordered, if its thread closes it)
+                            self._follow(stream, other)
                     self._wait_for(cached[-1], stream)
                     return cached.pop()
         try:

@@ -172,7 +172,9 @@ class Stream:
         """Wait for an owned stream's work, then destroy it.
 
         Idempotent; built-in streams ignore it. While a capture is active on
-        the device the destruction is deferred until none is.
+        the device the destruction is deferred until none is; while a
+        release in another thread uses the stream (it found it open), until
+        that release is done.
 
         Raises
         ------
@@ -232,9 +234,11 @@ def _builtin_streams(device: Device) -> list[Stream]:
 
 def _destroy_stream(backend: Backend, raw: Any) -> None:
     # finish the stream's work first: the allocator keys cached blocks by
-    # stream handle, and the driver may hand the same handle to a new stream
+    # stream handle, and the driver may hand the same handle to a new stream.
+    # A release that found the stream open (in another thread) may still use
+    # it: then it is destroyed when that release is done
     backend.synchronize(raw)
-    backend.destroy(raw)
+    _recording.when_unheld(raw, backend.destroy, raw)
 
 
 class Event:

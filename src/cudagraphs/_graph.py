@@ -119,9 +119,10 @@ class Resources:
 def release_resources(res: Resources) -> None:
     """Free a graph's resources after the work queued on its replay streams."""
     backend = res.device.backend
-    for s in res.streams:
-        if not s.closed and s._recording is None:
-            backend.synchronize(s._raw)
+    with _recording.holding(res.streams) as live:  # (another thread may close one meanwhile)
+        for s in live:
+            if s._recording is None:
+                backend.synchronize(s._raw)
     if res.exec is not None:
         backend.destroy(res.exec)
         res.exec = None

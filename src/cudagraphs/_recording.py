@@ -35,6 +35,11 @@ rule: see ``backends/sim.py``'s ``RULES``). Releases therefore go through
 from finalizers and garbage collection, :func:`later` (always queued: a
 finalizer may run while a lock of ours is held). :func:`drain` runs the queue
 at safe points: when a capture ends, before an allocation, on a synchronize.
+
+A release may run in any thread and use streams of other threads (the
+collector of one thread frees another's blocks): a stream it finds open
+stays alive until it is done (:func:`holding`), even if its thread closes it
+meanwhile; the stream's destruction waits for it (:func:`when_unheld`).
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ __all__ = [
     "begin",
     "drain",
     "forbid",
+    "holding",
     "instantiate_blocked",
     "later",
     "mark",
@@ -77,6 +83,7 @@ __all__ = [
     "submit",
     "unsafe_blocker",
     "user_line",
+    "when_unheld",
 ]
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
@@ -690,6 +697,51 @@ def release(device: Any, fn: Callable[..., Any], *args: Any) -> None:
 def later(device: Any, fn: Callable[..., Any], *args: Any) -> None:
     """Queue ``fn(*args)`` for the next safe point (from finalizers: never blocks)."""
     _QUEUE.append((device, fn, args))
+
+
+# streams in use by a release now (id of the driver's handle -> holders) and the destruction
+# each waits for (see holding)
+_held: dict[int, int] = {}
+_after: dict[int, tuple[Callable[..., Any], tuple[Any, ...]]] = {}
+
+
+@contextlib.contextmanager
+def holding(streams: Any) -> Iterator[list[Any]]:
+    """The open streams of ``streams``, kept from destruction until the block ends.
+
+    Checking ``stream.closed`` and then using the stream's handle races
+    with another thread's ``Stream.close``: the driver call would find the
+    stream destroyed (``CUDA_ERROR_INVALID_HANDLE``) and the release fail.
+    A stream found open here (checked under the lock ``Stream.close`` takes
+    to close it) is destroyed only after the block (see :func:`when_unheld`).
+    """
+    with _lock:
+        live = [s for s in streams if not s.closed]
+        for s in live:
+            _held[id(s._raw)] = _held.get(id(s._raw), 0) + 1
+    try:
+        yield live
+    finally:
+        done = []
+        with _lock:
+            for s in live:
+                key = id(s._raw)
+                _held[key] -= 1
+                if not _held[key]:
+                    del _held[key]
+                    if key in _after:
+                        done.append(_after.pop(key))
+        for fn, args in done:  # (a driver call: never under the lock)
+            fn(*args)
+
+
+def when_unheld(raw: Any, fn: Callable[..., Any], *args: Any) -> None:
+    """Run ``fn(*args)`` (the destruction of stream ``raw``) now, or when no :func:`holding` holds it."""
+    with _lock:
+        if id(raw) in _held:
+            _after[id(raw)] = (fn, args)
+            return
+    fn(*args)
 
 
 def drain() -> None:
