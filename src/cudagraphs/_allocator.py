@@ -637,8 +637,11 @@ class CachingAllocator(_Counters):
             with self._lock:
                 self._set_aside_locked(ptr)
             return
-        self._backend.mem_free(ptr, first._raw)
+        # the free and the record's removal are one step under the lock: from the free on, the
+        # driver may give this address to another thread's allocation, whose record the pop
+        # would take instead (that block's release then found no record: a KeyError)
         with self._lock:
+            self._backend.mem_free(ptr, first._raw)
             size, _ = self._live.pop(ptr)
             self._in_use -= size
             self._reserved -= size
