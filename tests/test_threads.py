@@ -19,6 +19,7 @@ import pytest
 from conftest import live_blocks, random_array
 
 import cudagraphs as cg
+from cudagraphs._allocator import round_size
 
 THREADS = 6
 ROUNDS = 8
@@ -247,3 +248,69 @@ def test_a_stream_closed_by_its_thread_while_a_release_uses_it_is_destroyed_afte
     _end(dev, start)
     if backend.name == "sim":  # both streams destroyed (the one closed mid-release after it)
         assert backend.live_handles().get("stream", 0) == handles.get("stream", 0)
+
+
+def test_a_pool_segment_given_back_as_another_thread_gets_its_address(
+    backend: str, device: cg.Device, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thread's allocation that the driver serves at a pool segment's address just freed.
+
+    From a segment's free on, the driver may give its address to another
+    thread's allocation; the segment's record was removed after the free,
+    outside the allocator's lock, so it took that allocation's record instead
+    (its block's release then raised KeyError, and the segment's bytes stayed
+    counted in use; seen on an H100). The free is driven here into exactly
+    that window, the simulator made to reuse the address as the driver does.
+    """
+    if backend != "sim":
+        pytest.skip("the simulator is made to reuse the address; the driver cannot be")
+    sim, alloc = device.backend, device.allocator
+    start = _begin(device)
+    alloc.empty_cache()  # nothing cached: the other thread's allocation is a miss
+    nbytes = 5 * 1024 * 1024 + 1000
+    pool = cg.GraphPool(device)
+    segment = pool.allocate(1000)  # the pool's first block: at its segment's address
+    real_free, real_alloc = sim.mem_free, sim.mem_alloc
+    got: list[cg.Block] = []
+    errors: list[BaseException] = []
+    threads: list[threading.Thread] = []
+
+    def reusing_alloc(ordinal: int, n: int, stream: Any) -> int:
+        if n != round_size(nbytes):
+            return real_alloc(ordinal, n, stream)
+        sim.synchronize(device.stream._raw)  # the segment's stream-ordered free is done
+        memory = sim._memory  # type: ignore[attr-defined]
+        after, memory.next = memory.next, segment  # the driver reuses the freed address
+        try:
+            return real_alloc(ordinal, n, stream)
+        finally:
+            memory.next = after
+
+    def other() -> None:
+        try:
+            got.append(alloc.malloc(nbytes))
+        except BaseException as exc:
+            errors.append(exc)
+
+    def free_then_other_thread_allocates(ptr: int, stream: Any) -> None:
+        real_free(ptr, stream)
+        t = threading.Thread(target=other)
+        threads.append(t)
+        t.start()
+        if not alloc._lock.locked():  # nothing holds the other thread back: it allocates now
+            t.join()
+
+    monkeypatch.setattr(sim, "mem_alloc", reusing_alloc)
+    monkeypatch.setattr(sim, "mem_free", free_then_other_thread_allocates)
+    pool.release(segment, None)  # the pool's last block: its segment goes back to the driver
+    for t in threads:
+        t.join(300)
+    monkeypatch.undo()
+    assert not errors, _report(errors)
+    (block,) = got
+    assert block.ptr == segment  # (the address was reused: the case under test)
+    device.synchronize()
+    assert alloc.stats().in_use == start + round_size(nbytes), live_blocks(device)
+    got.clear()
+    del block  # its release finds its record: no KeyError, nothing left in use
+    _end(device, start)

@@ -634,15 +634,22 @@ class CachingAllocator(_Counters):
             try:
                 for other in others:
                     self._follow(first, other)  # the free is queued on first: after them all
-                self._backend.mem_free(ptr, first._raw)
-            except CudaError:  # (the memory stays accounted, freed after a device synchronize)
+            except CudaError:
                 with self._lock:
                     self._set_aside_locked(ptr)
                 return
-        with self._lock:
-            size, _ = self._live.pop(ptr)
-            self._in_use -= size
-            self._reserved -= size
+            # the free and the record's removal are one step under the lock: from the free on,
+            # the driver may give this address to another thread's allocation, whose record the
+            # pop would take instead (that block's release then found no record: a KeyError)
+            with self._lock:
+                try:
+                    self._backend.mem_free(ptr, first._raw)
+                except CudaError:  # (the memory stays accounted, freed after a device synchronize)
+                    self._set_aside_locked(ptr)
+                    return
+                size, _ = self._live.pop(ptr)
+                self._in_use -= size
+                self._reserved -= size
 
     def _wait_for(self, ptr: int, stream: Stream) -> None:
         """Order ``stream`` after the events ``ptr``'s release recorded (the lock is held).

@@ -2338,8 +2338,9 @@ static void block_dealloc(BlockBase *b) {
     if (block_release(b) < 0) { /* as a weak reference's callback: reported, never raised */
         if (PyErr_ExceptionMatches(PyExc_AttributeError) || PyErr_ExceptionMatches(PyExc_TypeError))
             PyErr_Clear(); /* (at interpreter shutdown the allocator's objects may be gone) */
-        else
-            PyErr_WriteUnraisable((PyObject *)b);
+        else /* (named by its owner: the block, its count at zero, would be revived by the report and
+                freed again when the report lets it go) */
+            PyErr_WriteUnraisable(b->owner);
     }
     PyErr_Restore(et, ev, tb);
     Py_CLEAR(b->ptr);
