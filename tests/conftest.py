@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -167,7 +168,7 @@ def live_blocks(dev: cg.Device) -> str:
             frames = [u for u in up if type(u).__name__ == "frame"]
             if frames:  # what keeps a finished frame alive: a traceback of an exception?
                 lines.append("  " + _frame_owner(frames))
-    return "\n".join(lines[:20]) or "no live block"
+    return "\n".join(lines[:60]) or "no live block"
 
 
 def _frame_owner(frames: list) -> str:
@@ -186,28 +187,51 @@ def _frame_owner(frames: list) -> str:
                     break
                 tb = tb.tb_next
     stacks = [f.f_code.co_name for f in frames]
-    # the innermost live frame below them (frames link outward through f_back)
-    inner = frames[0]
-    for _ in range(30):
-        deeper = [r for r in gc.get_referrers(inner) if type(r).__name__ == "frame" and r.f_back is inner]
-        if not deeper:
-            break
-        inner = deeper[0]
-        del deeper
-    held = []
-    for r in gc.get_referrers(inner):
-        if type(r) is list and len(r) < 50 and any(x is inner for x in r):
-            held.append(f"list of {len(r)} ({[type(x).__name__ for x in r][:5]})")
-        elif type(r).__name__ == "cell":  # a closure's cell (or one held by C code)
-            owners = [t for t in gc.get_referrers(r) if type(t) is tuple]
-            held.append(f"cell ({len(owners)} closure(s) of Python functions hold it)")
-        elif type(r).__name__ not in ("frame",):
-            held.append(f"{type(r).__name__} {r!r:.100}")
+    inner = _innermost(frames[0])
+    held, unseen = _holders(inner)
     return (
-        f"frames {stacks}: tracebacks {len(hit)}, held by exceptions {found[:3]}; innermost "
-        f"live frame {inner.f_code.co_name} ({inner.f_code.co_filename}:{inner.f_lineno}) "
-        f"held by {held[:4]}"
+        f"frames {stacks}: held by exceptions {found[:3]}; innermost live frame "
+        f"{inner.f_code.co_name} ({inner.f_code.co_filename}:{inner.f_lineno}) held by {held[:4]} "
+        f"and by {unseen} reference(s) that no object the collector tracks holds (C code, the "
+        "interpreter's exception state, or a leaked count)"
     )
+
+
+def _innermost(frame: Any) -> Any:
+    """The innermost finished frame below ``frame`` (frames link outward, through ``f_back``).
+
+    No closure here names a frame: its cell would be one more holder, this
+    diagnostic's own.
+    """
+    for _ in range(30):
+        deeper = None
+        for r in gc.get_referrers(frame):
+            if type(r).__name__ == "frame" and r.f_back is frame:
+                deeper = r
+        if deeper is None:
+            return frame
+        frame = deeper
+    return frame
+
+
+def _holders(obj: Any) -> tuple[list[str], int]:
+    """What tracked objects hold ``obj``, and how many of its references none of them holds.
+
+    The second count is ``obj``'s reference count less the references the
+    tracked holders make and the three this diagnostic makes (the caller's
+    local, this call's argument, ``sys.getrefcount``'s).
+    """
+    held, seen = [], 0
+    for r in gc.get_referrers(obj):
+        for x in gc.get_referents(r):
+            if x is obj:
+                seen += 1
+        if type(r) is list and len(r) < 50:
+            held.append(f"list of {len(r)} ({[type(y).__name__ for y in r][:5]})")
+        else:
+            held.append(f"{type(r).__name__} {r!r:.100}")
+    del r, x
+    return held, sys.getrefcount(obj) - seen - 3
 
 
 def call_while_held(lock: Any, fn: Callable[[], Any]) -> Any:
