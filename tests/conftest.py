@@ -221,7 +221,7 @@ def _holders(obj: Any) -> tuple[list[str], int]:
     tracked holders make and the three this diagnostic makes (the caller's
     local, this call's argument, ``sys.getrefcount``'s).
     """
-    held, seen = [], 0
+    held, seen, r, x = [], 0, None, None
     for r in gc.get_referrers(obj):
         for x in gc.get_referents(r):
             if x is obj:
