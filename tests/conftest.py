@@ -65,6 +65,23 @@ def device(backend: str) -> Iterator[cg.Device]:
         reset()
 
 
+@pytest.fixture
+def distinct_addresses(device: cg.Device) -> Iterator[cg.Device]:
+    """The simulated device, giving every allocation a new address (no reuse).
+
+    For tests that check that touching freed memory is caught: as on a GPU,
+    the simulator otherwise gives a freed address to the next allocation that
+    fits, and a stale pointer then reads its new owner's bytes.
+    """
+    if device.backend.name != "sim":
+        pytest.skip("only the simulator can be kept from reusing addresses")
+    device.backend.reuse_addresses = False
+    try:
+        yield device
+    finally:
+        device.backend.reuse_addresses = True
+
+
 def cuda_device_count() -> int:
     """GPUs the ``cuda`` backend sees when it is under test, else 0."""
     if "cuda" not in BACKENDS or not cg.is_cuda_available():

@@ -16,7 +16,7 @@ import pytest
 import cudagraphs as cg
 from cudagraphs._errors import CudaError
 from cudagraphs.backends.base import CUDA_ERROR_ILLEGAL_ADDRESS, Copy
-from cudagraphs.backends.sim import Rendezvous
+from cudagraphs.backends.sim import Rendezvous, SimBackend
 
 
 @pytest.fixture
@@ -78,6 +78,98 @@ def test_a_fault_is_raised_when_the_work_runs_and_sticks_until_reset(sim: cg.Dev
     assert again.value.code == CUDA_ERROR_ILLEGAL_ADDRESS
     backend.reset()
     np.testing.assert_array_equal(cg.full(4, 2.0, "float32").get(), [2, 2, 2, 2])
+
+
+def test_a_freed_address_goes_to_the_next_allocation_on_its_stream(device: cg.Device) -> None:
+    """The driver's stream-ordered pool gives a block freed on a stream to the next allocation there.
+
+    (cuMemAllocFromPoolAsync after cuMemFreeAsync on the same stream reuses
+    the block.) A record keyed by an address must expect to see it again.
+    """
+    backend, s = device.backend, device.create_stream()
+    nbytes = 3 << 20
+    first = backend.mem_alloc(device.index, nbytes, s._raw)
+    backend.mem_free(first, s._raw)
+    again = backend.mem_alloc(device.index, nbytes, s._raw)
+    assert again == first
+    host = np.random.default_rng(3).integers(0, 256, nbytes, dtype=np.uint8)
+    out = np.full(nbytes, 0xAB, np.uint8)
+    backend.memcpy(s._raw, Copy(again, host.ctypes.data, nbytes, "htod"))
+    backend.memcpy(s._raw, Copy(out.ctypes.data, again, nbytes, "dtoh"))
+    backend.synchronize(s._raw)
+    np.testing.assert_array_equal(out, host)  # the reused memory is the new owner's
+    backend.mem_free(again, s._raw)
+    s.close()
+
+
+def test_a_free_queued_behind_work_gives_its_address_once_it_runs(sim: cg.Device) -> None:
+    """A freed range goes back when the free runs; the lowest one that fits is taken."""
+    backend = SimBackend()  # (its own memory: addresses from its first one on, nothing freed yet)
+    s = backend.stream_create(0)
+    a, b, c = (backend.mem_alloc(0, 1000, s) for _ in range(3))
+    assert (b, c) == (a + 1024, a + 2048)  # side by side
+    backend.memset(a, 1, 1000, s)  # queued: the free of a waits behind it
+    backend.mem_free(a, s)
+    d = backend.mem_alloc(0, 1000, s)
+    assert d == c + 1024  # a is not freed yet: new memory
+    backend.synchronize(s)
+    backend.mem_free(b, s)  # a and b: two freed ranges of 1024 bytes
+    assert backend.mem_alloc(0, 2048, s) == d + 1024  # neither has room: new memory
+    assert backend.mem_alloc(0, 512, s) == a  # the lowest freed address with room
+    assert backend.mem_alloc(0, 1000, s) == b  # (a's other 512 bytes are too few)
+    assert backend.mem_alloc(0, 512, s) == a + 512
+    backend.destroy(s)
+
+
+def test_graph_memory_keeps_its_address_while_the_graph_lives(sim: cg.Device) -> None:
+    """The driver reserves a graph allocation's address for the graph: freed, it is not given out."""
+    backend = SimBackend()  # (its own memory: nothing freed below the graph's)
+    s = backend.stream_create(0)
+    backend.capture_begin(s, "thread_local")
+    ptr = backend.mem_alloc(0, 4096, s)  # a mem_alloc node, no mem_free node
+    backend.memset(ptr, 7, 4096, s)
+    graph = backend.capture_end(s)
+    exec_ = backend.graph_instantiate(graph, False)
+    backend.graph_launch(exec_, s)
+    backend.mem_free(ptr, s)  # the user frees the graph's memory after the launch
+    backend.synchronize(s)
+    other = backend.mem_alloc(0, 4096, s)
+    assert other != ptr
+    backend.destroy(exec_)
+    backend.destroy(graph)  # now its address goes back
+    assert backend.mem_alloc(0, 4096, s) == ptr
+    backend.destroy(s)
+
+
+def test_a_stale_pointer_into_reused_memory_reads_the_new_owners_bytes(sim: cg.Device) -> None:
+    backend, s = sim.backend, sim.create_stream()
+    old = backend.mem_alloc(sim.index, 256, s._raw)
+    backend.mem_free(old, s._raw)
+    new = backend.mem_alloc(sim.index, 256, s._raw)
+    assert new == old
+    backend.memset(new, 7, 256, s._raw)
+    out = np.zeros(256, np.uint8)
+    backend.memcpy(s._raw, Copy(out.ctypes.data, old, 256, "dtoh"))  # no fault: the memory lives
+    s.synchronize()
+    np.testing.assert_array_equal(out, np.full(256, 7, np.uint8))
+    backend.mem_free(new, s._raw)
+    s.close()
+
+
+def test_without_reuse_a_freed_address_stays_illegal(distinct_addresses: cg.Device) -> None:
+    dev = distinct_addresses
+    backend, s = dev.backend, dev.create_stream()
+    old = backend.mem_alloc(dev.index, 256, s._raw)
+    backend.mem_free(old, s._raw)
+    new = backend.mem_alloc(dev.index, 256, s._raw)
+    assert new != old
+    backend.memset(old, 1, 256, s._raw)
+    with pytest.raises(CudaError) as err:
+        s.synchronize()
+    assert err.value.code == CUDA_ERROR_ILLEGAL_ADDRESS
+    backend.reset()
+    backend.mem_free(new, s._raw)
+    s.close()
 
 
 def test_pageable_uploads_are_staged_and_pinned_ones_read_when_run(sim: cg.Device) -> None:

@@ -177,10 +177,12 @@ def test_a_graphed_call_from_a_new_thread_points_its_input_copy(device: cg.Devic
     results: list[np.ndarray] = []
     errors: list[BaseException] = []
     data = [random_array(rng, (64,), "float32") for _ in range(3)]
+    inputs: list[cg.DeviceArray] = []  # (each kept alive: the next one cannot take its address)
 
     def worker(h: np.ndarray) -> None:
         try:
             x = cg.asarray(h)  # a new address: the copy node is pointed at it
+            inputs.append(x)
             results.append(f(x).get())
         except BaseException as exc:
             errors.append(exc)
@@ -260,31 +262,25 @@ def test_a_pool_segment_given_back_as_another_thread_gets_its_address(
     outside the allocator's lock, so it took that allocation's record instead
     (its block's release then raised KeyError, and the segment's bytes stayed
     counted in use; seen on an H100). The free is driven here into exactly
-    that window, the simulator made to reuse the address as the driver does.
+    that window; the simulator reuses the address as the driver does.
     """
     if backend != "sim":
-        pytest.skip("the simulator is made to reuse the address; the driver cannot be")
+        pytest.skip("the free is driven into the window through the simulator; the driver cannot be")
     sim, alloc = device.backend, device.allocator
     start = _begin(device)
     alloc.empty_cache()  # nothing cached: the other thread's allocation is a miss
-    nbytes = 5 * 1024 * 1024 + 1000
+    nbytes = 1000  # the segment's size: the other thread's allocation fits in its freed range
     pool = cg.GraphPool(device)
-    segment = pool.allocate(1000)  # the pool's first block: at its segment's address
+    segment = pool.allocate(nbytes)  # the pool's first block: at its segment's address
     real_free, real_alloc = sim.mem_free, sim.mem_alloc
     got: list[cg.Block] = []
     errors: list[BaseException] = []
     threads: list[threading.Thread] = []
 
-    def reusing_alloc(ordinal: int, n: int, stream: Any) -> int:
-        if n != round_size(nbytes):
-            return real_alloc(ordinal, n, stream)
-        sim.synchronize(device.stream._raw)  # the segment's stream-ordered free is done
-        memory = sim._memory  # type: ignore[attr-defined]
-        after, memory.next = memory.next, segment  # the driver reuses the freed address
-        try:
-            return real_alloc(ordinal, n, stream)
-        finally:
-            memory.next = after
+    def alloc_once_freed(ordinal: int, n: int, stream: Any) -> int:
+        if n == round_size(nbytes):  # the segment's stream-ordered free is done: its address is
+            sim.synchronize(device.stream._raw)  # the lowest freed one this allocation fits in
+        return real_alloc(ordinal, n, stream)
 
     def other() -> None:
         try:
@@ -300,7 +296,7 @@ def test_a_pool_segment_given_back_as_another_thread_gets_its_address(
         if not alloc._lock.locked():  # nothing holds the other thread back: it allocates now
             t.join()
 
-    monkeypatch.setattr(sim, "mem_alloc", reusing_alloc)
+    monkeypatch.setattr(sim, "mem_alloc", alloc_once_freed)
     monkeypatch.setattr(sim, "mem_free", free_then_other_thread_allocates)
     pool.release(segment, None)  # the pool's last block: its segment goes back to the driver
     for t in threads:

@@ -2,9 +2,10 @@
 
 It is the living spec of the library's behaviour on machines without a GPU:
 
-* device memory is a set of numpy byte buffers at stable fake addresses that
-  are never reused, so a stale pointer fails loudly (``CUDA_ERROR_ILLEGAL_ADDRESS``)
-  instead of silently reading someone else's data;
+* device memory is a set of numpy byte buffers at fake aligned addresses; a
+  freed address goes to the next allocation that fits, lowest first, as the
+  driver's (:attr:`SimBackend.reuse_addresses` turns that off, so a stale
+  pointer always fails loudly with ``CUDA_ERROR_ILLEGAL_ADDRESS``);
 * fresh allocations are filled with a poison byte, as real device memory
   holds whatever was there before;
 * streams are queues: queued work runs only when something forces it (a
@@ -14,10 +15,12 @@ It is the living spec of the library's behaviour on machines without a GPU:
   ``_MAX_PENDING`` items pending); a device synchronize runs the streams in
   an interleaving drawn from ``CUDAGRAPHS_SIM_SEED``, so a missing wait
   between two streams gives wrong results instead of passing by luck;
-* device addresses are resolved when work runs: touching freed memory then
-  raises CUDA_ERROR_ILLEGAL_ADDRESS and, as on a GPU, leaves the context
-  unusable until :meth:`SimBackend.reset` (tests reset it); a free
-  (``cuMemFreeAsync``) runs in its stream's order, as the driver's;
+* device addresses are resolved when work runs: touching freed memory (that
+  no allocation took again) then raises CUDA_ERROR_ILLEGAL_ADDRESS and, as on
+  a GPU, leaves the context unusable until :meth:`SimBackend.reset` (tests
+  reset it); a free (``cuMemFreeAsync``) runs in its stream's order, as the
+  driver's (at once on an idle stream), and a graph's memory keeps its
+  address while the graph lives;
 * pageable host memory is staged when an upload is queued, and a download
   into it completes before the call returns (the driver's rules); pinned
   memory is read and written when the copy runs;
@@ -596,7 +599,16 @@ class _Memory:
         self.owner: dict[int, tuple[int, int]] = {}  # start -> (device ordinal, bytes)
         self.used: dict[int, int] = {}  # ordinal -> bytes
         self.plain: set[int] = set()  # starts of memory outside the stream-ordered pool
-        self.next = _BASE_ADDRESS
+        self.next = _BASE_ADDRESS  # above every address handed out
+        self.spans: dict[int, int] = {}  # start -> the aligned bytes it occupies
+        # freed ranges (start, aligned bytes) by address: the driver hands a freed address to
+        # the next allocation that fits at once (ranges are not merged: a block freed is taken
+        # again by the next one of its size, whatever was freed around it)
+        self.holes: list[tuple[int, int]] = []
+        self.reuse = True  # False: every allocation gets a new address (SimBackend.reuse_addresses)
+        # starts of graph memory (mem_alloc nodes): the graph keeps its addresses while it lives,
+        # freed or not, as the driver reserves them (see release_graph)
+        self.graph: set[int] = set()
 
     def kind(self, ptr: int) -> str | None:
         """``"plain"`` or ``"pool"`` for the allocation holding ``ptr`` (None: no live one)."""
@@ -615,15 +627,37 @@ class _Memory:
                     "cuMemAllocFromPoolAsync",
                     f"{nbytes} B requested, {limit - used} B free on sim device {ordinal}",
                 )
-            start = self.next
-            self.next += max(_ALIGN, -(-nbytes // _ALIGN) * _ALIGN)
+            span = max(_ALIGN, -(-nbytes // _ALIGN) * _ALIGN)
+            start = self._take(span)
             buf = np.empty(max(nbytes, 1), dtype=np.uint8)
             buf.fill(POISON)
             bisect.insort(self.starts, start)
             self.buffers[start] = buf
             self.owner[start] = (ordinal, nbytes)
+            self.spans[start] = span
             self.used[ordinal] = used + nbytes
             return start
+
+    def _take(self, span: int) -> int:
+        """The lowest freed address with ``span`` bytes free, else a new one (holding the lock)."""
+        if self.reuse:
+            for i, (start, size) in enumerate(self.holes):
+                if size >= span:
+                    if size == span:
+                        del self.holes[i]
+                    else:
+                        self.holes[i] = (start + span, size - span)
+                    return start
+        start = self.next
+        self.next += span
+        return start
+
+    def _give(self, start: int, span: int) -> None:
+        """Return ``[start, start + span)`` to the free ranges (holding the lock)."""
+        if self.reuse and start + span == self.next:  # the top of the used addresses: they end lower
+            self.next = start
+        else:
+            bisect.insort(self.holes, (start, span))
 
     def free(self, ptr: int) -> None:
         with self.lock:
@@ -637,6 +671,18 @@ class _Memory:
             self.plain.discard(ptr)
             ordinal, nbytes = self.owner.pop(ptr)
             self.used[ordinal] -= nbytes
+            if ptr not in self.graph:
+                self._give(ptr, self.spans.pop(ptr))
+
+    def release_graph(self, ptr: int) -> None:
+        """A graph that allocated ``ptr`` is destroyed: its memory and address go back."""
+        with self.lock:
+            self.graph.discard(ptr)
+            live = ptr in self.buffers
+            if not live:  # freed while the graph lived: only its address was kept
+                self._give(ptr, self.spans.pop(ptr))
+        if live:
+            self.free(ptr)
 
     def owner_of(self, ptr: int) -> int | None:
         """The device whose live allocation holds ``ptr`` (None: none does)."""
@@ -747,6 +793,25 @@ class SimBackend:
         self._peers: set[tuple[int, int]] = set()  # (device, peer whose memory it may reach)
         self.seed = settings().sim_seed
         self._order = random.Random(self.seed)
+
+    @property
+    def reuse_addresses(self) -> bool:
+        """Whether a freed device address goes to later allocations (default True).
+
+        The driver hands a freed range to the next allocation that fits at
+        once, and so does the simulator: the lowest freed address with room.
+        A stale pointer into memory given
+        out again then reads and writes its new owner's bytes, as on a GPU;
+        only an address no live allocation holds raises
+        CUDA_ERROR_ILLEGAL_ADDRESS. Set it False (a test that checks a
+        use-after-free is caught) to give every allocation a new address.
+        """
+        return self._memory.reuse
+
+    @reuse_addresses.setter
+    def reuse_addresses(self, on: bool) -> None:
+        with self._memory.lock:
+            self._memory.reuse = bool(on)
 
     # the queues -------------------------------------------------------------
     def _queue(self, stream: _SimStream, work: Callable[[], Any]) -> int:
@@ -1073,8 +1138,7 @@ class SimBackend:
             self._live(handle, "cuGraphDestroy").alive = False
             _disown(handle.conditions)
             for ptr in handle.allocations:
-                if ptr in self._memory.buffers:
-                    self._memory.free(ptr)
+                self._memory.release_graph(ptr)
             handle.allocations.clear()
         elif isinstance(handle, _SimEvent):  # legal during a capture (see RULES)
             self._live(handle, "cuEventDestroy")
@@ -1296,6 +1360,8 @@ class SimBackend:
         ptr = self._memory.alloc(ordinal, nbytes, limit)
         if stream.capture is not None:  # a mem_alloc node: the graph owns the memory
             stream.capture.allocations.append(ptr)
+            with self._memory.lock:
+                self._memory.graph.add(ptr)
             stream.record("mem_alloc", "", None)
         return ptr
 
@@ -1315,8 +1381,11 @@ class SimBackend:
         self._live(stream, "cuMemFreeAsync")
         if ptr not in self._memory.buffers:
             self._memory.free(ptr)  # (raises the driver's error at the call)
-        self._check_context()  # stream-ordered: the work queued before it may still use the memory
-        self._queue(stream, lambda: self._memory.free(ptr))
+        self._check_context()
+        if stream.done == stream.issued:  # the stream is idle: its free is done at once, and the
+            self._memory.free(ptr)  # next allocation that fits gets the address (the driver's)
+        else:  # stream-ordered: the work queued before it may still use the memory
+            self._queue(stream, lambda: self._memory.free(ptr))
 
     def mem_pool(
         self, ordinal: int, release_threshold: int | None = None, trim: bool = False
