@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 
 import numpy as np
@@ -25,6 +29,42 @@ def test_device_is_canonical_across_threads(backend: str) -> None:
     assert len(seen) == 8
     assert all(d is cg.Device(0) for d in seen)
     assert cg.current_device() is cg.Device(0)
+
+
+def test_a_thread_that_first_used_the_device_and_ended_leaves_it_usable(backend: str) -> None:
+    """The first use of a device, from a worker thread that then ends: the device still works.
+
+    A fresh process, so that the worker's use is the first. The context's
+    retain used to be cached by cuda.core per thread and released as that
+    thread ended, which destroyed the primary context for every thread
+    (CUDA_ERROR_CONTEXT_IS_DESTROYED on the next call).
+    """
+    code = textwrap.dedent(
+        """
+        import gc, threading
+        import numpy as np
+        import cudagraphs as cg
+
+        def first():
+            x = cg.asarray(np.arange(4, dtype=np.float32))
+            assert cg.ops.scale(3.0, x).get().tolist() == [0, 3, 6, 9]
+
+        t = threading.Thread(target=first)
+        t.start()
+        t.join()
+        del t
+        gc.collect()
+        x = cg.asarray(np.arange(4, dtype=np.float32))
+        with cg.capture() as g:
+            cg.ops.scale(2.0, x, out=x)
+        g.replay()
+        print(x.get().tolist())
+        """
+    )
+    env = {**os.environ, "CUDAGRAPHS_BACKEND": backend}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[0.0, 2.0, 4.0, 6.0]"
 
 
 def test_device_properties(device: cg.Device) -> None:

@@ -3,10 +3,11 @@
 This is the only module that imports ``cuda.core``/``cuda.bindings``, and only
 when the backend is first used, so importing cudagraphs never needs a GPU.
 
-cuda.core selects the device's primary context (compiling is
-:mod:`cudagraphs._nvrtc`'s); hot paths (launch, allocation, copies, events) call
-``cuda.bindings.driver`` directly, because cuda.core's wrappers cost several
-microseconds per call where the driver call costs about two.
+The backend retains each device's primary context for the process's life
+(compiling is :mod:`cudagraphs._nvrtc`'s, through cuda.core); hot paths
+(launch, allocation, copies, events) call ``cuda.bindings.driver``
+directly, because cuda.core's wrappers cost several microseconds per call
+where the driver call costs about two.
 """
 
 from __future__ import annotations
@@ -338,12 +339,14 @@ class CudaBackend:
         with self._lock:
             ctx = self._ctx.get(ordinal)
             if ctx is None:
-                from cuda.core import Device as CoreDevice
-
-                CoreDevice(ordinal).set_current()  # retains the primary context
-                ctx = _check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
-                self._ctx[ordinal] = ctx
+                # the backend retains the primary context itself, for the process's life:
+                # a retain made through cuda.core is cached per thread and released when that
+                # thread ends, which destroys the context for every thread if it was the
+                # first to use the device (measured on an H100: CONTEXT_IS_DESTROYED after
+                # the first Device(0) was made by a worker thread that then ended)
                 dev = _check(drv.cuDeviceGet(ordinal), "cuDeviceGet")
+                ctx = _check(drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+                self._ctx[ordinal] = ctx
                 self._pools[ordinal] = _check(drv.cuDeviceGetDefaultMemPool(dev), "cuDeviceGetDefaultMemPool")
         _check(drv.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
 
