@@ -21,6 +21,12 @@ ROOT = Path(__file__).resolve().parent.parent
 # (name, file, code to delete or replace, replacement)
 MUTATIONS = [
     (
+        "a miss takes another stream's block while a capture is active",
+        "src/cudagraphs/_recording.py",
+        "    if _ACTIVE or not _act():\n        yield False\n        return",
+        "    if not _act():\n        yield True\n        return",
+    ),
+    (
         "deferred release runs at once",
         "src/cudagraphs/_recording.py",
         "    if _ACTIVE or not _act():\n        _QUEUE.append((device, fn, args))\n        return\n    try:",

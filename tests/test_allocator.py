@@ -74,6 +74,37 @@ def test_cross_stream_reuse_waits_for_the_owner(device: cg.Device) -> None:
     s.close()
 
 
+def test_no_block_of_a_capturing_stream_is_taken_while_it_captures(device: cg.Device) -> None:
+    """A miss takes another stream's cached block only while no capture is active.
+
+    Taking it records an event on the block's stream: were that stream being
+    captured, the event would join the taker's stream to the capture (which
+    then ends with unjoined work) and order nothing outside it.
+    """
+    a, b = device.create_stream(), device.create_stream()
+    device.allocator.empty_cache()
+    x = cg.empty(8192, "uint8", stream=a)  # a block cached on a once dropped
+    ptr = x.ptr
+    del x
+    gc.collect()
+    y = cg.zeros(4, "float32", stream=a)
+    with cg.capture(stream=a) as g:
+        cg.ops.fill(y, 1.0, stream=a)
+        z = cg.empty(8192, "uint8", stream=b)  # a miss on b, an uncaptured stream
+        assert z.ptr != ptr  # not the block of the capturing stream
+        assert cg.capture_status(b) == "none"
+    assert sorted(n.type for n in g.nodes) == ["kernel"]
+    z.set(np.arange(8192) % 251, stream=b)
+    np.testing.assert_array_equal(z.get(stream=b), np.arange(8192) % 251)
+    g.replay(a)
+    np.testing.assert_array_equal(y.get(stream=a), 1.0)
+    g.close()
+    del z
+    gc.collect()
+    a.close()
+    b.close()
+
+
 def test_use_on_defers_reuse(device: cg.Device, rng: np.random.Generator) -> None:
     s = device.create_stream()
     data = rng.standard_normal(10_000)
