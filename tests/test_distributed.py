@@ -435,7 +435,9 @@ def test_init_waits_for_every_rank(device: cg.Device, own_tmp: Path) -> None:
     t0 = time.monotonic()
     with pytest.raises(cg.CollectiveTimeoutError, match="rank"):
         dist.init(0, 2, store=store, device=device, timeout=0.5)
-    assert time.monotonic() - t0 < 30
+    # (a bound far from any speed: NCCL's setup under compute-sanitizer with 13 processes on
+    # one H100 took 33 s, alone 24 s; without the timeout it waits for ever)
+    assert time.monotonic() - t0 < 240
     assert _mailboxes(own_tmp) == []  # (sim: no mailbox left)
     # nothing is left behind: the device works, and the same store makes another communicator
     x = cg.ones(4, "float32", device=device)
