@@ -19,11 +19,14 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m cudagraphs demo
 
+# the suite twice: with the C part (as built by `pip install -e .`), then with every C path
+# off, so that each Python path the C part stands in front of is tested too (docs/architecture.md)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
+	CUDAGRAPHS_FASTCALL=0 $(BIN)/python -m pytest -q -p no:cacheprovider
 
 lint: $(STAMP)
 	$(BIN)/ruff check --fix .

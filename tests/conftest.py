@@ -278,3 +278,20 @@ def call_while_held(lock: Any, fn: Callable[[], Any]) -> Any:
     assert waited, "the call did not wait for the lock"
     assert done, "the call did not return after the lock was let go"
     return done[0]
+
+
+def compiled_part_or_skip() -> Any:
+    """The C part (``cudagraphs._fastcall``), or a skip of the calling test module.
+
+    Skipped where it is not built, and where ``CUDAGRAPHS_FASTCALL=0`` kept it
+    from loading (CI's second run of the suite, in which every path is Python's).
+    """
+    from cudagraphs._config import compiled_part
+
+    fast = compiled_part()
+    if fast is None:
+        pytest.skip(
+            "the C part is not built (`pip install -e .` builds it) or CUDAGRAPHS_FASTCALL=0 turned it off",
+            allow_module_level=True,
+        )
+    return fast

@@ -26,14 +26,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import call_while_held, random_array
+from conftest import call_while_held, compiled_part_or_skip, random_array
 
 import cudagraphs as cg
 from cudagraphs import _allocator
 
-fast = pytest.importorskip(
-    "cudagraphs._fastcall", reason="the C part is not built (`pip install -e .` builds it)"
-)
+fast = compiled_part_or_skip()
 
 
 def made_in_c(fn: Any) -> tuple[Any, int]:

@@ -17,10 +17,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import compiled_part_or_skip
 
-fast = pytest.importorskip(
-    "cudagraphs._fastcall", reason="the C part is not built (`pip install -e .` builds it)"
-)
+fast = compiled_part_or_skip()
 
 P, U, Z = ctypes.c_void_p, ctypes.c_uint, ctypes.c_size_t
 I64 = ctypes.c_uint64

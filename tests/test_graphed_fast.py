@@ -17,14 +17,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import call_while_held, random_array
+from conftest import call_while_held, compiled_part_or_skip, random_array
 
 import cudagraphs as cg
 from cudagraphs import _graphed
 
-fast = pytest.importorskip(
-    "cudagraphs._fastcall", reason="the C part is not built (`pip install -e .` builds it)"
-)
+fast = compiled_part_or_skip()
 
 
 @pytest.fixture

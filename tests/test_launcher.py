@@ -18,14 +18,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import compiled_part_or_skip
 
 import cudagraphs as cg
 from cudagraphs import _kernel
 from cudagraphs._array import DeviceArray
 
-fast = pytest.importorskip(
-    "cudagraphs._fastcall", reason="the C part is not built (`pip install -e .` builds it)"
-)
+fast = compiled_part_or_skip()
 
 SOURCE = r"""
 extern "C" __global__ void mix(float* out, const float* x, void* raw, int n, unsigned short k,

@@ -55,16 +55,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from . import _recording
+from ._config import compiled_part
 from ._errors import CaptureError, CudaError, OutOfMemoryError
 from .backends.base import CUDA_ERROR_OUT_OF_MEMORY
 
 if TYPE_CHECKING:
     from ._device import Device, Stream
 
-try:  # the optional C part: a Block's release in its deallocator, cudagraphs.empty's repeat path
-    from . import _fastcall  # type: ignore[attr-defined]
-except ImportError:
-    _fastcall = None
+# the optional C part: a Block's release in its deallocator, cudagraphs.empty's repeat path
+_fastcall = compiled_part()
 
 __all__ = [
     "AllocatorStats",

@@ -10,7 +10,7 @@ variable                               meaning (default)
 ``CUDAGRAPHS_SIM_DEVICES``             number of simulated devices (1)
 ``CUDAGRAPHS_SIM_SEED``                seed of the simulator's stream interleaving (0)
 ``CUDAGRAPHS_SIM_PEER``                ``0``: simulated devices have no peer path (1)
-``CUDAGRAPHS_FASTCALL``                ``0`` calls the driver through cuda.bindings only (1)
+``CUDAGRAPHS_FASTCALL``                ``0``: no C path at all (1; see :func:`compiled_part`)
 =====================================  ===========================================
 
 Settings can be changed in-process with :func:`configure` or, scoped, with
@@ -25,8 +25,9 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
-__all__ = ["Settings", "configure", "override", "settings"]
+__all__ = ["Settings", "compiled_part", "configure", "override", "settings"]
 
 _BACKENDS = ("cuda", "sim")
 
@@ -55,6 +56,12 @@ class Settings:
         Seed of the order in which the simulator runs the queues of several
         streams (``CUDAGRAPHS_SIM_SEED``): a missing wait between two streams
         shows under some orders; a failing order is replayed with its seed.
+    fastcall : bool
+        Whether the cuda backend calls the driver through the C part's
+        entry points (``CUDAGRAPHS_FASTCALL``, default 1) rather than
+        cuda.bindings'; read when a backend starts. Set to 0 in the
+        environment before cudagraphs is imported, it also keeps the C part
+        from loading at all (:func:`compiled_part`).
     """
 
     backend: str | None = None
@@ -132,6 +139,31 @@ def _from_environ(env: Mapping[str, str]) -> Settings:
 
 _lock = threading.Lock()
 _current = _from_environ(os.environ)
+
+
+def _load_compiled_part() -> Any:
+    if not _current.fastcall:  # (CUDAGRAPHS_FASTCALL=0 at import)
+        return None
+    try:
+        from . import _fastcall  # type: ignore[attr-defined]
+    except ImportError:  # not built
+        return None
+    return _fastcall
+
+
+_COMPILED = _load_compiled_part()
+
+
+def compiled_part() -> Any:
+    """The optional C part (``cudagraphs._fastcall``), or None where no C path runs.
+
+    None where it is not built, or when ``CUDAGRAPHS_FASTCALL=0`` was in the
+    environment as cudagraphs was imported: then every path is the Python
+    one (the allocator's block release and ``cudagraphs.empty`` included),
+    which is how CI runs the suite a second time. Decided once, at import:
+    the classes built on it cannot change afterwards.
+    """
+    return _COMPILED
 
 
 def settings() -> Settings:

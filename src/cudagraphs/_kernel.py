@@ -32,16 +32,16 @@ from typing import Any
 import numpy as np
 
 from . import _nvrtc
+from ._config import compiled_part
 from ._device import _CURRENT, Device, Stream, as_device, current_device, resolve_stream
 from ._dtypes import SUPPORTED
 from ._errors import BackendUnavailableError, CudaError
 from ._recording import BY_VALUE, EXPIRING, NodeRecord, Recording, Work, submit
 from .backends.base import CUDA_ERROR_NOT_FOUND, ERROR_NAMES, KernelLaunch, Param, param_offsets
 
-try:  # the optional C part: Kernel.launch's repeat path (see Kernel._arm), node updates
-    from . import _fastcall as fastcall  # type: ignore[attr-defined]
-except ImportError:  # not built: every launch takes the Python path
-    fastcall = None
+# the optional C part: Kernel.launch's repeat path (see Kernel._arm), node updates
+# (None: every launch takes the Python path)
+fastcall = compiled_part()
 
 __all__ = ["Kernel", "fast_array_class", "fastcall", "normalize_dims", "preload"]
 

@@ -49,10 +49,13 @@ def doctor() -> int:
     print(f"kernel cache: {cg.settings().cache_dir}")
     try:
         from cudagraphs import _fastcall  # type: ignore[attr-defined]  # noqa: F401
+        from cudagraphs._config import compiled_part
 
         built = "built"
+        if compiled_part() is None:
+            built += ", turned off (CUDAGRAPHS_FASTCALL=0 at import: every path is Python's)"
     except ImportError:
-        built = "not built (the driver is called through cuda.bindings, 1-2 µs slower a call)"
+        built = "not built (every path is Python's: the driver is called through cuda.bindings)"
     try:
         dev = cg.Device(0)
         if cg.backend() == "cuda":

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._config import settings
+from .._config import compiled_part, settings
 from .._errors import BackendUnavailableError, CudaError, UpdateError
 from . import base
 from .base import (
@@ -134,11 +134,8 @@ def _bind_calls(drv: Any) -> dict[str, Any]:
     an entry point is missing, every call goes through cuda.bindings.
     """
     bindings = {name: getattr(drv, name) for name in _FAST}
-    if not settings().fastcall:
-        return bindings
-    try:
-        from .. import _fastcall  # type: ignore[attr-defined]
-    except ImportError:
+    _fastcall = compiled_part()
+    if not settings().fastcall or _fastcall is None:
         return bindings
     # each entry point in the calling convention of CUDA 12.0, which _fastcall.c declares
     # (a later driver's _v2 of a name must not be called with these arguments); the
@@ -270,9 +267,7 @@ class CudaBackend:
         _graph_launch = _call["cuGraphLaunch"]
         self.fastcall = _call["cuGraphLaunch"] is not drv.cuGraphLaunch
         if self.fastcall:  # Graph.replay's C path may call cuGraphLaunch for graph_launch
-            from .. import _fastcall  # type: ignore[attr-defined]
-
-            _fastcall.fast_graph_launch(CudaBackend.graph_launch)
+            compiled_part().fast_graph_launch(CudaBackend.graph_launch)
         self._count: int = int(count)
         self._lock = threading.Lock()
         self._ctx: dict[int, Any] = {}
