@@ -16,6 +16,7 @@ from cudagraphs import _config
 PUBLIC = {
     "AllocatorStats",
     "BackendUnavailableError",
+    "BlasError",
     "Block",
     "CachingAllocator",
     "CaptureError",
@@ -115,7 +116,8 @@ def test_fastcall_0_at_import_keeps_every_c_path_off() -> None:
     off = _run(code, CUDAGRAPHS_FASTCALL="0", CUDAGRAPHS_BACKEND="sim")
     assert off.returncode == 0, off.stderr
     built, *loaded, base = off.stdout.split("\n")[0].split()
-    assert loaded == ["False", "False", "False"] and base == "_PyBlock"
+    assert loaded == ["False", "False", "False"]
+    assert base == "_PyBlock"
     assert off.stdout.split("\n")[1] == str([float(i) for i in range(8)])
     on = _run(code, CUDAGRAPHS_FASTCALL="1", CUDAGRAPHS_BACKEND="sim")
     assert on.returncode == 0, on.stderr

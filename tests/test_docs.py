@@ -62,7 +62,10 @@ def _summary(page: str) -> str:
     return (ROOT / "docs" / page).read_text().split("\n::: ", 1)[0]
 
 
-@pytest.mark.parametrize("module", ["cudagraphs", "cudagraphs.ops", "cudagraphs.distributed"])
+@pytest.mark.parametrize(
+    "module",
+    ["cudagraphs", "cudagraphs.ops", "cudagraphs.distributed", "cudagraphs.random", "cudagraphs.interop"],
+)
 def test_the_api_page_names_every_public_name_above_its_directives(module: str) -> None:
     names = importlib.import_module(module).__all__
     summary = _summary("api.md")

@@ -37,6 +37,7 @@ from ._device import (
 from ._dtypes import SUPPORTED as SUPPORTED_DTYPES
 from ._errors import (
     BackendUnavailableError,
+    BlasError,
     CaptureError,
     CaptureInvalidatedError,
     CollectiveTimeoutError,
@@ -65,6 +66,7 @@ __all__ = [
     "SUPPORTED_DTYPES",
     "AllocatorStats",
     "BackendUnavailableError",
+    "BlasError",
     "Block",
     "Body",
     "BuilderNode",

@@ -44,7 +44,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._errors import BackendUnavailableError, CudaGraphsError
+from ._errors import BackendUnavailableError, BlasError
 
 __all__ = [
     "INSTALL_HINT",
@@ -92,25 +92,6 @@ _lt: Any = None
 _lock = threading.RLock()
 _HANDLES: dict[Any, int] = {}  # device -> cublasLtHandle_t
 _PLANS: collections.OrderedDict[tuple[Any, MatmulProblem], Plan] = collections.OrderedDict()
-
-
-class BlasError(CudaGraphsError, RuntimeError):
-    """A cuBLASLt call failed.
-
-    Parameters
-    ----------
-    call : str
-        The cuBLASLt function, e.g. ``"cublasLtMatmul"``.
-    status : int or None
-        Its ``cublasStatus_t`` (None when the binding did not say).
-    detail : str
-        The status in words, the problem, and what to do.
-    """
-
-    def __init__(self, call: str, status: int | None, detail: str) -> None:
-        self.call = call
-        self.status = status
-        super().__init__(f"{call} failed: {detail}")
 
 
 def _bindings() -> Any:

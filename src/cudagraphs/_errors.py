@@ -22,6 +22,7 @@ from __future__ import annotations
 
 __all__ = [
     "BackendUnavailableError",
+    "BlasError",
     "CaptureError",
     "CaptureInvalidatedError",
     "CollectiveTimeoutError",
@@ -178,3 +179,22 @@ def _fmt(nbytes: int) -> str:
         if nbytes >= scale:
             return f"{nbytes / scale:.2f} {unit} ({nbytes} B)"
     return f"{nbytes} B"
+
+
+class BlasError(CudaGraphsError, RuntimeError):
+    """A cuBLASLt call failed.
+
+    Parameters
+    ----------
+    call : str
+        The cuBLASLt function, e.g. ``"cublasLtMatmul"``.
+    status : int or None
+        Its ``cublasStatus_t`` (None when the binding did not say).
+    detail : str
+        The status in words, the problem, and what to do.
+    """
+
+    def __init__(self, call: str, status: int | None, detail: str) -> None:
+        self.call = call
+        self.status = status
+        super().__init__(f"{call} failed: {detail}")

@@ -105,7 +105,7 @@ def matmul(
     BackendUnavailableError
         On the ``cuda`` backend without nvmath-python
         (``pip install 'cudagraphs[blas]'``).
-    cudagraphs._blas.BlasError
+    cudagraphs.BlasError
         If cuBLASLt refuses the product.
 
     Notes
