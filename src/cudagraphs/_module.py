@@ -26,10 +26,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from . import interop
+from ._argtree import foreign_view_possible
 from ._array import DeviceArray, foreign_view
 from ._device import Device, Stream
 from ._errors import StaleParameterError, UpdateError
-from ._graphed import GraphedCallable, foreign_view_possible
+from ._graphed import GraphedCallable
 from ._pool import GraphPool
 
 __all__ = ["GraphModule"]
