@@ -31,26 +31,24 @@ another stream than the previous one waits for it first.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-import numpy as np
-
 from . import _recording, interop
 from ._argtree import ARRAY_TYPES, LEAF, flatten, in_host_memory, positional_spec, unflatten
 from ._array import DeviceArray, foreign_view
-from ._capture import CaptureSession, capture_options
+from ._capture import CaptureSession
 from ._device import Device, Stream
 from ._errors import StaleOutputError
 from ._graph import Graph
 from ._kernel import fastcall
+from ._options import GraphedOptions
 from ._pool import GraphPool
 from ._staging import Entry, Input, Staging, array_of, first_rows
 
 __all__ = ["GraphOutput", "GraphedCallable", "graphed"]
-
-MAX_WARMUP = 1000  # eager runs before a capture: more is a mistake (2**70 would never end)
 
 
 # outputs that expire -------------------------------------------------------------------
@@ -214,50 +212,20 @@ class GraphedCallable:
     dim : int
     """
 
-    def __init__(
-        self,
-        fn: Callable[..., Any],
-        *,
-        buckets: Sequence[int] | None,
-        dim: int,
-        warmup: int,
-        pool: GraphPool | None,
-        stream: Stream | None,
-        mode: str,
-        copy_outputs: bool,
-        pad_value: Any,
-        device: Device | int | None,
-    ) -> None:
-        if not callable(fn):
-            raise TypeError(f"graphed takes a callable, got {type(fn).__name__}")
-        if buckets is not None:
-            if isinstance(buckets, (str, bytes)) or not isinstance(buckets, Sequence) or not buckets:
-                raise TypeError(f"buckets must be a non-empty sequence of sizes, got {buckets!r}")
-            if any(isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1 for b in buckets):
-                raise ValueError(f"buckets must be positive integers, got {list(buckets)}")
-            buckets = tuple(sorted({int(b) for b in buckets}))
-        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 0:
-            raise ValueError(f"dim must be a non-negative int, got {dim!r}")
-        if isinstance(warmup, bool) or not isinstance(warmup, int):
-            raise TypeError(f"warmup must be an int (eager runs before capturing), got {warmup!r}")
-        if not 0 <= warmup <= MAX_WARMUP:
-            raise ValueError(f"warmup must be in 0..{MAX_WARMUP} (eager runs before a capture), got {warmup}")
-        device = capture_options(device, stream, mode, pool)
-        if stream is not None and stream.device is not device:
-            raise ValueError(f"stream {stream} is on {stream.device}, the callable on {device}")
-        self.fn = fn
-        self.buckets = buckets
-        self.dim = dim
-        self.warmup = warmup
-        self.device = device
-        self.pool = pool if pool is not None else GraphPool(device)
-        self.mode = mode
-        self.copy_outputs = bool(copy_outputs)
-        self.pad_value = pad_value
-        self._stream = stream
+    def __init__(self, fn: Callable[..., Any], options: GraphedOptions) -> None:
+        self.fn = _function(fn)
+        self.buckets = options.buckets
+        self.dim = options.dim
+        self.warmup = options.warmup
+        self.device = device = options.device
+        self.pool = options.pool if options.pool is not None else GraphPool(device)
+        self.mode = options.mode
+        self.copy_outputs = options.copy_outputs
+        self.pad_value = options.pad_value
+        self._stream = options.stream
         self._capture_stream: Stream | None = None
         self._entries: dict[Any, Entry] = {}
-        self._staging = Staging(device, buckets, dim, pad_value)
+        self._staging = Staging(device, self.buckets, self.dim, self.pad_value)
         # (where the C part is built, an RLock its call takes without a method call)
         self._lock: Any = fastcall.Lock(reentrant=True) if fastcall is not None else threading.RLock()
         self._lease = _Lease(getattr(fn, "__qualname__", "the graphed callable"), self._lock)
@@ -677,20 +645,31 @@ def graphed(
         For bad arguments, here or at the call (unhashable non-array
         arguments, sizes larger than the largest bucket).
     """
-    options = {
-        "buckets": buckets,
-        "dim": dim,
-        "warmup": warmup,
-        "pool": pool,
-        "stream": stream,
-        "mode": mode,
-        "copy_outputs": copy_outputs,
-        "pad_value": pad_value,
-        "device": device,
-    }
-    if fn is None:
-        return lambda f: GraphedCallable(f, **options)
-    return GraphedCallable(fn, **options)
+    options = functools.partial(
+        GraphedOptions.checked,
+        buckets=buckets,
+        dim=dim,
+        warmup=warmup,
+        pool=pool,
+        stream=stream,
+        mode=mode,
+        copy_outputs=copy_outputs,
+        pad_value=pad_value,
+        device=device,
+    )
+
+    def make(f: Callable[..., Any]) -> GraphedCallable:
+        # (the function is checked before the options, the options when it is given)
+        return GraphedCallable(_function(f), options())
+
+    return make if fn is None else make(fn)
+
+
+def _function(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn``, checked to be callable."""
+    if not callable(fn):
+        raise TypeError(f"graphed takes a callable, got {type(fn).__name__}")
+    return fn
 
 
 PYTHON_CALL = GraphedCallable.__call__  # the reference call (tests compare the C call with it)
