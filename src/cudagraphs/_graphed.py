@@ -9,12 +9,12 @@
 2. finds the graph for the key: with ``buckets``, the size of dimension
    ``dim`` of the inputs is rounded up to the smallest bucket that holds it;
 3. copies the inputs into the graph's static input buffers (and fills the
-   padding: :mod:`cudagraphs._staging`), replays the graph, and returns the outputs as views of its
-   static outputs cut back to the true size, valid until the next call
-   (``copy_outputs=True`` returns copies). Without buckets the copies are
-   the graph's own first nodes, pointed at each call's inputs when their
-   addresses change: a call with inputs where the last ones were queues
-   nothing but the replay.
+   padding: :mod:`cudagraphs._staging`), replays the graph, and returns the
+   outputs as views of its static outputs cut back to the true size, valid
+   until the next call (``copy_outputs=True`` returns copies). Without
+   buckets the copies are the graph's own first nodes, pointed at each
+   call's inputs when their addresses change: a call with inputs where the
+   last ones were queues nothing but the replay.
 
 On a key's first call the function runs ``warmup`` times eagerly on the
 static inputs (kernels compile, libraries set up), then is captured. All of
@@ -201,6 +201,12 @@ def _still_valid(leaves: list[Any], lease: _Lease) -> None:
 
 class GraphedCallable:
     """A function run as CUDA graphs (made by :func:`graphed`).
+
+    Parameters
+    ----------
+    fn : callable
+    options : GraphedOptions
+        The options, checked (:meth:`cudagraphs._options.GraphedOptions.checked`).
 
     Attributes
     ----------
