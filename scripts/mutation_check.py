@@ -112,8 +112,8 @@ MUTATIONS = [
     ),
     (
         "update keeps old parameters",
-        "src/cudagraphs/_graph.py",
-        "        _recording.later(self.device, release_resources, old)\n",
+        "src/cudagraphs/_update.py",
+        "    _recording.later(graph.device, release_resources, old)\n",
         "",
     ),
     (

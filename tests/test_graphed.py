@@ -15,6 +15,7 @@ import pytest
 from conftest import random_array, settle
 
 import cudagraphs as cg
+from cudagraphs._options import GraphedOptions
 
 
 @pytest.fixture
@@ -278,6 +279,49 @@ def test_a_failing_function_leaves_nothing_behind(dev: cg.Device) -> None:
     assert f.stats()["captures"] == 0
     assert not cg.is_capturing()
     np.testing.assert_array_equal(cg.ops.scale(2.0, x).get(), np.full(4, 2.0, "float32"))
+
+
+_BAD_OPTIONS = [
+    ({"buckets": [0, 2]}, ValueError, "buckets must be positive integers"),
+    ({"buckets": "48"}, TypeError, "buckets must be a non-empty sequence"),
+    ({"buckets": []}, TypeError, "buckets must be a non-empty sequence"),
+    ({"dim": -1}, ValueError, "dim must be a non-negative int"),
+    ({"warmup": True}, TypeError, "warmup must be an int"),
+    ({"warmup": 1001}, ValueError, r"warmup must be in 0\.\.1000"),
+    ({"mode": "eager"}, ValueError, "mode must be one of"),
+    ({"pool": 3}, TypeError, "pool must be a cudagraphs GraphPool"),
+    ({"stream": 3}, TypeError, "stream must be a cudagraphs Stream"),
+]
+
+
+@pytest.mark.parametrize(("bad", "error", "message"), _BAD_OPTIONS)
+def test_graphed_and_graph_module_check_their_options_alike(
+    dev: cg.Device, bad: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    """One check of the options they share: the same error from graphed, its decorator and GraphModule."""
+    with pytest.raises(error, match=message):
+        cg.graphed(affine, device=dev, **bad)
+    decorate = cg.graphed(device=dev, **bad)  # (the decorator checks them when it is given the function)
+    with pytest.raises(error, match=message):
+        decorate(affine)
+    with pytest.raises(error, match=message):
+        cg.GraphModule(affine, device=dev, **bad)
+
+
+def test_graphed_options_are_checked_and_frozen(dev: cg.Device) -> None:
+    f = cg.graphed(affine, buckets=[8, 2, 8, 4], dim=1, warmup=0, copy_outputs=1, device=dev)  # type: ignore[arg-type]
+    assert (f.buckets, f.dim, f.warmup, f.copy_outputs, f.device) == ((2, 4, 8), 1, 0, True, dev)
+    m = cg.GraphModule(affine, buckets=(4, 2), dim=1, device=dev)
+    assert (m.graphed.buckets, m.graphed.dim, m.graphed.device) == ((2, 4), 1, dev)
+    assert m.graphed.pool is not f.pool  # (each callable makes its own pool unless given one)
+    options = GraphedOptions.checked(
+        buckets=[2], dim=0, warmup=1, pool=None, stream=None, mode="global", copy_outputs=False,
+        pad_value=None, device=dev,
+    )  # fmt: skip
+    with pytest.raises(AttributeError):
+        options.dim = 1  # type: ignore[misc]
+    g = cg.GraphedCallable(affine, options)
+    assert (g.buckets, g.mode, g.pad_value, g.device) == ((2,), "global", None, dev)
 
 
 def test_bad_arguments_are_clear(dev: cg.Device) -> None:

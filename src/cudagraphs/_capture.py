@@ -39,7 +39,8 @@ from ._allocator import safe_point
 from ._array import empty
 from ._device import Device, Event, Stream, as_device, current_device, resolve_stream
 from ._errors import CaptureError
-from ._graph import Graph, Resources, release_resources
+from ._executable import Resources, release_resources
+from ._graph import Graph
 from ._pool import ForbidMemory, GraphMemory, GraphPool, PoolMemory
 from .backends.base import CAPTURE_MODES
 

@@ -1,14 +1,11 @@
 """Graph: a captured graph, ready to replay, and what it owns.
 
-A graph owns its driver graph and executable graph, the pinned buffers that
-hold host data staged during capture, its pool, and references to every
-array, scalar, host slot and callback its work uses, so replaying never
-touches freed memory. All of that lives in a :class:`Resources` holder that
-the finalizer owns (never the Graph itself); :func:`release_resources` is the
-one function that frees it, after waiting for the graph's replays, for a
-closed graph, a collected one, a failed capture and the parameters an
-update replaced alike. While a capture is active on the device the release
-is deferred until none is.
+What a graph owns (its driver graph and executable, its pools, everything its
+work uses) lives in a :class:`~cudagraphs._executable.Resources` holder that
+the graph's finalizer owns; :mod:`cudagraphs._executable` frees it. The
+whole-graph update is :mod:`cudagraphs._update`'s; node-level changes are
+:mod:`cudagraphs._patch`'s. While a capture is active on the device, a
+release is deferred until none is.
 
 States (:class:`GraphState`): capturing -> ready (or captured, when not
 instantiated) -> closed; failed when the capture failed; consumed when
@@ -27,11 +24,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import _patch, _picture, _recording
+from . import _patch, _picture, _recording, _update
 from ._array import DeviceArray, foreign_view
 from ._control import Body, Condition, add_conditional, new_condition
-from ._device import Device, Event, Stream
-from ._errors import CaptureError, GraphStateError, UpdateError
+from ._device import Device, Stream
+from ._errors import CaptureError, GraphStateError
+from ._executable import Resources, ordered_launch, release_resources
 from ._kernel import fastcall
 from ._recording import NodeRecord, Work, submit
 
@@ -39,7 +37,7 @@ if TYPE_CHECKING:
     from ._pool import GraphPool
     from ._recording import Recording
 
-__all__ = ["Graph", "GraphState", "Node", "Resources", "release_resources"]
+__all__ = ["Graph", "GraphState", "Node"]
 
 
 class GraphState(str, enum.Enum):
@@ -89,86 +87,6 @@ class Node:
         return f"Node(index={self.index}, type={self.type!r}, name={self.name!r})"
 
 
-class Resources:
-    """What a graph owns (held by its finalizer, never referencing the Graph).
-
-    Attributes
-    ----------
-    graph : handle or None
-        The driver graph the executable was instantiated from: node-level
-        updates name its nodes.
-    params_graph : handle or None
-        After an update, the source's driver graph, whose parameters the
-        executable now runs.
-    """
-
-    __slots__ = ("device", "exec", "graph", "keep", "params_graph", "pools", "streams")
-
-    def __init__(
-        self, device: Device, graph: Any, keep: list[Any], pools: list[GraphPool], streams: list[Stream]
-    ) -> None:
-        self.device = device
-        self.exec: Any = None
-        self.graph = graph
-        self.params_graph: Any = None
-        self.keep = keep
-        self.pools = pools
-        self.streams = streams
-
-
-def release_resources(res: Resources) -> None:
-    """Free a graph's resources after the work queued on its replay streams."""
-    backend = res.device.backend
-    with _recording.holding(res.streams) as live:  # (another thread may close one meanwhile)
-        for s in live:
-            if s._recording is None:
-                backend.synchronize(s._raw)
-    if res.exec is not None:
-        backend.destroy(res.exec)
-        res.exec = None
-    for g in (res.graph, res.params_graph):
-        if g is not None:
-            backend.destroy(g)
-    res.graph = res.params_graph = None
-    res.keep.clear()
-    pools, res.pools = res.pools, []
-    for pool in pools:  # (the streams were synchronized: only each pool's own device's count)
-        pool.drop([s for s in res.streams if s.device is pool.device])
-
-
-def _ordered_launch(device: Device, others: list[Device]) -> Callable[..., None]:
-    """A launch of a graph that records work on ``others`` too.
-
-    Its work on another device starts after the work queued so far on that
-    device's current stream, and work queued there later waits for it, as
-    if the graph's nodes of that device were queued on that stream (what
-    :func:`cudagraphs.ops.copy` between devices does too).
-    """
-    backend = device.backend
-    done = Event(device)  # (events are reused: a wait takes the state the record left)
-    before = [(d, Event(d)) for d in others]
-
-    def launch(exec_: Any, raw: Any, upload: bool = False) -> None:
-        if upload:
-            backend.graph_launch(exec_, raw, upload=True)
-            return
-        current = [d.current_stream() for d, _ in before]
-        for (d, ev), s in zip(before, current):
-            if s._recording is not None:
-                raise CaptureError(
-                    f"a graph with work on {d} replayed while {d}'s current stream is being "
-                    "captured: replay it inside that capture's stream instead"
-                )
-            backend.event_record(ev._raw, s._raw)
-            backend.stream_wait_event(raw, ev._raw)
-        backend.graph_launch(exec_, raw)
-        backend.event_record(done._raw, raw)
-        for s in current:
-            backend.stream_wait_event(s._raw, done._raw)
-
-    return launch
-
-
 def _as_array(a: Any) -> Any:
     """A DeviceArray as is; another library's device array as a zero-copy view."""
     if isinstance(a, DeviceArray):
@@ -178,33 +96,6 @@ def _as_array(a: Any) -> Any:
 
 
 _KIND_NAME = operator.itemgetter(1, 2)  # (kind, name) of a NodeRecord
-_HANDLE = operator.itemgetter(0)  # a NodeRecord's driver handle
-
-
-def _difference(mine: list[tuple[str, str]], theirs: list[tuple[str, str]]) -> tuple[str, int] | None:
-    """Why two traces of (node type, kernel name) are not topology-identical, and where."""
-    for i, ((kind_a, name_a), (kind_b, name_b)) in enumerate(zip(mine, theirs)):
-        if kind_a != kind_b:
-            return f"node {i} is a {kind_a} node in this graph and a {kind_b} node in the source", i
-        if name_a != name_b:
-            return f"node {i} runs kernel {name_a!r} in this graph and {name_b!r} in the source", i
-    if len(mine) != len(theirs):
-        return (
-            f"the topology changed: this graph recorded {len(mine)} nodes, the source {len(theirs)}"
-        ), min(len(mine), len(theirs))
-    return None
-
-
-def _edge_difference(mine: list[tuple[int, int]], theirs: list[tuple[int, int]]) -> tuple[str, int] | None:
-    """The first node whose dependencies differ between two graphs' edges, and how."""
-    if set(mine) == set(theirs):
-        return None
-    i = min(b for _, b in set(mine) ^ set(theirs))
-    before = sorted(a for a, b in mine if b == i)
-    after = sorted(a for a, b in theirs if b == i)
-    return (
-        f"the topology changed: node {i} depends on nodes {before} in this graph and on {after} in the source"
-    ), i
 
 
 class Graph:
@@ -326,7 +217,7 @@ class Graph:
         self._auto_free = auto_free
         others = [d for d in rec.devices if d is not self.device]
         if others:  # replays keep order with the other devices' current streams
-            self._launch = _ordered_launch(self.device, others)
+            self._launch = ordered_launch(self.device, others)
         self._res = res
         for obj in res.keep:  # what must know its graphs (a communicator, an embedded graph)
             held_by = getattr(type(obj), "_held_by", None)  # (the class's: no instance __getattr__)
@@ -423,59 +314,7 @@ class Graph:
                 f"Graph.update(): the source graph is {source.state}; it cannot be used for an "
                 f"update ({_WHAT_NOW.get(source.state, '')})"
             )
-        records = source._records
-        if fastcall is not None:  # (in C: 1000 records compared in microseconds, no trace built)
-            first, handles = fastcall.same_nodes(self._records, records)
-            differ = first >= 0
-        else:
-            differ = len(self._records) != len(records) or self._trace() != source._trace()
-            handles = len(records) - operator.countOf(map(_HANDLE, records), None)
-        if differ:
-            why = _difference(self._trace(), source._trace())
-            if why is not None:
-                raise UpdateError(*why)
-        backend = self.device.backend
-        src = source._res
-        assert src is not None
-        assert self._res is not None
-        try:
-            backend.graph_update(exec_, src.graph)
-        except UpdateError as err:
-            if err.node is None:  # the driver said no without saying where: find it
-                found = _difference(self._signature(), source._signature()) or _edge_difference(
-                    self.edges, source.edges
-                )
-                if found is not None:
-                    raise UpdateError(*found) from err
-                raise UpdateError(
-                    f"{err.reason}; the graphs have the same nodes and edges, so a node's "
-                    "parameters changed in a way it cannot update in place (e.g. a copy "
-                    "between other kinds of memory: host-to-device become device-to-host): "
-                    "capture the graph again"
-                ) from err
-            raise
-        # the executable runs the source's parameters now: take over what they use,
-        # and release what the previous parameters used
-        source._finalizer.detach()  # type: ignore[union-attr]
-        res = self._res
-        old = Resources(self.device, res.params_graph, res.keep, res.pools, list(res.streams))
-        # the previous parameters' records go with them (freeing a thousand records is
-        # a tenth of a millisecond: at the safe point, not here)
-        old.keep.append((self._records, self._traced))
-        res.params_graph, res.keep, res.pools = src.graph, src.keep, src.pools
-        if src.exec is not None:
-            _recording.release(self.device, backend.destroy, src.exec)
-        # freed at the next safe point, after the replays queued so far: update()
-        # itself never waits for the GPU
-        _recording.later(self.device, release_resources, old)
-        res.streams.extend(s for s in src.streams if s not in res.streams)
-        # the same nodes, with the source's values; handles are the instantiated
-        # graph's, found on first use (records of a finished capture carry none)
-        # (a source that was rebound or repointed carries handles of its own graph's
-        # nodes: they are not this executable's, so they are found again on first use)
-        if handles:
-            records = [r if r.handle is None else r._replace(handle=None) for r in records]
-        self._records, source._records = records, []
+        self._records, source._records = _update.update(self, exec_, source), []
         self._bodies, self._moves, self._count = source._bodies, [], None
         source._res, source._exec, source.state = None, None, GraphState.CONSUMED
         self._traced = source._traced

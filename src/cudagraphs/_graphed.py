@@ -5,16 +5,16 @@
 1. flattens the arguments (tuples, lists, dicts, named tuples): device arrays
    (cudagraphs, PyTorch, CuPy, anything with ``__cuda_array_interface__`` or
    DLPack) are inputs; every other leaf must be hashable and is part of the
-   graph's key (a new value means a new graph);
+   graph's key (a new value means a new graph) (:mod:`cudagraphs._argtree`);
 2. finds the graph for the key: with ``buckets``, the size of dimension
    ``dim`` of the inputs is rounded up to the smallest bucket that holds it;
 3. copies the inputs into the graph's static input buffers (and fills the
-   padding), replays the graph, and returns the outputs as views of its
-   static outputs cut back to the true size, valid until the next call
-   (``copy_outputs=True`` returns copies). Without buckets the copies are
-   the graph's own first nodes, pointed at each call's inputs when their
-   addresses change (:meth:`GraphedCallable._point`): a call with inputs
-   where the last ones were queues nothing but the replay.
+   padding: :mod:`cudagraphs._staging`), replays the graph, and returns the
+   outputs as views of its static outputs cut back to the true size, valid
+   until the next call (``copy_outputs=True`` returns copies). Without
+   buckets the copies are the graph's own first nodes, pointed at each
+   call's inputs when their addresses change: a call with inputs where the
+   last ones were queues nothing but the replay.
 
 On a key's first call the function runs ``warmup`` times eagerly on the
 static inputs (kernels compile, libraries set up), then is captured. All of
@@ -33,26 +33,22 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NamedTuple, cast
-
-import numpy as np
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 from . import _recording, interop
-from ._array import DeviceArray, empty, foreign_view
-from ._builtin import copy_view, fill_value, fill_view
-from ._capture import CaptureSession, capture_options
+from ._argtree import ARRAY_TYPES, LEAF, flatten, in_host_memory, positional_spec, unflatten
+from ._array import DeviceArray, foreign_view
+from ._capture import CaptureSession
 from ._device import Device, Stream
-from ._errors import CudaError, StaleOutputError
+from ._errors import StaleOutputError
 from ._graph import Graph
 from ._kernel import fastcall
+from ._options import GraphedOptions
 from ._pool import GraphPool
-from ._recording import Work, submit
-from .backends.base import CUDA_ERROR_INVALID_VALUE, Copy
+from ._staging import Entry, Input, Staging, array_of, first_rows
 
 __all__ = ["GraphOutput", "GraphedCallable", "graphed"]
-
-MAX_WARMUP = 1000  # eager runs before a capture: more is a mistake (2**70 would never end)
 
 
 # outputs that expire -------------------------------------------------------------------
@@ -162,134 +158,31 @@ class GraphOutput(DeviceArray):
 
 _recording.EXPIRING.add(GraphOutput)
 
-_tuple_new = tuple.__new__  # (named tuples built in C: the repeat path)
 _FIXED, _TORCH, _CURRENT = 0, 1, 2  # where an armed call's stream comes from (see _fastcall.c)
 
+
 # arguments ------------------------------------------------------------------------------
-_LEAF = ("array",)  # the place of an array in a flattened argument tree
-
-
-def _is_array(obj: Any) -> bool:
-    if isinstance(obj, DeviceArray):
-        _ARRAY_TYPES.add(type(obj))
-        return True
-    if isinstance(obj, (int, float, str, bytes, bool, type(None), np.ndarray, np.generic)):
-        return False
-    if interop.library_of(obj) is not None:
-        _ARRAY_TYPES.add(type(obj))
-        return True
-    if getattr(obj, "is_cuda", True) is False:  # a PyTorch tensor in host memory
-        raise _in_host_memory(obj)
-    return foreign_view_possible(obj)
-
-
-def _in_host_memory(obj: Any) -> TypeError:
-    """The error for another library's array in host memory given as an input."""
-    return TypeError(
-        f"graphed: a {type(obj).__name__} in host memory; graphs read device memory: "
-        "move it to the GPU first (PyTorch: .cuda())"
-    )
-
-
-def foreign_view_possible(obj: Any) -> bool:
-    """Whether ``obj`` speaks ``__cuda_array_interface__`` or CUDA DLPack."""
-    try:
-        if getattr(obj, "__cuda_array_interface__", None) is not None:
-            return True
-    except Exception:  # (a host tensor's property may raise anything)
-        return False
-    kind = getattr(obj, "__dlpack_device__", None)
-    try:
-        return kind is not None and kind()[0] == 2
-    except Exception:
-        return False
-
-
-_ARRAY_TYPES: set[type] = set()  # types seen to be device arrays (a fast path for calls)
-
-
-@functools.cache
-def _positional_spec(n: int) -> Any:
-    """What :func:`_flatten` gives for ``n`` positional arrays and no keyword."""
-    return _flatten((tuple([_SPEC_ARRAY] * n), {}), [])
-
-
-class _SpecArray:  # a stand-in array, only for _positional_spec
-    pass
-
-
-_SPEC_ARRAY = _SpecArray()
-
-
-def _flatten(obj: Any, leaves: list[Any]) -> Any:
-    """The tree of ``obj`` with arrays replaced by ``_LEAF``; arrays appended to ``leaves``."""
-    t = type(obj)
-    if t is tuple or t is list:
-        return (t, tuple([_flatten(x, leaves) for x in obj]))
-    if t is dict:
-        return (dict, tuple(obj), tuple([_flatten(v, leaves) for v in obj.values()]))
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a named tuple
-        return (t, tuple([_flatten(x, leaves) for x in obj]))
-    if obj is _SPEC_ARRAY or _is_array(obj):
-        leaves.append(obj)
-        return _LEAF
-    try:
-        hash(obj)
-    except TypeError:
-        raise TypeError(
-            f"graphed: an argument of type {t.__name__} is neither a device array nor "
-            "hashable; other arguments are part of the graph's key: pass numbers, strings, "
-            "tuples, or arrays (a host numpy array must go to the device first)"
-        ) from None
-    return ("static", t, obj)
-
-
-def _unflatten(spec: Any, leaves: Iterator[Any]) -> Any:
-    if spec is _LEAF:
-        return next(leaves)
-    kind = spec[0]
-    if kind == "static":
-        return spec[2]
-    if kind is dict:
-        return dict(zip(spec[1], [_unflatten(s, leaves) for s in spec[2]]))
-    items = [_unflatten(s, leaves) for s in spec[1]]
-    if kind is tuple or kind is list:
-        return kind(items)
-    return kind(*items)  # a named tuple
-
-
-class _In(NamedTuple):
-    """One array argument as it came in."""
-
-    obj: Any
-    lib: Any  # the interop Library, or None for cudagraphs arrays
-    ptr: int
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    contiguous: bool
-
-
-def _describe(obj: Any, device: Device) -> _In:
+def _describe(obj: Any, device: Device) -> Input:
     if type(obj) is GraphOutput:  # (checked now; the call reads it as plain memory)
         obj = obj._fixed()
     if isinstance(obj, DeviceArray):
         if obj.device is not device:
             raise ValueError(f"graphed: an input array is on {obj.device}, the callable on {device}")
-        return _In(obj, None, obj.ptr, obj.shape, obj.dtype, obj.is_contiguous)
+        return Input(obj, None, obj.ptr, obj.shape, obj.dtype, obj.is_contiguous)
     lib = interop.library_of(obj)
     if lib is not None:  # PyTorch, CuPy: described without a view (the repeat path)
         if not lib.owns(obj):  # (the type is the library's: an array in host memory)
-            raise _in_host_memory(obj)
+            raise in_host_memory(obj)
         ptr, shape, dtype, contiguous, index = lib.describe(obj)
         if index != device.index:
             raise ValueError(
                 f"graphed: an input {lib.name} array is on device {index}, the callable on {device}"
             )
-        return _In(obj, lib, ptr, shape, dtype, contiguous)
+        return Input(obj, lib, ptr, shape, dtype, contiguous)
     view = foreign_view(obj, device)
     if view is None:
         raise TypeError(f"graphed: {type(obj).__name__} is not a CUDA device array")
-    return _In(view, None, view.ptr, view.shape, view.dtype, view.is_contiguous)
+    return Input(view, None, view.ptr, view.shape, view.dtype, view.is_contiguous)
 
 
 def _still_valid(leaves: list[Any], lease: _Lease) -> None:
@@ -306,59 +199,14 @@ def _still_valid(leaves: list[Any], lease: _Lease) -> None:
             x._check()
 
 
-def _array_of(i: _In, device: Device) -> DeviceArray:
-    """The input as a cudagraphs array (a zero-copy view of another library's)."""
-    obj = i.obj
-    if isinstance(obj, DeviceArray):
-        return obj
-    view = foreign_view(obj, device)
-    assert view is not None
-    return view
-
-
-def _cut(shape: tuple[int, ...], dim: int, size: int) -> tuple[slice | int, ...]:
-    return (slice(None),) * dim + (slice(0, size),)
-
-
-# one graph -------------------------------------------------------------------------------
-class _Entry:
-    """One captured graph of a graphed callable: its key's static inputs and outputs."""
-
-    __slots__ = (
-        "bucket",
-        "copies",
-        "graph",
-        "held",
-        "hits",
-        "memory",
-        "out_libs",
-        "out_spec",
-        "outs",
-        "scratch",
-        "sources",
-        "static",
-    )
-
-    def __init__(self, bucket: int | None) -> None:
-        self.bucket = bucket
-        # inputs the graph copies itself (its first nodes): input index -> the copy's record
-        # index, the address it copies from now, the input there (kept alive: a direct replay
-        # reads it), a dense buffer for strided inputs
-        self.copies: dict[int, int] = {}
-        self.sources: dict[int, int] = {}
-        self.held: dict[int, Any] = {}
-        self.scratch: dict[int, DeviceArray] = {}
-        self.graph: Graph | None = None
-        self.static: list[DeviceArray] = []  # the graph's input buffers (bucket-sized)
-        self.out_spec: Any = None
-        self.outs: list[Any] = []  # the static outputs (as fn returned them)
-        self.out_libs: list[Any] = []  # the library of each output (None: cudagraphs)
-        self.hits = 0
-        self.memory = 0  # bytes the capture added to the cudagraphs pool
-
-
 class GraphedCallable:
     """A function run as CUDA graphs (made by :func:`graphed`).
+
+    Parameters
+    ----------
+    fn : callable
+    options : GraphedOptions
+        The options, checked (:meth:`cudagraphs._options.GraphedOptions.checked`).
 
     Attributes
     ----------
@@ -370,50 +218,20 @@ class GraphedCallable:
     dim : int
     """
 
-    def __init__(
-        self,
-        fn: Callable[..., Any],
-        *,
-        buckets: Sequence[int] | None,
-        dim: int,
-        warmup: int,
-        pool: GraphPool | None,
-        stream: Stream | None,
-        mode: str,
-        copy_outputs: bool,
-        pad_value: Any,
-        device: Device | int | None,
-    ) -> None:
-        if not callable(fn):
-            raise TypeError(f"graphed takes a callable, got {type(fn).__name__}")
-        if buckets is not None:
-            if isinstance(buckets, (str, bytes)) or not isinstance(buckets, Sequence) or not buckets:
-                raise TypeError(f"buckets must be a non-empty sequence of sizes, got {buckets!r}")
-            if any(isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1 for b in buckets):
-                raise ValueError(f"buckets must be positive integers, got {list(buckets)}")
-            buckets = tuple(sorted({int(b) for b in buckets}))
-        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 0:
-            raise ValueError(f"dim must be a non-negative int, got {dim!r}")
-        if isinstance(warmup, bool) or not isinstance(warmup, int):
-            raise TypeError(f"warmup must be an int (eager runs before capturing), got {warmup!r}")
-        if not 0 <= warmup <= MAX_WARMUP:
-            raise ValueError(f"warmup must be in 0..{MAX_WARMUP} (eager runs before a capture), got {warmup}")
-        device = capture_options(device, stream, mode, pool)
-        if stream is not None and stream.device is not device:
-            raise ValueError(f"stream {stream} is on {stream.device}, the callable on {device}")
-        self.fn = fn
-        self.buckets = buckets
-        self.dim = dim
-        self.warmup = warmup
-        self.device = device
-        self.pool = pool if pool is not None else GraphPool(device)
-        self.mode = mode
-        self.copy_outputs = bool(copy_outputs)
-        self.pad_value = pad_value
-        self._stream = stream
+    def __init__(self, fn: Callable[..., Any], options: GraphedOptions) -> None:
+        self.fn = _function(fn)
+        self.buckets = options.buckets
+        self.dim = options.dim
+        self.warmup = options.warmup
+        self.device = device = options.device
+        self.pool = options.pool if options.pool is not None else GraphPool(device)
+        self.mode = options.mode
+        self.copy_outputs = options.copy_outputs
+        self.pad_value = options.pad_value
+        self._stream = options.stream
         self._capture_stream: Stream | None = None
-        self._entries: dict[Any, _Entry] = {}
-        self._buffers: dict[Any, list[DeviceArray]] = {}  # static inputs, shared across buckets
+        self._entries: dict[Any, Entry] = {}
+        self._staging = Staging(device, self.buckets, self.dim, self.pad_value)
         # (where the C part is built, an RLock its call takes without a method call)
         self._lock: Any = fastcall.Lock(reentrant=True) if fastcall is not None else threading.RLock()
         self._lease = _Lease(getattr(fn, "__qualname__", "the graphed callable"), self._lock)
@@ -424,12 +242,12 @@ class GraphedCallable:
     # the call ----------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the function's graph for these arguments (capturing it on first use)."""
-        if not kwargs and all(map(_ARRAY_TYPES.__contains__, map(type, args))):
+        if not kwargs and all(map(ARRAY_TYPES.__contains__, map(type, args))):
             leaves: list[Any] = list(args)  # the common case: arrays, positionally
-            spec = _positional_spec(len(args))
+            spec = positional_spec(len(args))
         else:
             leaves = []
-            spec = _flatten((args, kwargs), leaves)
+            spec = flatten((args, kwargs), leaves)
         device = self.device
         key: tuple[Any, ...]
         with self._lock:  # (inputs that are this callable's outputs are checked under it)
@@ -438,8 +256,8 @@ class GraphedCallable:
                 n = bucket = None
                 key = (spec, tuple([(i.dtype, i.shape) for i in ins]))
             else:
-                n, bucket = self._bucket(ins)
-                key = (spec, tuple([(i.dtype, self._shape(i.shape, bucket)) for i in ins]))
+                n, bucket = self._staging.bucket(ins)
+                key = (spec, tuple([(i.dtype, self._staging.shape(i.shape, bucket)) for i in ins]))
             self._hot = None  # (armed again below, for this call's kind)
             # every earlier output is stale from here on; counted before the wait for the
             # previous call's stream, so that work a thread queued there on an output it
@@ -455,7 +273,7 @@ class GraphedCallable:
                 entry = self._capture(key, spec, ins, n, bucket, stream)
             else:
                 entry.hits += 1
-                self._stage(entry, ins, n, bucket, stream)
+                self._staging.stage(entry, ins, n, bucket, stream)
             graph = entry.graph
             if graph is None:  # fn queued no work for this key: what it returns, from an eager run
                 with stream, _streams_only(device, stream):
@@ -463,11 +281,11 @@ class GraphedCallable:
             graph.replay(stream)
             _still_valid(leaves, self._lease)
             result = self._outputs(entry, n, bucket, stream)
-            if fastcall is not None and spec == _positional_spec(len(leaves)):
+            if fastcall is not None and spec == positional_spec(len(leaves)):
                 self._arm(entry, leaves, ins, stream)
             return result
 
-    def _arm(self, entry: _Entry, leaves: list[Any], ins: list[_In], stream: Stream) -> None:
+    def _arm(self, entry: Entry, leaves: list[Any], ins: list[Input], stream: Stream) -> None:
         """Let the C call (``_fastcall.graphed_method``) repeat this call while it can.
 
         Armed after a call of positional inputs, each a plain cudagraphs array
@@ -484,8 +302,8 @@ class GraphedCallable:
         if not all(i.contiguous and j in entry.copies for j, i in enumerate(ins)):
             return
         spec = entry.out_spec
-        many = spec is not _LEAF
-        if many and (spec[0] is not tuple or not spec[1] or any(s is not _LEAF for s in spec[1])):
+        many = spec is not LEAF
+        if many and (spec[0] is not tuple or not spec[1] or any(s is not LEAF for s in spec[1])):
             return
         if any(type(o) is not DeviceArray and isinstance(o, DeviceArray) for o in entry.outs):
             return  # (a subclass: the Python call wraps it, C would not)
@@ -554,37 +372,7 @@ class GraphedCallable:
         self._last = stream
         return stream
 
-    def _shape(self, shape: tuple[int, ...], bucket: int | None) -> tuple[int, ...]:
-        if bucket is None:
-            return shape
-        d = self.dim
-        return (*shape[:d], bucket, *shape[d + 1 :])
-
-    def _bucket(self, ins: list[_In]) -> tuple[int | None, int | None]:
-        """(the true size along ``dim``, its bucket), or (None, None) without buckets."""
-        buckets = self.buckets
-        if buckets is None or not ins:
-            return None, None
-        d = self.dim
-        sizes = {i.shape[d] if len(i.shape) > d else None for i in ins}
-        if len(sizes) != 1 or None in sizes:
-            shapes = ", ".join(str(i.shape) for i in ins)
-            raise ValueError(
-                f"graphed with buckets: every array input is padded along dimension {d}, so "
-                f"they must all have it, of one size; got shapes {shapes}. Pass arrays that "
-                "are not batched (weights) through a closure or a GraphModule"
-            )
-        n = sizes.pop()
-        assert n is not None
-        for b in buckets:
-            if b >= n:
-                return n, b
-        raise ValueError(
-            f"graphed: size {n} along dimension {d} is larger than the largest bucket "
-            f"({buckets[-1]}); add a bucket of at least {n}"
-        )
-
-    def _call_stream(self, ins: list[_In]) -> Stream:
+    def _call_stream(self, ins: list[Input]) -> Stream:
         if self._stream is not None:
             return self._stream
         for i in ins:
@@ -592,123 +380,26 @@ class GraphedCallable:
                 return self.device.external_stream(i.lib.current_stream(self.device.index))
         return self.device.current_stream()
 
-    # staging ------------------------------------------------------------------------------
-    def _stage(
-        self, entry: _Entry, ins: list[_In], n: int | None, bucket: int | None, stream: Stream
-    ) -> None:
-        """Copy the inputs into the entry's static buffers and fill the padding.
+    # staging (see _staging) ---------------------------------------------------------------
+    def _moved(self, entry: Entry, j: int, obj: Any, stream: Stream) -> None:
+        """The C call's :meth:`Staging.point`, for input ``j`` (``obj``) at a new address.
 
-        The inputs the graph copies itself are not copied here: their copy
-        nodes are pointed at them when their address changed.
+        The lock is held.
         """
-        copies = entry.copies
-        for j, (dst, i) in enumerate(zip(entry.static, ins)):
-            if j in copies and self._point(entry, j, i, stream):
-                continue
-            self._copy_in(dst, i, n, bucket, stream)
-
-    def _copy_in(self, dst: DeviceArray, i: _In, n: int | None, bucket: int | None, stream: Stream) -> None:
-        """Copy input ``i`` into its static buffer ``dst`` on ``stream`` (and fill the padding)."""
-        eager = stream._recording is None
-        part = dst[_cut(dst.shape, self.dim, n)] if n is not None and n != bucket else dst
-        if i.contiguous and part.is_contiguous:
-            nbytes = part.nbytes
-            if nbytes:
-                copy = _tuple_new(Copy, (part.ptr, i.ptr, nbytes, "dtod"))
-                if eager:  # what submit() does on a stream no capture records, one call sooner
-                    self.device.backend.memcpy(stream._raw, copy)
-                else:
-                    work = (
-                        "memcpy", dst.device.backend.memcpy, copy, (i.obj,), (part,), (), "", None, None,
-                    )  # fmt: skip
-                    submit(stream, _tuple_new(Work, work))
-        else:
-            copy_view(part, _array_of(i, dst.device), stream)
-        if n is not None and n != bucket and self.pad_value is not None:
-            d = self.dim
-            pad = dst[(slice(None),) * d + (slice(n, bucket),)]
-            fill_view(pad, fill_value("graphed padding", dst.dtype, self.pad_value), stream)
-
-    def _point(self, entry: _Entry, j: int, i: _In, stream: Stream) -> bool:
-        """Make input ``j``'s copy node read ``i`` (a dense copy of it, if it is strided).
-
-        The driver moves a copy node only within one kind of memory: the
-        stream-ordered pool's (cudagraphs arrays) or other device memory
-        (PyTorch's and CuPy's allocators). Where ``i`` is of the other kind,
-        the node is switched off for good and False returned: the caller then
-        copies the input eagerly, as every later call will. The lock is held.
-        """
-        src, held = i.ptr, i.obj
-        if not i.contiguous:  # the node copies dense bytes: from a dense copy made now
-            dense = entry.scratch.get(j)
-            if dense is None:
-                dense = entry.scratch[j] = empty(i.shape, i.dtype, device=self.device, stream=stream)
-            copy_view(dense, _array_of(i, self.device), stream)
-            src, held = dense.ptr, dense
-        if src != entry.sources[j]:
-            graph = entry.graph
-            assert graph is not None
-            try:
-                graph._point_copy(entry.copies[j], src)
-            except CudaError as exc:
-                if exc.code != CUDA_ERROR_INVALID_VALUE:
-                    raise
-                graph._point_copy(entry.copies[j], None)  # (switched off)
-                del entry.copies[j], entry.sources[j], entry.held[j]
-                entry.scratch.pop(j, None)
-                self._hot = None
-                return False
-            entry.sources[j] = src
-        entry.held[j] = held  # (the next call, or a direct replay of the graph, reads it)
-        return True
-
-    def _moved(self, entry: _Entry, j: int, obj: Any, stream: Stream) -> None:
-        """The C call's :meth:`_point`, for input ``j`` (``obj``) at a new address; the lock is held."""
         i = _describe(obj, self.device)
-        if not self._point(entry, j, i, stream):
-            self._copy_in(entry.static[j], i, None, None, stream)
-
-    def _record_copies(self, entry: _Entry, ins: list[_In], stream: Stream) -> None:
-        """Record the input copies as the first nodes of the graph captured on ``stream``.
-
-        Each call then replays them, from the address of that call's input
-        (see :meth:`_point`): no copy is queued per call, and none is changed
-        while the input stays at the same address. Only graphs without
-        buckets (the whole input is copied) and outside other captures do so.
-        """
-        rec = stream._recording
-        assert rec is not None
-        backend = self.device.backend
-        for j, (dst, i) in enumerate(zip(entry.static, ins)):
-            if not (i.contiguous and dst.is_contiguous and dst.nbytes):
-                continue
-            copy = _tuple_new(Copy, (dst.ptr, i.ptr, dst.nbytes, "dtod"))
-            index = len(rec.nodes)  # (the first nodes: every record before is top-level)
-            src = _array_of(i, self.device)  # (what the record says the node reads)
-            submit(stream, Work("memcpy", backend.memcpy, copy, (src,), (dst,), (i.obj,), "", copy))
-            entry.copies[j], entry.sources[j], entry.held[j] = index, i.ptr, i.obj
-
-    def _static_inputs(self, spec: Any, ins: list[_In], bucket: int | None) -> list[DeviceArray]:
-        """Static input buffers for a key: views of buffers shared by all its buckets."""
-        if bucket is None:
-            return [empty(i.shape, i.dtype, device=self.device) for i in ins]
-        assert self.buckets is not None
-        family = (spec, tuple([(i.dtype, self._shape(i.shape, 0)) for i in ins]))
-        buffers = self._buffers.get(family)
-        if buffers is None:
-            top = self.buckets[-1]
-            buffers = [empty(self._shape(i.shape, top), i.dtype, device=self.device) for i in ins]
-            self._buffers[family] = buffers
-        return [b[_cut(b.shape, self.dim, bucket)] for b in buffers]
+        staging = self._staging
+        if not staging.point(entry, j, i, stream):
+            self._hot = None
+            staging.copy_in(entry.static[j], i, None, None, stream)
 
     # capture ------------------------------------------------------------------------------
     def _capture(
-        self, key: Any, spec: Any, ins: list[_In], n: int | None, bucket: int | None, stream: Stream
-    ) -> _Entry:
-        entry = _Entry(bucket)
-        entry.static = self._static_inputs(spec, ins, bucket)
-        self._stage(entry, ins, n, bucket, stream)
-        args, kwargs = _unflatten(spec, iter([self._as_lib(s, i.lib) for s, i in zip(entry.static, ins)]))
+        self, key: Any, spec: Any, ins: list[Input], n: int | None, bucket: int | None, stream: Stream
+    ) -> Entry:
+        entry = Entry(bucket)
+        entry.static = self._staging.static_inputs(spec, ins, bucket)
+        self._staging.stage(entry, ins, n, bucket, stream)
+        args, kwargs = unflatten(spec, iter([self._as_lib(s, i.lib) for s, i in zip(entry.static, ins)]))
         eager = stream._recording is None
         # eagerly, on the call stream, every library routed to it (inside another capture
         # nothing runs eagerly: no warmup, whose work that capture would record)
@@ -725,7 +416,7 @@ class GraphedCallable:
         graph = session.begin()
         try:
             if self.buckets is None and eager:
-                self._record_copies(entry, ins, side)
+                self._staging.record_copies(entry, ins, side)
             with side:
                 out = self.fn(*args, **kwargs)
         except BaseException:
@@ -736,7 +427,7 @@ class GraphedCallable:
             return entry
         graph.output = None
         outs: list[Any] = []
-        entry.out_spec = _flatten(out, outs)
+        entry.out_spec = flatten(out, outs)
         entry.outs = outs
         entry.out_libs = [None if isinstance(o, DeviceArray) else interop.library_of(o) for o in outs]
         graph.keep(*entry.static)
@@ -756,14 +447,14 @@ class GraphedCallable:
         return total
 
     # outputs ------------------------------------------------------------------------------
-    def _outputs(self, entry: _Entry, n: int | None, bucket: int | None, stream: Stream) -> Any:
+    def _outputs(self, entry: Entry, n: int | None, bucket: int | None, stream: Stream) -> Any:
         cut = n is not None and n != bucket
         d = self.dim
         result = []
         for o in entry.outs:
             if isinstance(o, DeviceArray):
                 if cut and len(o.shape) > d and o.shape[d] == bucket:
-                    o = o[_cut(o.shape, d, n)]  # type: ignore[arg-type]
+                    o = o[first_rows(o.shape, d, n)]  # type: ignore[arg-type]
                 if self.copy_outputs:
                     result.append(o.copy(stream=stream))
                 else:
@@ -772,12 +463,12 @@ class GraphedCallable:
             if cut:  # (another library's output: its shape is read only when it may be cut)
                 shape = tuple(getattr(o, "shape", ()))
                 if len(shape) > d and shape[d] == bucket:
-                    o = o[_cut(shape, d, n)]  # type: ignore[arg-type]
+                    o = o[first_rows(shape, d, n)]  # type: ignore[arg-type]
             if self.copy_outputs:  # on the replay's stream: the library's current one may be another
                 with _streams_only(self.device, stream):
                     o = o.clone() if hasattr(o, "clone") else o.copy()
             result.append(o)
-        return _unflatten(entry.out_spec, iter(result))
+        return unflatten(entry.out_spec, iter(result))
 
     # the rest of the API --------------------------------------------------------------------
     def capture_all(self, *args: Any, **kwargs: Any) -> GraphedCallable:
@@ -791,18 +482,18 @@ class GraphedCallable:
         if self.buckets is None:
             raise ValueError("capture_all needs buckets: without them, graphs are keyed by exact shape")
         leaves: list[Any] = []
-        spec = _flatten((args, kwargs), leaves)
+        spec = flatten((args, kwargs), leaves)
         d = self.dim
         with self._lock:
             ins = [_describe(x, self.device) for x in leaves]
-            n, _ = self._bucket(ins)
+            n, _ = self._staging.bucket(ins)
             if n is None:
                 raise TypeError("capture_all takes example arguments with at least one device array")
             self._hot = None
             self._lease.calls += 1  # the static buffers change: earlier outputs are stale
             stream = self._begin_on(self._call_stream(ins))
             for b in reversed(self.buckets):
-                key = (spec, tuple([(i.dtype, self._shape(i.shape, b)) for i in ins]))
+                key = (spec, tuple([(i.dtype, self._staging.shape(i.shape, b)) for i in ins]))
                 if key in self._entries:
                     continue
                 if n <= b:
@@ -810,7 +501,7 @@ class GraphedCallable:
                     continue
                 cut = []  # the examples' first b rows
                 for i in ins:
-                    part = _array_of(i, self.device)[_cut(i.shape, d, b)]
+                    part = array_of(i, self.device)[first_rows(i.shape, d, b)]
                     cut.append(
                         i._replace(obj=part, ptr=part.ptr, shape=part.shape, contiguous=part.is_contiguous)
                     )
@@ -822,9 +513,9 @@ class GraphedCallable:
         """The captured graphs by bucket (or by input shapes without buckets), for inspection."""
         return {name: graph for name, graph, _ in self._named()}
 
-    def _named(self) -> list[tuple[Any, Graph, _Entry]]:
+    def _named(self) -> list[tuple[Any, Graph, Entry]]:
         """(name, graph, entry) of the keys with a graph (not those whose function queued no work)."""
-        out: list[tuple[Any, Graph, _Entry]] = []
+        out: list[tuple[Any, Graph, Entry]] = []
         names: set[Any] = set()
         for key, entry in self._entries.items():
             if entry.graph is None:
@@ -861,7 +552,7 @@ class GraphedCallable:
         with self._lock:
             self._hot = None
             entries, self._entries = self._entries, {}
-            self._buffers.clear()
+            self._staging.buffers.clear()
             self._lease.calls += 1
             for e in entries.values():
                 if e.graph is not None:
@@ -960,20 +651,31 @@ def graphed(
         For bad arguments, here or at the call (unhashable non-array
         arguments, sizes larger than the largest bucket).
     """
-    options = {
-        "buckets": buckets,
-        "dim": dim,
-        "warmup": warmup,
-        "pool": pool,
-        "stream": stream,
-        "mode": mode,
-        "copy_outputs": copy_outputs,
-        "pad_value": pad_value,
-        "device": device,
-    }
-    if fn is None:
-        return lambda f: GraphedCallable(f, **options)
-    return GraphedCallable(fn, **options)
+    options = functools.partial(
+        GraphedOptions.checked,
+        buckets=buckets,
+        dim=dim,
+        warmup=warmup,
+        pool=pool,
+        stream=stream,
+        mode=mode,
+        copy_outputs=copy_outputs,
+        pad_value=pad_value,
+        device=device,
+    )
+
+    def make(f: Callable[..., Any]) -> GraphedCallable:
+        # (the function is checked before the options, the options when it is given)
+        return GraphedCallable(_function(f), options())
+
+    return make if fn is None else make(fn)
+
+
+def _function(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn``, checked to be callable."""
+    if not callable(fn):
+        raise TypeError(f"graphed takes a callable, got {type(fn).__name__}")
+    return fn
 
 
 PYTHON_CALL = GraphedCallable.__call__  # the reference call (tests compare the C call with it)
@@ -984,5 +686,5 @@ if (
     setattr(  # noqa: B010
         GraphedCallable,
         "__call__",
-        fastcall.graphed_method(GraphedCallable, PYTHON_CALL, _Lease, _Entry, GraphOutput),
+        fastcall.graphed_method(GraphedCallable, PYTHON_CALL, _Lease, Entry, GraphOutput),
     )

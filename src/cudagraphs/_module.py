@@ -26,10 +26,12 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from . import interop
+from ._argtree import foreign_view_possible
 from ._array import DeviceArray, foreign_view
 from ._device import Device, Stream
 from ._errors import StaleParameterError, UpdateError
-from ._graphed import GraphedCallable, foreign_view_possible
+from ._graphed import GraphedCallable
+from ._options import GraphedOptions
 from ._pool import GraphPool
 
 __all__ = ["GraphModule"]
@@ -151,8 +153,7 @@ class GraphModule:
         self._module = module
         self.params = dict(params) if params is not None else None
         self._torch = _is_torch_module(module)
-        self.graphed = GraphedCallable(
-            self._run,
+        options = GraphedOptions.checked(
             buckets=buckets,
             dim=dim,
             warmup=warmup,
@@ -163,6 +164,7 @@ class GraphModule:
             pad_value=pad_value,
             device=device,
         )
+        self.graphed = GraphedCallable(self._run, options)
         self._seen: list[_Param] | None = None  # parameters as the graphs use them
         self._layout = _layout([])  # see _relayout
         self._added: list[str] = []  # parameters the graphs have not seen

@@ -1,0 +1,113 @@
+"""The options of graphed callables, checked once: :class:`GraphedOptions`.
+
+:func:`cudagraphs.graphed` and :class:`~cudagraphs.GraphModule` take them as
+keywords and check them here (:meth:`GraphedOptions.checked`);
+:class:`~cudagraphs.GraphedCallable` is made from the checked, frozen result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ._capture import capture_options
+from ._device import Device, Stream
+from ._pool import GraphPool
+
+__all__ = ["MAX_WARMUP", "GraphedOptions"]
+
+MAX_WARMUP = 1000  # eager runs before a capture: more is a mistake (2**70 would never end)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GraphedOptions:
+    """What a graphed callable is made with (see :func:`cudagraphs.graphed`), checked.
+
+    Attributes
+    ----------
+    buckets : tuple of int or None
+        The sizes along ``dim``, sorted, each once; None: graphs keyed by exact shape.
+    dim : int
+        The padded dimension.
+    warmup : int
+        Eager runs of the function before a key's capture (0 to :data:`MAX_WARMUP`).
+    pool : GraphPool or None
+        The pool the graphs share; None: the callable makes its own.
+    stream : Stream or None
+        Where calls replay; None: the caller's current stream.
+    mode : str
+        The capture mode.
+    copy_outputs : bool
+        Whether calls return copies of the static outputs.
+    pad_value : object
+        What padding rows are filled with (None: left as they are).
+    device : Device
+        The device: given, or the stream's, the pool's or the current one.
+    """
+
+    buckets: tuple[int, ...] | None
+    dim: int
+    warmup: int
+    pool: GraphPool | None
+    stream: Stream | None
+    mode: str
+    copy_outputs: bool
+    pad_value: Any
+    device: Device
+
+    @classmethod
+    def checked(
+        cls,
+        *,
+        buckets: Sequence[int] | None,
+        dim: int,
+        warmup: int,
+        pool: GraphPool | None,
+        stream: Stream | None,
+        mode: str,
+        copy_outputs: bool,
+        pad_value: Any,
+        device: Device | int | None,
+    ) -> GraphedOptions:
+        """The options, checked (the keywords of :func:`cudagraphs.graphed`).
+
+        Raises
+        ------
+        TypeError
+            For buckets that are not a non-empty sequence, a warmup that is
+            not an int, a stream, pool or device that is not cudagraphs'.
+        ValueError
+            For buckets that are not positive integers, a negative ``dim``, a
+            warmup out of range, an unknown mode, a pool or stream on another
+            device.
+        """
+        sizes = None
+        if buckets is not None:
+            if isinstance(buckets, (str, bytes)) or not isinstance(buckets, Sequence) or not buckets:
+                raise TypeError(f"buckets must be a non-empty sequence of sizes, got {buckets!r}")
+            if any(isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1 for b in buckets):
+                raise ValueError(f"buckets must be positive integers, got {list(buckets)}")
+            sizes = tuple(sorted({int(b) for b in buckets}))
+        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 0:
+            raise ValueError(f"dim must be a non-negative int, got {dim!r}")
+        if isinstance(warmup, bool) or not isinstance(warmup, int):
+            raise TypeError(f"warmup must be an int (eager runs before capturing), got {warmup!r}")
+        if not 0 <= warmup <= MAX_WARMUP:
+            raise ValueError(f"warmup must be in 0..{MAX_WARMUP} (eager runs before a capture), got {warmup}")
+        resolved = capture_options(device, stream, mode, pool)
+        if stream is not None and stream.device is not resolved:
+            raise ValueError(f"stream {stream} is on {stream.device}, the callable on {resolved}")
+        return cls(
+            buckets=sizes,
+            dim=dim,
+            warmup=warmup,
+            pool=pool,
+            stream=stream,
+            mode=mode,
+            copy_outputs=bool(copy_outputs),
+            pad_value=pad_value,
+            device=resolved,
+        )
