@@ -1851,7 +1851,7 @@ static PyObject *hot_locked(PyObject *self, PyObject *hot, PyObject *const *args
     PyObject *lease = PyTuple_GET_ITEM(hot, H_LEASE);
     if (slot_add(lease, l_calls, one, 0) || slot_add(lease, l_made, one, 0) || slot_add(entry, e_hits, one, 0))
         return NULL;
-    for (Py_ssize_t j = 0; j < n; ++j) { /* GraphedCallable._point, for a dense input */
+    for (Py_ssize_t j = 0; j < n; ++j) { /* Staging.point (_staging.py), for a dense input */
         PyObject *key = PyLong_FromSsize_t(j);
         if (key == NULL) return NULL;
         PyObject *src = PyDict_GetItemWithError(sources, key);
