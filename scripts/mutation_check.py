@@ -124,9 +124,9 @@ MUTATIONS = [
     ),
     (
         "sim keeps condition handles",
-        "src/cudagraphs/backends/sim.py",
-        "                _COND_REFS.pop(handle, None)\n                CONDITIONS.pop(handle, None)",
-        "                _COND_REFS.pop(handle, None)",
+        "src/cudagraphs/backends/sim/conditions.py",
+        "                self._refs.pop(handle, None)\n                self.values.pop(handle, None)",
+        "                self._refs.pop(handle, None)",
     ),
     (
         "set_arg skips the shape check",
@@ -203,8 +203,8 @@ MUTATIONS = [
     ),
     (
         "sim: a free does not wait for its stream's work",
-        "src/cudagraphs/backends/sim.py",
-        "        self._queue(stream, lambda: self._memory.free(ptr))",
+        "src/cudagraphs/backends/sim/backend.py",
+        "        self._scheduler.queue(stream, lambda: self._memory.free(ptr))",
         "        self._memory.free(ptr)",
     ),
     (
@@ -353,7 +353,7 @@ MUTATIONS = [
     ),
     (
         "sim: a stream behind one that waits for another process runs on",
-        "src/cudagraphs/backends/sim.py",
+        "src/cudagraphs/backends/sim/backend.py",
         "            while not run(other, seq, wait=False):",
         "            while not run(other, seq):",
     ),

@@ -1019,13 +1019,13 @@ def test_group_calls_inside_a_capture_join_the_forked_streams_at_its_end(sim_gro
 
 
 def test_many_eager_collectives_fill_the_queues_without_a_false_timeout(sim_group: dist.LocalGroup) -> None:
-    from cudagraphs.backends.sim import _MAX_PENDING
+    from cudagraphs.backends.sim.streams import MAX_PENDING
 
     d0, d1 = sim_group.devices
     x0, x1 = cg.zeros(1, "float32", device=d0), cg.zeros(1, "float32", device=d1)
-    for _ in range(_MAX_PENDING + 10):  # rank 0's queue overflows before rank 1 has queued
+    for _ in range(MAX_PENDING + 10):  # rank 0's queue overflows before rank 1 has queued
         sim_group[0].all_reduce(x0)
-    for _ in range(_MAX_PENDING + 10):
+    for _ in range(MAX_PENDING + 10):
         sim_group[1].all_reduce(x1)
     d0.synchronize()
     d1.synchronize()

@@ -523,7 +523,7 @@ class FakeCublasLt:
         la, lb, lc = (dict(self.objects[x]) for x in (adesc, bdesc, cdesc))
         self.calls.append({"desc": desc, "a": la, "b": lb, "c": lc, "stream": stream})
         sim = self.backend
-        target = next(s for s in sim._streams if s.address == stream)
+        target = next(s for s in sim._scheduler.streams if s.address == stream)
 
         def work() -> None:
             sim._memory.resolve(workspace, workspace_size_in_bytes, "cublasLtMatmul workspace")

@@ -1,4 +1,4 @@
-"""The driver's rules during a capture: every row of ``backends/sim.py``'s ``RULES``.
+"""The driver's rules during a capture: every row of ``backends/sim/rules.py``'s ``RULES``.
 
 Each row runs in each capture mode on every backend under test, through the
 backend's primitives: a capture by this thread on a fresh stream, the call,

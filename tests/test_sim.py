@@ -15,7 +15,14 @@ import pytest
 
 import cudagraphs as cg
 from cudagraphs._errors import CudaError
-from cudagraphs.backends.base import CUDA_ERROR_ILLEGAL_ADDRESS, Copy
+from cudagraphs.backends.base import (
+    CUDA_ERROR_ILLEGAL_ADDRESS,
+    ContextualHost,
+    Copy,
+    HostContext,
+    KernelLaunch,
+    Param,
+)
 from cudagraphs.backends.sim import Rendezvous, SimBackend
 
 
@@ -418,3 +425,33 @@ def test_a_query_in_one_thread_does_not_cut_short_a_wait_in_another(sim: cg.Devi
     assert time.monotonic() - t0 > 0.3
     a.close()
     b.close()
+
+
+def test_host_code_sets_the_conditions_of_the_simulator_that_runs_it() -> None:
+    # each simulator has its own conditional handles: the same handle value in
+    # another one is another handle, which host code run here never touches
+    sims = [SimBackend(), SimBackend()]
+    seen: list[HostContext] = []
+
+    def set_seven(context: HostContext, handle: np.uint64) -> None:
+        seen.append(context)
+        context.set_conditional(int(handle), 7)
+
+    handles, streams = [], []
+    for b in sims:
+        s = b.stream_create(0)
+        b.capture_begin(s, "relaxed")  # (the eager synchronize below is legal beside it)
+        handles.append(b.capture_node(s, "condition", 3))
+        streams.append(s)
+    assert handles[0] == handles[1]  # (numbered per simulator)
+    a, other = sims
+    fn = a.load_kernel(0, None, "set_seven", [Param("handle", np.dtype("uint64"))], ContextualHost(set_seven))
+    eager = a.stream_create(0)
+    a.launch(eager, KernelLaunch(fn, (1, 1, 1), (1, 1, 1), 0, (handles[0],), (None,)))
+    a.synchronize(eager)
+    assert len(seen) == 1
+    assert seen[0] is a._conditions
+    for b, s, want in ((a, streams[0], 7), (other, streams[1], 3)):
+        assert b._conditions.get(handles[0]) == want
+        b.destroy(b.capture_end(s))
+        assert b._conditions.get(handles[0]) == 0  # (forgotten with its graph)

@@ -23,8 +23,7 @@ import numpy as np
 from ._allocator import Block
 from ._kernel import Kernel, _param_from_spec
 from ._recording import Work, submit
-from .backends.base import ArrayArg, Copy
-from .backends.sim import set_conditional
+from .backends.base import ArrayArg, ContextualHost, Copy, HostContext
 
 __all__ = [
     "ARITH",
@@ -132,7 +131,7 @@ KERNEL_NAMES = tuple(_KERNELS)
 def _make(
     source: str,
     name: str,
-    host: Callable[..., None],
+    host: Callable[..., object],
     params: Sequence[tuple[str, Any]],
     defines: dict[str, str],
 ) -> Kernel:
@@ -164,19 +163,20 @@ def builtin_kernel(name: str, dtype: np.dtype) -> Kernel:
     return _make(SOURCE, name, host, resolved, defines)
 
 
-def _host_set_condition(handle: Any, flag: np.ndarray) -> None:
-    set_conditional(int(handle), int(flag.reshape(-1)[0] != 0))
+# condition kernels act on the device that runs them: their host code takes its context
+def _host_set_condition(device: HostContext, handle: Any, flag: np.ndarray) -> None:
+    device.set_conditional(int(handle), int(flag.reshape(-1)[0] != 0))
 
 
-def _host_set_condition_index(handle: Any, flag: np.ndarray) -> None:
+def _host_set_condition_index(device: HostContext, handle: Any, flag: np.ndarray) -> None:
     v = int(flag.reshape(-1)[0])
-    set_conditional(int(handle), v if 0 <= v <= 0xFFFFFFFF else 0xFFFFFFFF)
+    device.set_conditional(int(handle), v if 0 <= v <= 0xFFFFFFFF else 0xFFFFFFFF)
 
 
-def _host_loop_guard(handle: Any, count: np.ndarray, cap: Any) -> None:
+def _host_loop_guard(device: HostContext, handle: Any, count: np.ndarray, cap: Any) -> None:
     count[0] += 1
     if count[0] >= cap:
-        set_conditional(int(handle), 0)
+        device.set_conditional(int(handle), 0)
 
 
 @functools.cache
@@ -191,12 +191,14 @@ def condition_kernel(name: str, dtype: np.dtype) -> Kernel:
         return _make(
             CONDITION_SOURCE,
             name,
-            _host_loop_guard,
+            ContextualHost(_host_loop_guard),
             [("handle", "uint64"), ("count", "int64*"), ("cap", "int64")],
             defines,
         )
     host = _host_set_condition if name == "cg_set_condition" else _host_set_condition_index
-    return _make(CONDITION_SOURCE, name, host, [("handle", "uint64"), ("flag", "void*")], defines)
+    return _make(
+        CONDITION_SOURCE, name, ContextualHost(host), [("handle", "uint64"), ("flag", "void*")], defines
+    )
 
 
 class Scratch:

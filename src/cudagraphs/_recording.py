@@ -30,7 +30,7 @@ Deferred release
 Destroying an executable graph, or freeing device or pinned memory, while a
 capture is active on the device is illegal for the driver and invalidates
 the capture (events and streams are legal to destroy, and wait too, for one
-rule: see ``backends/sim.py``'s ``RULES``). Releases therefore go through
+rule: see ``backends/sim/rules.py``'s ``RULES``). Releases therefore go through
 :func:`release` (run now when the device has no capture, else queued) or,
 from finalizers and garbage collection, :func:`later` (always queued: a
 finalizer may run while a lock of ours is held). :func:`drain` runs the queue

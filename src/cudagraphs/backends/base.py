@@ -11,25 +11,39 @@ argument described (:class:`ArrayArg`), never the user's objects.
 
 Failures are raised as :class:`cudagraphs.CudaError` with the driver's code
 and name; the ``sim`` backend raises the same codes as CUDA would.
+
+Two contracts reach past the primitives, for a backend that runs work on
+the host (``sim``): a kernel's host implementation that must act on the
+device running it (set a conditional handle, as ``cudaGraphSetConditional``)
+is a :class:`ContextualHost`, called with that device's :class:`HostContext`;
+a simulated communicator (``capabilities.collectives == "simulated"``) queues
+work that waits at a :class:`Rendezvous` through :class:`SimulatedCollectives`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
+
+from .._errors import CudaError
 
 __all__ = [
     "ArrayArg",
     "Backend",
     "Capabilities",
+    "ContextualHost",
     "Copy",
     "DeviceProperties",
+    "HostContext",
     "KernelLaunch",
     "NodeInfo",
     "Param",
+    "Rendezvous",
+    "SimulatedCollectives",
+    "Waiting",
     "move_words",
 ]
 
@@ -272,6 +286,72 @@ def move_words(data: bytes, moves: Sequence[tuple[int, int, int]]) -> bytes | No
     return bytes(out.tobytes()) + data[n * 8 :]
 
 
+class HostContext(Protocol):
+    """What a kernel's host implementation may ask of the device that runs it.
+
+    A backend that runs kernels on the host (``capabilities.runs_host_code``)
+    hands its own to every :class:`ContextualHost` it runs, so that host code
+    acts on the simulated device running it, never on another one.
+    """
+
+    def set_conditional(self, handle: int, value: int) -> None:
+        """``cudaGraphSetConditional``: set conditional ``handle`` to ``value`` (as 32 bits)."""
+
+
+class ContextualHost:
+    """A kernel's host implementation that takes the running device's context first.
+
+    Given as ``host`` to :meth:`Backend.load_kernel` (through
+    :class:`cudagraphs.Kernel`), it is called as ``fn(context, *args)``,
+    ``context`` the :class:`HostContext` of the device that runs the kernel;
+    a plain callable gets the arguments only. Backends that do not run host
+    code ignore it, as any ``host``.
+    """
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[..., object]) -> None:
+        self.fn = fn
+
+    def __call__(self, context: HostContext, *args: Any) -> object:
+        """Run the host implementation with ``context`` and the launch's arguments."""
+        return self.fn(context, *args)
+
+
+class Rendezvous:
+    """Work of several streams that completes only together.
+
+    (A collective of a simulated communicator.) Work queued through
+    :meth:`SimulatedCollectives.queue_work` may yield one: its stream stops
+    there while the other streams run, until it is :attr:`done`; when no
+    stream can run to complete it, :meth:`stuck` is raised (on a GPU, the
+    streams would hang).
+    """
+
+    done: bool = False
+    #: Set where work of another process can complete it (a collective with
+    #: ranks in other processes): how many seconds a wait for the host waits
+    #: for that work before it gives up (from when the host starts waiting).
+    patience: float | None = None
+
+    def poll(self) -> bool:
+        """Whether it is done, taking in what other processes handed in."""
+        return self.done
+
+    def describe(self) -> str:
+        """What it still waits for (for the error when nothing else can run)."""
+        return "work of other streams"
+
+    def stuck(self) -> BaseException:
+        """The error raised when no stream can run to complete it (on a GPU: a hang)."""
+        code, detail = CUDA_ERROR_ILLEGAL_STATE, f"waits forever for {self.describe()}"
+        return CudaError(code, ERROR_NAMES[code], "cuStreamSynchronize", detail)
+
+
+Waiting = Generator[Rendezvous, None, None]
+"""Work that may stop until rendezvous are done (what queued work may return)."""
+
+
 @runtime_checkable
 class Backend(Protocol):
     """The primitives a backend provides (all on opaque handles).
@@ -446,3 +526,29 @@ class Backend(Protocol):
 
     def graph_launch(self, exec_: Handle, stream: Handle, upload: bool = False) -> None:
         """Queue a launch of ``exec_`` on ``stream`` (``upload``: only upload it)."""
+
+
+class SimulatedCollectives(Backend, Protocol):
+    """A backend whose communicator is simulated (``capabilities.collectives == "simulated"``).
+
+    What :mod:`cudagraphs.distributed`'s simulated engine asks of it beyond
+    the primitives: work that waits for other streams' work, and the bytes of
+    device memory for the host to read and write when that work runs.
+    """
+
+    def queue_work(self, stream: Handle, call: str, label: str, work: Callable[[], Waiting | None]) -> None:
+        """Queue ``work`` on ``stream`` (a kernel node ``label`` when it is capturing).
+
+        ``work`` may return a :data:`Waiting` generator of the
+        :class:`Rendezvous` it waits on; ``call`` names the driver call in errors.
+        """
+
+    def start(self, stream: Handle) -> None:
+        """Run ``stream``'s queued work now, up to work that waits (a GPU starts it once queued).
+
+        What the work raises is raised where the host next waits for or
+        queries the stream, not here.
+        """
+
+    def device_bytes(self, ptr: int, nbytes: int, call: str) -> np.ndarray:
+        """The device memory ``[ptr, ptr + nbytes)`` as a writable uint8 view."""

@@ -2,7 +2,7 @@
 
 Each rank's operation is work on its stream (a kernel node when the stream
 is captured). When it runs, it hands in a copy of what it sends and stops
-at a :class:`~cudagraphs.backends.sim.Rendezvous` until every rank of the
+at a :class:`~cudagraphs.backends.base.Rendezvous` until every rank of the
 operation has handed in; the last one computes every rank's result (numpy)
 and writes it, and the stopped streams go on. The ranks' ``k``-th
 collectives meet (and a sender's ``k``-th send to a rank meets that rank's
@@ -29,19 +29,22 @@ communicator's timeout, then raises :class:`~cudagraphs.CollectiveTimeoutError`
 operation of such a communicator starts at once (its stream runs up to it),
 so the others get this rank's part though its host never waits; work queued
 behind an operation that waits runs when the host next looks at a stream.
+
+It reaches the simulator only through
+:class:`~cudagraphs.backends.base.SimulatedCollectives`, which a backend
+whose ``capabilities.collectives`` is ``"simulated"`` implements.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Generator
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from .._errors import CollectiveTimeoutError, DistributedError
-from ..backends.sim import Rendezvous
+from ..backends.base import Rendezvous, SimulatedCollectives, Waiting
 from ._engine import Op, disagreement
 from ._mailbox import Mailbox
 
@@ -61,7 +64,9 @@ class _Rank:
     __slots__ = ("backend", "rank", "world")
 
     def __init__(self, world: _World, rank: int, backend: Any) -> None:
-        self.world, self.rank, self.backend = world, rank, backend
+        # (this engine is chosen where capabilities.collectives == "simulated", which promises it)
+        self.world, self.rank = world, rank
+        self.backend = cast(SimulatedCollectives, backend)
 
 
 class _World:
@@ -109,7 +114,7 @@ class _World:
             key, expected = ("collective", k), tuple(range(self.nranks))
         return key, expected
 
-    def arrive(self, rank: int, op: Op, backend: Any, stamp: Any = None) -> _Meeting:
+    def arrive(self, rank: int, op: Op, backend: SimulatedCollectives, stamp: Any = None) -> _Meeting:
         """Hand in ``rank``'s ``op``: the meeting it waits on (done when all have come)."""
         if self.aborted:  # (work queued before the abort ends without its result, as NCCL's)
             aborted = _Meeting(self, ("aborted",), ())
@@ -141,7 +146,7 @@ class _Meeting(Rendezvous):
     def __init__(self, world: _World, key: tuple[Any, ...], expected: tuple[int, ...]) -> None:
         self.world, self.key, self.expected = world, key, expected
         # (rank, kind) -> its op, what it sends, its backend (None: a rank of another process)
-        self.arrivals: dict[tuple[int, str], tuple[Op, np.ndarray | None, Any]] = {}
+        self.arrivals: dict[tuple[int, str], tuple[Op, np.ndarray | None, SimulatedCollectives | None]] = {}
         self.error: BaseException | None = None  # raised by the first of its ranks' work to end
         self.name = "-".join(str(k) for k in key)  # (its files' name in the mailbox)
         self.remote = [r for r in expected if r not in world.devices] if world.mailbox else []
@@ -280,7 +285,7 @@ def _call(op: Op) -> str:
     return "nccl" + "".join(w.capitalize() for w in op.kind.split("_"))
 
 
-def _write(backend: Any, op: Op, data: np.ndarray) -> None:
+def _write(backend: SimulatedCollectives, op: Op, data: np.ndarray) -> None:
     out = np.ascontiguousarray(data).view(np.uint8)
     backend.device_bytes(op.recv, out.nbytes, _call(op))[...] = out
 
@@ -387,15 +392,15 @@ class SimulatedEngine:
             return
         self._queue(handle.backend, stream, [item])
 
-    def _queue(self, backend: Any, stream: Any, ops: list[tuple[_World, int, Op]]) -> None:
+    def _queue(self, backend: SimulatedCollectives, stream: Any, ops: list[tuple[_World, int, Op]]) -> None:
         label = "ncclDevKernel_" + "_".join(op.kind for _, _, op in ops)
 
         # matched in the order the ranks issue them: stamped now when queued eagerly, as a
         # graph's node when it runs (each launch issues the graph's operations anew)
-        eager = getattr(stream, "capture", None) is None
+        eager = backend.capture_info(stream)[0] == "none"
         stamps = [world.stamp(rank, op) if eager else None for world, rank, op in ops]
 
-        def work() -> Generator[Rendezvous, None, None]:
+        def work() -> Waiting:
             meetings = [w.arrive(r, op, backend, st) for (w, r, op), st in zip(ops, stamps)]
             for meeting in meetings:
                 while not meeting.done:
