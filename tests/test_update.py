@@ -374,3 +374,33 @@ def test_rebind_after_update_from_a_rebound_source(dev: cg.Device, rng: np.rando
     g.replay()
     np.testing.assert_allclose(y.get(), xs[3].get(), rtol=1e-6)
     g.close()
+
+
+def test_a_switched_off_kernel_node_stays_off_when_its_parameters_change(dev: cg.Device) -> None:
+    """A disabled node stays disabled through a parameter update, and runs the new ones once on.
+
+    As the driver does; sim used to switch the node back on with the new
+    parameters, and to run the old ones once it was enabled again.
+    """
+    from cudagraphs import _patch
+
+    x = cg.full(4, 5.0, "float32")
+    with cg.capture() as g:
+        cg.ops.fill(x, 1.0)
+    g.replay()
+    np.testing.assert_array_equal(x.get(), 1.0)
+    r = next(r for r in _patch._records(g) if r.kind == "kernel")
+    _, launch = r.patch
+    two = int(np.float32(2.0).view(np.uint32))
+    backend = dev.backend
+    backend.graph_update(g._exec, r.handle, False)  # off
+    backend.graph_update(
+        g._exec, r.handle, launch._replace(values=(launch.values[0], two, *launch.values[2:]))
+    )
+    cg.ops.fill(x, 7.0)
+    g.replay()
+    np.testing.assert_array_equal(x.get(), 7.0)  # still off: nothing ran
+    backend.graph_update(g._exec, r.handle, True)  # on again: the new parameters
+    g.replay()
+    np.testing.assert_array_equal(x.get(), 2.0)
+    g.close()

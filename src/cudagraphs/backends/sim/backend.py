@@ -864,7 +864,7 @@ class SimBackend:
         if isinstance(params, KernelLaunch):
             if kind != "kernel":
                 raise error(CUDA_ERROR_INVALID_VALUE, call, f"node {i} is a {kind} node")
-            exec_.works[i] = self._kernel_work(params)
+            work = self._kernel_work(params)
         else:
             if kind != "memcpy":
                 raise error(CUDA_ERROR_INVALID_VALUE, call, f"node {i} is a {kind} node")
@@ -881,10 +881,11 @@ class SimBackend:
                             f"{self._memory.kind(then)} memory at instantiation (the memory "
                             "operands' mappings changed)",
                         )
-            if i in exec_.off:
-                exec_.off[i] = self._dtod(params.dst, params.src, params.nbytes)
-            else:
-                exec_.works[i] = self._dtod(params.dst, params.src, params.nbytes)
+            work = self._dtod(params.dst, params.src, params.nbytes)
+        if i in exec_.off:  # (a switched-off node stays off: its new parameters run once it is on)
+            exec_.off[i] = work
+        else:
+            exec_.works[i] = work
 
     def _switch(self, exec_: SimExec, node: Any, enabled: bool) -> None:
         """Switch ``node`` of ``exec_`` on or off (cuGraphNodeSetEnabled)."""
