@@ -22,12 +22,6 @@ from cudagraphs._recording import Work, submit
 SRC = Path(cg.__file__).resolve().parent
 
 
-@pytest.fixture
-def dev(device: cg.Device) -> cg.Device:
-    cg.ops.preload(["float32", "int32"], device)
-    return device
-
-
 def settle(dev: cg.Device) -> cg.AllocatorStats:
     """Collect garbage and run what finalizers queued (a safe point)."""
     gc.collect()

@@ -17,12 +17,6 @@ from conftest import random_array, settle
 import cudagraphs as cg
 
 
-@pytest.fixture
-def dev(device: cg.Device) -> cg.Device:
-    cg.ops.preload(["float32"], device)
-    return device
-
-
 def affine(x: cg.DeviceArray, y: cg.DeviceArray, *, scale: float = 2.0) -> dict[str, Any]:
     """Compute scale * x + y and x + y: two outputs, allocated inside."""
     s = cg.ops.scale(scale, x)

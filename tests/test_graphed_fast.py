@@ -27,12 +27,6 @@ fast = pytest.importorskip(
 )
 
 
-@pytest.fixture
-def dev(device: cg.Device) -> cg.Device:
-    cg.ops.preload(["float32"], device)
-    return device
-
-
 def double(u: cg.DeviceArray) -> cg.DeviceArray:
     return cg.ops.scale(2.0, u)
 

@@ -41,8 +41,8 @@ TOL = {
 
 
 @pytest.fixture
-def dev(device: cg.Device) -> cg.Device:
-    """The device under test, skipped on cuda without nvmath-python."""
+def blas_dev(device: cg.Device) -> cg.Device:
+    """The device under test, with cuBLASLt to run matmul (skipped on cuda without nvmath-python)."""
     if device.backend.name == "cuda" and not _blas.available():
         pytest.skip(f"cg.ops.matmul on cuda needs nvmath-python: {_blas.INSTALL_HINT}")
     return device
@@ -71,7 +71,7 @@ def _close(got: np.ndarray, want: np.ndarray, dtype: str) -> None:
 
 # every backend ----------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_each_dtype_against_numpy(dev: cg.Device, rng: np.random.Generator, dtype: str) -> None:
+def test_each_dtype_against_numpy(blas_dev: cg.Device, rng: np.random.Generator, dtype: str) -> None:
     dt = _dtype(dtype)
     a_h, b_h = random_array(rng, (13, 17), dtype), random_array(rng, (17, 9), dtype)
     c = cg.ops.matmul(cg.asarray(a_h), cg.asarray(b_h))
@@ -86,7 +86,7 @@ def test_each_dtype_against_numpy(dev: cg.Device, rng: np.random.Generator, dtyp
 @pytest.mark.parametrize("tb", [False, True])
 @pytest.mark.parametrize("tout", [False, True])
 def test_transposed_views(
-    dev: cg.Device, rng: np.random.Generator, dtype: str, ta: bool, tb: bool, tout: bool
+    blas_dev: cg.Device, rng: np.random.Generator, dtype: str, ta: bool, tb: bool, tout: bool
 ) -> None:
     m, k, n = 6, 11, 7
     a_h, b_h = random_array(rng, (m, k), dtype), random_array(rng, (k, n), dtype)
@@ -100,7 +100,7 @@ def test_transposed_views(
     _close(out.get(), _ref(a_h, b_h), dtype)
 
 
-def test_padded_rows_and_slices(dev: cg.Device, rng: np.random.Generator) -> None:
+def test_padded_rows_and_slices(blas_dev: cg.Device, rng: np.random.Generator) -> None:
     big_a, big_b = random_array(rng, (10, 20), "float32"), random_array(rng, (30, 8), "float32")
     a, b = cg.asarray(big_a)[2:7, 3:15], cg.asarray(big_b)[4:16, 1:6]  # leading dims 20 and 8
     out = cg.full((9, 12), np.nan, "float32")[1:6, 2:7]
@@ -109,7 +109,7 @@ def test_padded_rows_and_slices(dev: cg.Device, rng: np.random.Generator) -> Non
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_batched(dev: cg.Device, rng: np.random.Generator, dtype: str) -> None:
+def test_batched(blas_dev: cg.Device, rng: np.random.Generator, dtype: str) -> None:
     _dtype(dtype)
     a_h, b_h = random_array(rng, (4, 5, 6), dtype), random_array(rng, (4, 6, 3), dtype)
     a, b = cg.asarray(a_h), cg.asarray(b_h)
@@ -126,7 +126,7 @@ def test_batched(dev: cg.Device, rng: np.random.Generator, dtype: str) -> None:
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_alpha_beta(dev: cg.Device, rng: np.random.Generator, dtype: str) -> None:
+def test_alpha_beta(blas_dev: cg.Device, rng: np.random.Generator, dtype: str) -> None:
     _dtype(dtype)
     a_h, b_h, c_h = (random_array(rng, s, dtype) for s in ((5, 8), (8, 4), (5, 4)))
     a, b, c = cg.asarray(a_h), cg.asarray(b_h), cg.asarray(c_h)
@@ -139,7 +139,7 @@ def test_alpha_beta(dev: cg.Device, rng: np.random.Generator, dtype: str) -> Non
     _close(poisoned.get(), _ref(a_h, b_h, alpha=3), dtype)
 
 
-def test_out_given_is_written_in_place(dev: cg.Device, rng: np.random.Generator) -> None:
+def test_out_given_is_written_in_place(blas_dev: cg.Device, rng: np.random.Generator) -> None:
     a_h, b_h = random_array(rng, (7, 3), "float64"), random_array(rng, (3, 5), "float64")
     out = cg.full((7, 5), np.nan, "float64")
     ptr = out.ptr
@@ -148,7 +148,7 @@ def test_out_given_is_written_in_place(dev: cg.Device, rng: np.random.Generator)
     _close(out.get(), _ref(a_h, b_h), "float64")
 
 
-def test_empty_and_k_zero(dev: cg.Device) -> None:
+def test_empty_and_k_zero(blas_dev: cg.Device) -> None:
     a, b = cg.zeros((0, 4), "float32"), cg.zeros((4, 3), "float32")
     assert cg.ops.matmul(a, b).shape == (0, 3)
     a0, b0 = cg.zeros((3, 0), "float32"), cg.zeros((0, 5), "float32")
@@ -158,7 +158,7 @@ def test_empty_and_k_zero(dev: cg.Device) -> None:
     np.testing.assert_array_equal(c.get(), np.full((3, 5), 3.0, "float32"))
 
 
-def test_capture_replays_with_new_inputs(dev: cg.Device, rng: np.random.Generator) -> None:
+def test_capture_replays_with_new_inputs(blas_dev: cg.Device, rng: np.random.Generator) -> None:
     a_h, b_h = random_array(rng, (3, 8, 16), "float32"), random_array(rng, (3, 16, 4), "float32")
     a, b = cg.asarray(a_h), cg.asarray(b_h)
     c = cg.asarray(random_array(rng, (3, 8, 4), "float32"))
@@ -176,7 +176,7 @@ def test_capture_replays_with_new_inputs(dev: cg.Device, rng: np.random.Generato
         _close(c.get(), _ref(a_h, b_h, c_h, 1.0, 0.5), "float32")
 
 
-def test_capture_output_and_alpha_baked(dev: cg.Device, rng: np.random.Generator) -> None:
+def test_capture_output_and_alpha_baked(blas_dev: cg.Device, rng: np.random.Generator) -> None:
     a_h, b_h = random_array(rng, (4, 6), "float64"), random_array(rng, (6, 2), "float64")
     a, b = cg.asarray(a_h), cg.asarray(b_h)
     with cg.capture() as g:
@@ -187,11 +187,11 @@ def test_capture_output_and_alpha_baked(dev: cg.Device, rng: np.random.Generator
     _close(out.get(), _ref(a_h, b_h, alpha=-1.5), "float64")
 
 
-def test_repoint_moves_the_library_nodes(dev: cg.Device, rng: np.random.Generator) -> None:
+def test_repoint_moves_the_library_nodes(blas_dev: cg.Device, rng: np.random.Generator) -> None:
     """The product's nodes are the library's (cuBLAS's kernels): repoint finds and moves them."""
     a_h, b_h, a2_h = (random_array(rng, s, "float32") for s in ((4, 6), (6, 2), (4, 6)))
     a, b, a2 = cg.asarray(a_h), cg.asarray(b_h), cg.asarray(a2_h)
-    out = cg.zeros((4, 2), "float32", device=dev)
+    out = cg.zeros((4, 2), "float32", device=blas_dev)
     with cg.capture() as g:
         cg.ops.matmul(a, b, out=out)
     assert g.repoint(a, a2) >= 1
@@ -202,8 +202,8 @@ def test_repoint_moves_the_library_nodes(dev: cg.Device, rng: np.random.Generato
         g.rebind(a2, a)
 
 
-def test_capture_with_shared_pool(dev: cg.Device, rng: np.random.Generator) -> None:
-    pool = cg.GraphPool(dev)
+def test_capture_with_shared_pool(blas_dev: cg.Device, rng: np.random.Generator) -> None:
+    pool = cg.GraphPool(blas_dev)
     a_h, b_h = random_array(rng, (16, 32), "float32"), random_array(rng, (32, 16), "float32")
     a, b = cg.asarray(a_h), cg.asarray(b_h)
     with cg.capture(pool=pool) as g1:
@@ -221,7 +221,7 @@ def test_capture_with_shared_pool(dev: cg.Device, rng: np.random.Generator) -> N
         np.testing.assert_allclose(y.get(), 0.25 * (a_h @ b_h) @ w_h, rtol=1e-4, atol=1e-4)
 
 
-def test_capture_with_graph_memory(dev: cg.Device, rng: np.random.Generator) -> None:
+def test_capture_with_graph_memory(blas_dev: cg.Device, rng: np.random.Generator) -> None:
     a_h, b_h = random_array(rng, (5, 7), "float32"), random_array(rng, (7, 3), "float32")
     a, b, out = cg.asarray(a_h), cg.asarray(b_h), cg.zeros((5, 3), "float32")
     with cg.capture(alloc="graph") as g:  # the workspace: an allocation node and a free node
@@ -231,7 +231,7 @@ def test_capture_with_graph_memory(dev: cg.Device, rng: np.random.Generator) -> 
     _close(out.get(), _ref(a_h, b_h), "float32")
 
 
-def test_graph_keeps_its_workspace_and_inputs(dev: cg.Device, rng: np.random.Generator) -> None:
+def test_graph_keeps_its_workspace_and_inputs(blas_dev: cg.Device, rng: np.random.Generator) -> None:
     a_h, b_h = random_array(rng, (2, 24, 40), "float32"), random_array(rng, (2, 40, 12), "float32")
     a, b = cg.asarray(a_h), cg.asarray(b_h)
     with cg.capture() as g:
@@ -246,24 +246,24 @@ def test_graph_keeps_its_workspace_and_inputs(dev: cg.Device, rng: np.random.Gen
         cg.ops.matmul(x, x.T if x.ndim == 2 else x.transpose(0, 2, 1))
         del x
     gc.collect()
-    dev.synchronize()
-    dev.allocator.empty_cache()
+    blas_dev.synchronize()
+    blas_dev.allocator.empty_cache()
     assert g.pool.reserved == reserved
     g.replay()
     _close(out.get(), _ref(a_h, b_h), "float32")
 
 
-def test_forbid_policy_refuses_the_output_allocation(dev: cg.Device, rng: np.random.Generator) -> None:
+def test_forbid_policy_refuses_the_output_allocation(blas_dev: cg.Device, rng: np.random.Generator) -> None:
     a, b = cg.asarray(random_array(rng, (4, 4), "float32")), cg.asarray(random_array(rng, (4, 4), "float32"))
     with pytest.raises(cg.CaptureError, match="alloc='forbid'"), cg.capture(alloc="forbid"):
         cg.ops.matmul(a, b)  # the output is an allocation
 
 
-def test_stream_argument(dev: cg.Device, rng: np.random.Generator) -> None:
+def test_stream_argument(blas_dev: cg.Device, rng: np.random.Generator) -> None:
     a_h, b_h = random_array(rng, (3, 4), "float32"), random_array(rng, (4, 5), "float32")
     a, b = cg.asarray(a_h), cg.asarray(b_h)
-    dev.synchronize()
-    s = dev.create_stream()
+    blas_dev.synchronize()
+    s = blas_dev.create_stream()
     out = cg.ops.matmul(a, b, stream=s)
     s.synchronize()
     _close(out.get(stream=s), _ref(a_h, b_h), "float32")
@@ -324,14 +324,14 @@ BAD: list[tuple[str, Callable[[Any, Any], Any], type[Exception], str]] = [
 
 @pytest.mark.parametrize(("case", "call", "error", "match"), BAD, ids=[c[0] for c in BAD])
 def test_bad_arguments(
-    dev: cg.Device, case: str, call: Callable[[Any, Any], Any], error: type[Exception], match: str
+    blas_dev: cg.Device, case: str, call: Callable[[Any, Any], Any], error: type[Exception], match: str
 ) -> None:
     a, b = cg.ones((4, 5), "float32"), cg.ones((5, 3), "float32")
     with pytest.raises(error, match=match):
         call(a, b)
 
 
-def test_out_overlapping_an_input_is_refused(dev: cg.Device) -> None:
+def test_out_overlapping_an_input_is_refused(blas_dev: cg.Device) -> None:
     x = cg.ones((4, 4), "float32")
     with pytest.raises(ValueError, match="out overlaps a"):
         cg.ops.matmul(x, cg.ones((4, 4), "float32"), x)
@@ -340,7 +340,7 @@ def test_out_overlapping_an_input_is_refused(dev: cg.Device) -> None:
         cg.ops.matmul(batch, batch, cg.as_strided(cg.empty((4, 4), "float32"), (3, 4, 4), (0, 16, 4)))
 
 
-def test_expired_graph_outputs_are_refused(dev: cg.Device, rng: np.random.Generator) -> None:
+def test_expired_graph_outputs_are_refused(blas_dev: cg.Device, rng: np.random.Generator) -> None:
     a = cg.asarray(random_array(rng, (4, 4), "float32"))
     f = cg.graphed(lambda x: cg.ops.matmul(x, x))
     f(a)
@@ -679,10 +679,10 @@ def test_missing_nvmath_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None
 
 # GPU only -----------------------------------------------------------------------------------
 @pytest.fixture
-def cuda(dev: cg.Device) -> cg.Device:
-    if dev.backend.name != "cuda":
+def cuda(blas_dev: cg.Device) -> cg.Device:
+    if blas_dev.backend.name != "cuda":
         pytest.skip("needs the cuda backend")
-    return dev
+    return blas_dev
 
 
 @pytest.mark.gpu
