@@ -11,8 +11,13 @@ Three groups:
   on the stream), the stand-in computing in cuBLAS's column-major terms on
   simulated memory, so a wrong leading dimension or transpose flag gives a
   wrong answer here;
-* GPU only: torch and CuPy operands without copies, workspaces under
-  allocator churn, two live graphs replayed interleaved (PyTorch #193402).
+* GPU only (``gpu`` marker, with nvmath-python): the binding's enum values,
+  attribute types and heuristic-result layout against what cudagraphs and the
+  stand-in assume; products at sizes where cuBLASLt picks its real
+  algorithms (each dtype, TF32, vectors, captures replayed with new inputs,
+  a plan made inside a capture, the workspace as graph memory); torch and
+  CuPy operands without copies, workspaces under allocator churn, two live
+  graphs replayed interleaved (PyTorch #193402).
 """
 
 from __future__ import annotations
@@ -593,11 +598,19 @@ def test_cublaslt_path_batched_broadcast_and_padded(fake_lt: FakeCublasLt, rng: 
     _close(cg.ops.matmul(x, bt).get(), _ref(big[:, 1:7, 2:9], y_h), "float64")
 
 
-@pytest.mark.parametrize("mkn", [(1, 7, 5), (6, 7, 1), (1, 7, 1), (6, 1, 5), (1, 1, 1)])
+VECTOR_SHAPES = [(1, 7, 5), (6, 7, 1), (1, 7, 1), (6, 1, 5), (1, 1, 1)]  # (m, k, n): one of them 1
+
+
+@pytest.mark.parametrize("mkn", VECTOR_SHAPES)
 @pytest.mark.parametrize("views", ["plain", "transposed"])
 def test_cublaslt_path_vector_shapes(
     fake_lt: FakeCublasLt, rng: np.random.Generator, mkn: tuple[int, int, int], views: str
 ) -> None:
+    _check_vector_shapes(rng, mkn, views)
+
+
+def _check_vector_shapes(rng: np.random.Generator, mkn: tuple[int, int, int], views: str) -> None:
+    """A batch of two products and a 2-D one, of operands plain or transposed, against numpy."""
     m, k, n = mkn
     a_h, b_h = random_array(rng, (2, m, k), "float32"), random_array(rng, (2, k, n), "float32")
     if views == "plain":
@@ -677,6 +690,19 @@ def test_missing_nvmath_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None
         _blas.plan(None, None)  # type: ignore[arg-type]
 
 
+def test_data_types_are_cudas() -> None:
+    """The ``cudaDataType_t`` values cudagraphs passes to cuBLASLt as numbers are CUDA's."""
+    from cuda.bindings import runtime
+
+    names = {
+        "float32": "CUDA_R_32F",
+        "float64": "CUDA_R_64F",
+        "float16": "CUDA_R_16F",
+        "bfloat16": "CUDA_R_16BF",
+    }
+    assert {key: int(getattr(runtime.cudaDataType, n)) for key, n in names.items()} == _blas.DATA_TYPES
+
+
 # GPU only -----------------------------------------------------------------------------------
 @pytest.fixture
 def cuda(blas_dev: cg.Device) -> cg.Device:
@@ -686,22 +712,24 @@ def cuda(blas_dev: cg.Device) -> cg.Device:
 
 
 @pytest.mark.gpu
-def test_torch_operands_zero_copy(cuda: cg.Device) -> None:
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_torch_operands_zero_copy(cuda: cg.Device, dtype: str) -> None:
+    _dtype(dtype)
     torch = pytest.importorskip("torch")
-    a = torch.randn(32, 48, device="cuda", dtype=torch.float32)
-    b = torch.randn(48, 16, device="cuda", dtype=torch.float32)
-    out = torch.full((32, 16), float("nan"), device="cuda")
-    bt, ah, bh = b.T.contiguous(), a.half(), b.half()
+    tdt = getattr(torch, dtype)
+    a = torch.randn(32, 48, device="cuda", dtype=tdt)
+    b = torch.randn(48, 16, device="cuda", dtype=tdt)
+    out = torch.full((32, 16), float("nan"), device="cuda", dtype=tdt)
+    bt = b.T.contiguous()
     torch.cuda.synchronize()  # torch's work on its stream before ours (we order nothing for it)
     res = cg.ops.matmul(a, bt.T, out)  # a transposed view of a tensor
     assert res is out
-    half = cg.ops.matmul(ah, bh)
-    assert isinstance(half, cg.DeviceArray)
-    cuda.synchronize()  # ours before torch reads (and before its allocator reuses bt, ah, bh)
-    np.testing.assert_allclose(out.cpu().numpy(), (a @ b).cpu().numpy(), rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(
-        half.get().astype(np.float32), (a.half() @ b.half()).float().cpu().numpy(), rtol=1e-2, atol=1e-2
-    )
+    new = cg.ops.matmul(a, b)
+    assert isinstance(new, cg.DeviceArray)
+    cuda.synchronize()  # ours before torch reads (and before its allocator reuses bt)
+    want = _ref(a.double().cpu().numpy(), b.double().cpu().numpy())
+    _close(out.double().cpu().numpy(), want, dtype)
+    _close(new.get().astype(np.float64), want, dtype)
 
 
 @pytest.mark.gpu
@@ -768,3 +796,116 @@ def test_two_live_graphs_replayed_interleaved(cuda: cg.Device, rng: np.random.Ge
         g2.replay(s2)
     s2.synchronize()
     np.testing.assert_allclose(o2.get(), _ref(a2_h, b2_h), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.gpu
+def test_cublas_enum_values_are_the_ones_hard_coded(cuda: cg.Device) -> None:
+    """The enum values cudagraphs passes to cuBLAS as numbers (its ABI) are nvmath's."""
+    from nvmath.bindings import cublas
+
+    ct = cublas.ComputeType
+    assert {key: int(getattr(ct, f"COMPUTE_{key}")) for key in _blas.COMPUTE_TYPES} == _blas.COMPUTE_TYPES
+    assert (int(cublas.Operation.N), int(cublas.Operation.T)) == (_blas.OP_N, _blas.OP_T)
+
+
+@pytest.mark.gpu
+def test_cublaslt_attribute_types_and_heuristic_result_layout(cuda: cg.Device) -> None:
+    """The attributes cudagraphs sets have the types of its fallbacks and of the sim stand-in."""
+    lt = _blas._bindings()
+    for kind, getter, names in (
+        (lt.MatmulDescAttribute, lt.get_matmul_desc_attribute_dtype, ("TRANSA", "TRANSB")),
+        (
+            lt.MatrixLayoutAttribute,
+            lt.get_matrix_layout_attribute_dtype,
+            ("BATCH_COUNT", "STRIDED_BATCH_OFFSET"),
+        ),
+        (
+            lt.MatmulPreferenceAttribute,
+            lt.get_matmul_preference_attribute_dtype,
+            ("MAX_WORKSPACE_BYTES", *(f"MIN_ALIGNMENT_{side}_BYTES" for side in "ABCD")),
+        ),
+    ):
+        for name in names:
+            want = np.dtype(_ATTR_DTYPES.get(name, np.uint32))
+            assert np.dtype(getter(getattr(kind, name))) == want, name
+    used = _blas._result_dtype(lt)  # nvmath's struct where it has the fields, else cudagraphs' own
+    assert used.itemsize == _blas._RESULT_DTYPE.itemsize == 96
+    assert {f: used.fields[f][1] for f in ("algo", "workspace_size", "state")} == {
+        f: _blas._RESULT_DTYPE.fields[f][1] for f in ("algo", "workspace_size", "state")
+    }
+
+
+# the products at sizes where cuBLASLt picks its real algorithms (workspaces, split-K)
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cublas_sizes_against_numpy(cuda: cg.Device, rng: np.random.Generator, dtype: str) -> None:
+    _dtype(dtype)
+    a_h, b_h = random_array(rng, (96, 130), dtype), random_array(rng, (130, 72), dtype)
+    a, b = cg.asarray(a_h), cg.asarray(b_h)
+    _close(cg.ops.matmul(a, b).get(), _ref(a_h, b_h), dtype)
+    out = cg.full((96, 72), np.nan, dtype)  # poisoned
+    cg.ops.matmul(a, b, out)
+    _close(out.get(), _ref(a_h, b_h), dtype)
+    x_h, y_h = random_array(rng, (5, 64, 48), dtype), random_array(rng, (5, 48, 32), dtype)
+    _close(cg.ops.matmul(cg.asarray(x_h), cg.asarray(y_h)).get(), _ref(x_h, y_h), dtype)
+
+
+@pytest.mark.gpu
+def test_tf32_is_close_to_float32(cuda: cg.Device, rng: np.random.Generator) -> None:
+    a_h, b_h = random_array(rng, (256, 256), "float32"), random_array(rng, (256, 256), "float32")
+    got = cg.ops.matmul(cg.asarray(a_h), cg.asarray(b_h), tf32=True).get()
+    want = _ref(a_h, b_h)  # TF32 keeps 10 bits of mantissa: about 1e-3 relative per product
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-2 * float(np.abs(want).max()))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mkn", VECTOR_SHAPES)
+@pytest.mark.parametrize("views", ["plain", "transposed"])
+def test_vector_shapes_on_cublaslt(
+    cuda: cg.Device, rng: np.random.Generator, mkn: tuple[int, int, int], views: str
+) -> None:
+    _check_vector_shapes(rng, mkn, views)
+
+
+@pytest.mark.gpu
+def test_capture_of_cublas_sizes_replays_with_new_inputs(cuda: cg.Device, rng: np.random.Generator) -> None:
+    a_h, b_h = random_array(rng, (3, 128, 256), "float32"), random_array(rng, (3, 256, 64), "float32")
+    a, b = cg.asarray(a_h), cg.asarray(b_h)
+    c = cg.asarray(random_array(rng, (3, 128, 64), "float32"))
+    cg.ops.matmul(a, b, c, beta=0.5)  # the plan, made before the capture
+    with cg.capture() as g:
+        t = cg.ops.matmul(a, b, alpha=2.0)  # out and workspace from the graph's pool
+        cg.ops.matmul(a, b, c, beta=0.5)
+        del t
+    for _ in range(5):
+        a_h, b_h = random_array(rng, a_h.shape, "float32"), random_array(rng, b_h.shape, "float32")
+        c_h = random_array(rng, (3, 128, 64), "float32")
+        a.set(a_h)
+        b.set(b_h)
+        c.set(c_h)
+        g.replay()
+        _close(c.get(), _ref(a_h, b_h, c_h, 1.0, 0.5), "float32")
+
+
+@pytest.mark.gpu
+def test_plan_made_inside_a_capture(cuda: cg.Device, rng: np.random.Generator) -> None:
+    a_h, b_h = random_array(rng, (77, 91), "float64"), random_array(rng, (91, 13), "float64")
+    a, b = cg.asarray(a_h), cg.asarray(b_h)
+    before = set(_blas._PLANS)
+    with cg.capture() as g:  # a shape never seen: the heuristic query runs inside the capture
+        out = cg.ops.matmul(a, b)
+    assert len(set(_blas._PLANS) - before) == 1
+    g.replay()
+    _close(out.get(), _ref(a_h, b_h), "float64")
+
+
+@pytest.mark.gpu
+def test_workspace_as_graph_memory(cuda: cg.Device, rng: np.random.Generator) -> None:
+    a_h, b_h = random_array(rng, (512, 1024), "float32"), random_array(rng, (1024, 512), "float32")
+    a, b = cg.asarray(a_h), cg.asarray(b_h)
+    out = cg.full((512, 512), np.nan, "float32")
+    with cg.capture(alloc="graph") as g:
+        cg.ops.matmul(a, b, out)
+    for _ in range(2):
+        g.replay()
+        _close(out.get(), _ref(a_h, b_h), "float32")
