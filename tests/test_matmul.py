@@ -164,16 +164,26 @@ def test_empty_and_k_zero(blas_dev: cg.Device) -> None:
 
 
 def test_capture_replays_with_new_inputs(blas_dev: cg.Device, rng: np.random.Generator) -> None:
-    a_h, b_h = random_array(rng, (3, 8, 16), "float32"), random_array(rng, (3, 16, 4), "float32")
+    _check_capture_replays_with_new_inputs(rng, (3, 8, 16, 4), replays=3)
+
+
+def _check_capture_replays_with_new_inputs(
+    rng: np.random.Generator, shape: tuple[int, int, int, int], replays: int, plan_first: bool = False
+) -> None:
+    """A capture of two batched products (one out of the graph's pool), replayed with new inputs."""
+    batch, m, k, n = shape
+    a_h, b_h = random_array(rng, (batch, m, k), "float32"), random_array(rng, (batch, k, n), "float32")
     a, b = cg.asarray(a_h), cg.asarray(b_h)
-    c = cg.asarray(random_array(rng, (3, 8, 4), "float32"))
+    c = cg.asarray(random_array(rng, (batch, m, n), "float32"))
+    if plan_first:
+        cg.ops.matmul(a, b, c, beta=0.5)  # the plan, made before the capture
     with cg.capture() as g:
         t = cg.ops.matmul(a, b, alpha=2.0)  # out and workspace from the graph's pool
         cg.ops.matmul(a, b, c, alpha=1.0, beta=0.5)
         del t
-    for _ in range(3):
+    for _ in range(replays):
         a_h, b_h = random_array(rng, a_h.shape, "float32"), random_array(rng, b_h.shape, "float32")
-        c_h = random_array(rng, (3, 8, 4), "float32")
+        c_h = random_array(rng, (batch, m, n), "float32")
         a.set(a_h)
         b.set(b_h)
         c.set(c_h)
@@ -869,22 +879,7 @@ def test_vector_shapes_on_cublaslt(
 
 @pytest.mark.gpu
 def test_capture_of_cublas_sizes_replays_with_new_inputs(cuda: cg.Device, rng: np.random.Generator) -> None:
-    a_h, b_h = random_array(rng, (3, 128, 256), "float32"), random_array(rng, (3, 256, 64), "float32")
-    a, b = cg.asarray(a_h), cg.asarray(b_h)
-    c = cg.asarray(random_array(rng, (3, 128, 64), "float32"))
-    cg.ops.matmul(a, b, c, beta=0.5)  # the plan, made before the capture
-    with cg.capture() as g:
-        t = cg.ops.matmul(a, b, alpha=2.0)  # out and workspace from the graph's pool
-        cg.ops.matmul(a, b, c, beta=0.5)
-        del t
-    for _ in range(5):
-        a_h, b_h = random_array(rng, a_h.shape, "float32"), random_array(rng, b_h.shape, "float32")
-        c_h = random_array(rng, (3, 128, 64), "float32")
-        a.set(a_h)
-        b.set(b_h)
-        c.set(c_h)
-        g.replay()
-        _close(c.get(), _ref(a_h, b_h, c_h, 1.0, 0.5), "float32")
+    _check_capture_replays_with_new_inputs(rng, (3, 128, 256, 64), replays=5, plan_first=True)
 
 
 @pytest.mark.gpu
