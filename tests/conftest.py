@@ -66,6 +66,18 @@ def device(backend: str) -> Iterator[cg.Device]:
 
 
 @pytest.fixture
+def dev(device: cg.Device) -> cg.Device:
+    """The device under test with the float32 and int32 built-in kernels compiled.
+
+    Tests then do not compile on first use inside their captures (the kernels
+    are cached for the process: the cost is paid once). A test file that
+    needs more dtypes adds a fixture of its own on top of this one.
+    """
+    cg.ops.preload(["float32", "int32"], device)
+    return device
+
+
+@pytest.fixture
 def distinct_addresses(device: cg.Device) -> Iterator[cg.Device]:
     """The simulated device, giving every allocation a new address (no reuse).
 

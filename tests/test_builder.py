@@ -14,12 +14,6 @@ import cudagraphs as cg
 F32 = np.dtype("float32")
 
 
-@pytest.fixture
-def dev(device: cg.Device) -> cg.Device:
-    cg.ops.preload(["float32", "int32"], device)
-    return device
-
-
 def add_kernel() -> cg.Kernel:
     return cg.ops.elementwise_kernel("cg_add", F32)
 

@@ -19,13 +19,6 @@ from conftest import live_blocks, random_array, settle
 import cudagraphs as cg
 
 
-@pytest.fixture
-def dev(device: cg.Device) -> cg.Device:
-    """The device, with the float32 built-in kernels compiled (captures need that)."""
-    cg.ops.preload(["float32"], device)
-    return device
-
-
 def baseline(dev: cg.Device) -> cg.AllocatorStats:
     return settle(dev)
 
@@ -564,11 +557,10 @@ def test_refcount_of_inputs_drops_after_close(dev: cg.Device) -> None:
     assert sys.getrefcount(x) == start
 
 
-def test_a_graph_captured_inside_another_capture_is_instantiated_on_first_use(device: cg.Device) -> None:
-    cg.ops.preload(["float32"], device)
-    x = cg.zeros(4, "float32", device=device)
-    side = device.create_stream()
-    with cg.capture(device=device) as outer:
+def test_a_graph_captured_inside_another_capture_is_instantiated_on_first_use(dev: cg.Device) -> None:
+    x = cg.zeros(4, "float32", device=dev)
+    side = dev.create_stream()
+    with cg.capture(device=dev) as outer:
         with cg.capture(stream=side) as inner:  # the driver refuses to instantiate here
             cg.ops.fill(x, 1.0, stream=side)
         assert inner.state == "captured"
@@ -580,7 +572,7 @@ def test_a_graph_captured_inside_another_capture_is_instantiated_on_first_use(de
     outer.replay()
     np.testing.assert_array_equal(x.get(), np.full(4, 2.0, "float32"))
     x.set(np.zeros(4, "float32"))
-    side.wait(device.current_stream())  # (the set is queued on the current stream)
+    side.wait(dev.current_stream())  # (the set is queued on the current stream)
     inner.replay(stream=side)  # instantiated now, on first use
     assert inner.state == "ready"
     side.synchronize()

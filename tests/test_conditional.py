@@ -10,12 +10,6 @@ import pytest
 import cudagraphs as cg
 
 
-@pytest.fixture
-def dev(device: cg.Device) -> cg.Device:
-    cg.ops.preload(["float32", "int32"], device)
-    return device
-
-
 def countdown_graph(remaining: cg.DeviceArray, count: cg.DeviceArray) -> cg.Graph:
     minus, one = cg.full(1, -1, "int32"), cg.ones(1, "float32")
     with cg.capture() as g:

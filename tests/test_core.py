@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import gc
+import re
 import threading
 import weakref
 from pathlib import Path
@@ -20,12 +21,6 @@ import cudagraphs as cg
 from cudagraphs._recording import Work, submit
 
 SRC = Path(cg.__file__).resolve().parent
-
-
-@pytest.fixture
-def dev(device: cg.Device) -> cg.Device:
-    cg.ops.preload(["float32", "int32"], device)
-    return device
 
 
 def settle(dev: cg.Device) -> cg.AllocatorStats:
@@ -46,14 +41,30 @@ def _imports(path: Path) -> list[ast.AST]:
     return [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) and id(n) not in skip]
 
 
-def _module_graph() -> dict[str, set[str]]:
+def _modules() -> dict[str, tuple[Path, bool]]:
+    """Every module of the package by dotted name: its file and whether it is a package.
+
+    Compiled modules count by their source (a ``.c`` file defining ``PyInit_``,
+    or a ``.pyx``); their imports are not walked.
+    """
     mods = {}
-    for f in SRC.rglob("*.py"):
+    for f in SRC.rglob("*"):
+        compiled = (f.suffix == ".c" and f"PyInit_{f.stem}" in f.read_text()) or f.suffix == ".pyx"
+        if f.suffix != ".py" and not compiled:
+            continue
         parts = list(f.relative_to(SRC.parent).with_suffix("").parts)
         is_pkg = parts[-1] == "__init__"
         mods[".".join(parts[:-1] if is_pkg else parts)] = (f, is_pkg)
-    edges: dict[str, set[str]] = {m: set() for m in mods}
+    return mods
+
+
+def _module_graph() -> dict[str, dict[str, int]]:
+    """What each module imports of the package: imported module -> line of its first import."""
+    mods = _modules()
+    edges: dict[str, dict[str, int]] = {m: {} for m in mods}
     for m, (f, is_pkg) in mods.items():
+        if f.suffix != ".py":
+            continue
         for node in _imports(f):
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
@@ -69,12 +80,12 @@ def _module_graph() -> dict[str, set[str]]:
             for t in targets:
                 while t and t not in mods:
                     t = t.rpartition(".")[0]
-                if t and t != m and t != "cudagraphs":
-                    edges[m].add(t)
+                if t and t != m:
+                    edges[m].setdefault(t, node.lineno)
     return edges
 
 
-def test_no_import_cycle_and_no_upward_imports() -> None:
+def test_no_import_cycle() -> None:
     edges = _module_graph()
     state: dict[str, int] = {}
 
@@ -105,6 +116,84 @@ def test_only_backend_selection_imports_the_simulator() -> None:
     sim = "cudagraphs.backends.sim"
     users = {m for m, targets in edges.items() for t in targets if t == sim or t.startswith(sim + ".")}
     assert {m for m in users if m != sim and not m.startswith(sim + ".")} == {"cudagraphs.backends"}
+
+
+ARCHITECTURE = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
+
+
+def _layers() -> list[list[str]]:
+    """The Layers block of docs/architecture.md, top layer first: the module names of each line.
+
+    A line gives the names of its modules (``_graph``, ``ops/``,
+    ``backends/sim/``, ``cudagraphs/__init__.py``), then, after three spaces
+    or more, what they hold.
+    """
+    block = ARCHITECTURE.read_text().split("## Layers", 1)[1].split("```", 2)[1]
+    return [re.split(r"\s{3,}", line.strip(), maxsplit=1)[0].split() for line in block.strip().splitlines()]
+
+
+def _dotted(name: str) -> str:
+    """``backends/sim/`` -> ``cudagraphs.backends.sim``; ``cudagraphs/__init__.py`` -> ``cudagraphs``."""
+    parts = [p for p in name.removesuffix(".py").split("/") if p]
+    if parts[:1] == ["cudagraphs"]:
+        parts = parts[1:]
+    if parts[-1:] == ["__init__"]:
+        parts = parts[:-1]
+    return ".".join(["cudagraphs", *parts])
+
+
+def test_imports_follow_the_layers_of_architecture_md() -> None:
+    """No module imports one of a higher line of the Layers block, and every module has a line.
+
+    A module is on the line that names it or the package it is in (the
+    nearest; ``cudagraphs/__init__.py`` names the package's own module only).
+    Modules of one line may import each other (the cycle test rules there).
+    """
+    rows, mods, edges = _layers(), _modules(), _module_graph()
+    line = [f"`{' '.join(names)}`" for names in rows]  # (how messages show a line)
+    named: dict[str, int] = {}
+    problems = []
+    for i, names in enumerate(rows):
+        for name in names:
+            m = _dotted(name)
+            if m not in mods:
+                problems.append(
+                    f"{line[i]} names {name}, which is no module of src/cudagraphs: rename or drop it"
+                )
+            elif m in named:
+                problems.append(f"{name} is on two lines: {line[named[m]]} and {line[i]}")
+            named[m] = i
+
+    def layer(m: str) -> int | None:
+        if m == "cudagraphs":
+            return named.get(m)
+        while m not in named and m.count(".") > 1:  # (a package's line covers its modules)
+            m = m.rpartition(".")[0]
+        return named.get(m)
+
+    where = {m: layer(m) for m in mods}
+    unplaced = {m for m, at in where.items() if at is None}
+    for m in sorted(unplaced):
+        if m.rpartition(".")[0] in unplaced:
+            continue  # (told with its package)
+        group = {u for u in unplaced if u == m or u.startswith(m + ".")}
+        users = [where[u] for u in edges if where[u] is not None and group & edges[u].keys()]
+        used = [where[t] for u in group for t in edges[u] if where[t] is not None]
+        place = [f"at or below {line[max(users)]} (it imports {m})"] if users else []
+        place += [f"at or above {line[min(used)]} (which {m} imports)"] if used else []
+        name = "/".join(m.split(".")[1:]) + ("/" if mods[m][1] else "")
+        problems.append(
+            f"{m} is on no line of the Layers block of docs/architecture.md: "
+            f"add `{name}   <what it holds>` {' and '.join(place) or 'where it belongs'}"
+        )
+    for m, targets in edges.items():
+        for t, lineno in targets.items():
+            if where[m] is not None and where[t] is not None and where[t] < where[m]:
+                problems.append(
+                    f"{mods[m][0].relative_to(SRC.parent)}:{lineno}: {m} imports {t}, a higher layer: "
+                    f"{line[where[t]]} is above {line[where[m]]} in docs/architecture.md"
+                )
+    assert not problems, "\n".join(problems)
 
 
 def test_no_backend_name_checks_outside_backends() -> None:

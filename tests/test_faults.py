@@ -31,12 +31,11 @@ COUNTS: dict[str, int] = {}  # path -> faults injected (printed by the last test
 
 
 @pytest.fixture
-def sim(device: cg.Device) -> Iterator[cg.Device]:
-    if device.backend.name != "sim":
+def sim(dev: cg.Device) -> Iterator[cg.Device]:
+    if dev.backend.name != "sim":
         pytest.skip("fault injection is a feature of the simulator")
-    cg.ops.preload(["float32"], device)
-    yield device
-    device.backend.clear_faults()
+    yield dev
+    dev.backend.clear_faults()
 
 
 def _eager(dev: cg.Device) -> None:

@@ -18,12 +18,6 @@ import cudagraphs as cg
 from cudagraphs._options import GraphedOptions
 
 
-@pytest.fixture
-def dev(device: cg.Device) -> cg.Device:
-    cg.ops.preload(["float32"], device)
-    return device
-
-
 def affine(x: cg.DeviceArray, y: cg.DeviceArray, *, scale: float = 2.0) -> dict[str, Any]:
     """Compute scale * x + y and x + y: two outputs, allocated inside."""
     s = cg.ops.scale(scale, x)

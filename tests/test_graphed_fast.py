@@ -25,12 +25,6 @@ from cudagraphs import _graphed
 fast = compiled_part_or_skip()
 
 
-@pytest.fixture
-def dev(device: cg.Device) -> cg.Device:
-    cg.ops.preload(["float32"], device)
-    return device
-
-
 def double(u: cg.DeviceArray) -> cg.DeviceArray:
     return cg.ops.scale(2.0, u)
 

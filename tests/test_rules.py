@@ -159,11 +159,10 @@ def _end(b: Any, s: Any) -> str:
 
 
 @pytest.fixture
-def case(device: cg.Device, backend: str) -> Iterator[Case]:
-    cg.ops.preload(["float32"], device)
+def case(dev: cg.Device, backend: str) -> Iterator[Case]:
     # (sim: a second simulated device for the rows between two devices; GPUs have what they have)
     with cg.override(**({"sim_devices": 2} if backend == "sim" else {})):
-        c = Case(device)
+        c = Case(dev)
         yield c
         c.close()
 

@@ -11,19 +11,12 @@ import gc
 import threading
 
 import numpy as np
-import pytest
 from conftest import live_blocks, random_array
 
 import cudagraphs as cg
 from cudagraphs import _recording
 
 THREADS, ROUNDS = 8, 30
-
-
-@pytest.fixture
-def dev(device: cg.Device) -> cg.Device:
-    cg.ops.preload(["float32"], device)
-    return device
 
 
 def _rounds(dev: cg.Device, backend: str, seed: int, errors: list[str]) -> None:

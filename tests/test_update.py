@@ -11,12 +11,6 @@ from conftest import random_array
 import cudagraphs as cg
 
 
-@pytest.fixture
-def dev(device: cg.Device) -> cg.Device:
-    cg.ops.preload(["float32"], device)
-    return device
-
-
 def axpy_graph(alpha: float, x: cg.DeviceArray, y: cg.DeviceArray, **kw: object) -> cg.Graph:
     return cg.capture(lambda: cg.ops.axpy(alpha, x, y), **kw)
 

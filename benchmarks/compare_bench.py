@@ -3,7 +3,7 @@
 Each cudagraphs row as a ratio to raw CUDA C (or, where a row has no raw C
 contender, in absolute terms), earlier version against this one.
 
-Usage: python scripts/compare_bench.py BASELINE/bench.json NEW/bench.json
+Usage: python benchmarks/compare_bench.py BASELINE/bench.json NEW/bench.json
 Prints a Markdown table; the last column is the change of the ratio (+10% = worse).
 """
 

@@ -1,13 +1,14 @@
 """The library's hot paths, timed or profiled.
 
 For whichever tree is on PYTHONPATH (run an earlier tree and this one in one
-machine session to compare).
+machine session to compare; benchmarks/ab_inprocess.py compares them in one
+process).
 
 Usage:
-  python scripts/hot_paths.py                  capture+instantiate of 100 and 1000 launches
-                                               (medians of 7, ms), eager per-call costs (µs)
-  python scripts/hot_paths.py profile capture  cProfile of one capture of 1000 launches
-  python scripts/hot_paths.py profile launch   cProfile of 20000 eager launches
+  python benchmarks/hot_paths.py                  capture+instantiate of 100 and 1000 launches
+                                                  (medians of 7, ms), eager per-call costs (µs)
+  python benchmarks/hot_paths.py profile capture  cProfile of one capture of 1000 launches
+  python benchmarks/hot_paths.py profile launch   cProfile of 20000 eager launches
   (also: profile capture100 | empty | add, optionally a pstats sort key)
 """
 

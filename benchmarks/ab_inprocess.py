@@ -9,7 +9,7 @@ Each row gives the median over rounds of the per-round ratio new/old: since
 a raw C baseline is the same for both, that ratio is also the change of the
 row's ratio to raw C.
 
-Usage: PYTHONPATH=src python scripts/ab_inprocess.py [ROUNDS] [OLD_SRC]
+Usage: PYTHONPATH=src python benchmarks/ab_inprocess.py [ROUNDS] [OLD_SRC]
 (AB_NOGC=1 in the environment disables the garbage collector after setup.)
 """
 
