@@ -17,7 +17,7 @@ rng = np.random.default_rng(0)
 dev = cg.Device(0)
 print("backend:", cg.backend())
 n, steps = 1 << 12, 20
-cg.ops.preload(["float32"])  # optional: compile now, not on first use (legal in a capture too)
+cg.ops.preload_dtypes(["float32"])  # optional: compile now, not on first use (legal in a capture too)
 
 x = cg.asarray(rng.standard_normal(n).astype(np.float32))
 state = cg.zeros(n, "float32")

@@ -32,7 +32,7 @@ x, x_new = cg.zeros(n), cg.zeros(n)
 go, iterations = cg.zeros(1, "int32"), cg.zeros(1, "int32")
 grid, block = jacobi_shape(n)  # one warp per row of A
 cg.preload([jacobi, check])
-cg.ops.preload(["float64", "int32"])
+cg.ops.preload_dtypes(["float64", "int32"])
 
 with cg.capture() as solve:
     running = solve.condition(default=1)

@@ -130,7 +130,7 @@ MUTATIONS = [
     ),
     (
         "set_arg skips the shape check",
-        "src/cudagraphs/_patch.py",
+        "src/cudagraphs/_node_changes.py",
         "        if (view.shape, view.strides, view.dtype) != (recorded.shape, recorded.strides, recorded.dtype):",
         "        if False:",
     ),
@@ -249,43 +249,43 @@ MUTATIONS = [
     # handle the graph owns on both backends; keeping it is free and changes nothing)
     (
         "rebind keeps no new array",
-        "src/cudagraphs/_patch.py",
+        "src/cudagraphs/_node_changes.py",
         "# patch replaced\n    graph._res.keep.append(new)\n",
         "# patch replaced\n",
     ),
     (
         "graph outputs never expire",
-        "src/cudagraphs/_graphed.py",
+        "src/cudagraphs/_graphed_callable.py",
         "        if lease.calls != self._call:",
         "        if False:",
     ),
     (
         "GraphModule replays with replaced parameters",
-        "src/cudagraphs/_module.py",
+        "src/cudagraphs/_graph_module.py",
         "            if stale:",
         "            if False:",
     ),
     (
         "GraphModule replays without the parameters added",
-        "src/cudagraphs/_module.py",
+        "src/cudagraphs/_graph_module.py",
         "            if self._added:",
         "            if False:",
     ),
     (
         "repoint moves memory two arrays share and move differently",
-        "src/cudagraphs/_patch.py",
+        "src/cudagraphs/_node_changes.py",
         "    if any(d != delta for d, _ in inside):",
         "    if False:",
     ),
     (
         "repoint moves a part of what a node reads",
-        "src/cudagraphs/_patch.py",
+        "src/cudagraphs/_node_changes.py",
         "        if any(d and a < hi and lo < b for a, b, d, _ in ranges):",
         "        if False:",
     ),
     (
         "repoint moves another library's node in memory two arrays share",
-        "src/cudagraphs/_patch.py",
+        "src/cudagraphs/_node_changes.py",
         "    if others:\n        _refuse_shared(graph, exec_, records, ranges)",
         "    if others:\n        pass",
     ),
@@ -303,7 +303,7 @@ MUTATIONS = [
     ),
     (
         "repoint leaves other libraries' nodes alone",
-        "src/cudagraphs/_patch.py",
+        "src/cudagraphs/_node_changes.py",
         "    if others and moves != graph._moves:\n        _unrecorded_users(graph, exec_, records, moves, patch=True)",
         "    if others and moves != graph._moves:\n        pass",
     ),
@@ -315,7 +315,7 @@ MUTATIONS = [
     ),
     (
         "repoint keeps no new array",
-        "src/cudagraphs/_patch.py",
+        "src/cudagraphs/_node_changes.py",
         "    graph._res.keep.extend(new for _, new in pairs)\n",
         "",
     ),

@@ -73,7 +73,7 @@ def dev(device: cg.Device) -> cg.Device:
     are cached for the process: the cost is paid once). A test file that
     needs more dtypes adds a fixture of its own on top of this one.
     """
-    cg.ops.preload(["float32", "int32"], device)
+    cg.ops.preload_dtypes(["float32", "int32"], device)
     return device
 
 

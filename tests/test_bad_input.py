@@ -310,7 +310,7 @@ SPECS: dict[str, Callable[[Env], Call]] = {
     "ops.copy": lambda e: (cg.ops.copy, (e.y, e.x), {"stream": e.s}),
     "ops.elementwise_kernel": lambda e: (cg.ops.elementwise_kernel, ("cg_add", "float32"), {}),
     "ops.fill": lambda e: (cg.ops.fill, (e.x, 2.0), {"stream": e.s}),
-    "ops.preload": lambda e: (cg.ops.preload, (["float32"], e.dev), {}),
+    "ops.preload_dtypes": lambda e: (cg.ops.preload_dtypes, (["float32"], e.dev), {}),
     "ops.scale": lambda e: (cg.ops.scale, (2.0, e.x, e.y), {"stream": e.s}),
     "ops.set_condition": lambda e: (_set_condition(e), ("COND", e.i), {}),
     # cudagraphs.random
@@ -596,7 +596,7 @@ DEVICE_TAKERS: dict[str, Callable[[Any], Any]] = {
     "GraphBuilder": lambda d: cg.GraphBuilder(device=d).close(),
     "current_stream": lambda d: cg.current_stream(d),
     "preload": lambda d: cg.preload([], d),
-    "ops.preload": lambda d: cg.ops.preload([], device=d),
+    "ops.preload_dtypes": lambda d: cg.ops.preload_dtypes([], device=d),
     "CachingAllocator": lambda d: cg.CachingAllocator(d),
     "GraphPool": lambda d: cg.GraphPool(d),
     "capture": lambda d: cg.capture(lambda: cg.ops.fill(cg.zeros(2), 1.0), device=d),

@@ -99,7 +99,7 @@ def test_show_example_and_function(backend: str, tmp_path: Path) -> None:
     script.write_text(
         textwrap.dedent("""
         import cudagraphs as cg
-        cg.ops.preload(["float32"])
+        cg.ops.preload_dtypes(["float32"])
         x = cg.ones(16, "float32")
 
         def step():

@@ -580,7 +580,7 @@ def test_pool_memory_returns_for_later_captures(backend: str) -> None:
     """A 64 MiB device runs many 16 MiB captures in turn (sim: memory was never reused)."""
     with cg.override(sim_memory_mb=64):
         dev = cg.Device(0)
-        cg.ops.preload(["float32"], dev)
+        cg.ops.preload_dtypes(["float32"], dev)
         x = cg.ones(4 << 20, "float32")  # 16 MiB
         for _ in range(6):
             with cg.capture() as g:
@@ -694,8 +694,8 @@ def test_scalar_arguments_name_what_does_not_fit(dev: cg.Device) -> None:
     i = cg.zeros(4, "int32")
     with pytest.raises(ValueError, match="alpha 1099511627776 does not fit in int32"):
         cg.ops.axpy(2**40, i, i)
-    cg.ops.preload("float32")  # one dtype given as a string
-    cg.ops.preload(np.float64)
+    cg.ops.preload_dtypes("float32")  # one dtype given as a string
+    cg.ops.preload_dtypes(np.float64)
 
 
 # threads and streams ----------------------------------------------------------------------------

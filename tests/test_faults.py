@@ -94,7 +94,7 @@ def _host_copies(dev: cg.Device) -> None:
     slot.close()
 
 
-def _graphed(dev: cg.Device) -> None:
+def _graphed_callable(dev: cg.Device) -> None:
     def fn(x: cg.DeviceArray) -> cg.DeviceArray:
         return cg.ops.scale(2.0, cg.ops.add(x, x))  # a temporary of the shared pool
 
@@ -158,7 +158,7 @@ PATHS: dict[str, Callable[[cg.Device], None]] = {
     "update and rebind": _update_rebind,
     "builder": _builder,
     "host copies": _host_copies,
-    "graphed callables": _graphed,
+    "graphed callables": _graphed_callable,
     "two streams": _two_streams,
 }
 

@@ -32,7 +32,7 @@ DTYPES = ("float32", "float64", "int32", "int64")
 @pytest.fixture
 def dev_all_dtypes(dev: cg.Device) -> cg.Device:
     """``dev`` with the built-in kernels of every dtype the fuzzers draw compiled too."""
-    cg.ops.preload(list(DTYPES), dev)  # (float32 and int32 are cached already)
+    cg.ops.preload_dtypes(list(DTYPES), dev)  # (float32 and int32 are cached already)
     return dev
 
 

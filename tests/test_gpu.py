@@ -72,7 +72,7 @@ def test_dlpack_with_consumer_stream(cuda: cg.Device) -> None:
 def test_cupy_and_torch_kernels_inside_capture_replay_correctly(cuda: cg.Device) -> None:
     cp = pytest.importorskip("cupy")
     torch = pytest.importorskip("torch")
-    cg.ops.preload(["float32"], cuda)
+    cg.ops.preload_dtypes(["float32"], cuda)
     source = (
         'extern "C" __global__ void twice(float* p, int n) { int i = threadIdx.x; if (i < n) p[i] *= 2.0f; }'
     )
@@ -111,7 +111,7 @@ def test_cupy_and_torch_kernels_inside_capture_replay_correctly(cuda: cg.Device)
 
 
 def test_soak_100k_replays_with_scalar_updates(cuda: cg.Device) -> None:
-    cg.ops.preload(["float64"], cuda)
+    cg.ops.preload_dtypes(["float64"], cuda)
     rng = np.random.default_rng(9)
     x_h = rng.integers(-5, 6, 256).astype(np.float64)  # sums stay exact in float64
     x, y = cg.asarray(x_h), cg.zeros(256, "float64")

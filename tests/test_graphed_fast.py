@@ -5,7 +5,7 @@ no buckets, outputs not copied), the callable is armed; a call with the same
 input types, shapes, dtypes and devices on the same stream is then made in
 C. These tests count the calls made there, check every result against numpy
 (outputs poisoned first), and run each sequence through the Python call too
-(``_graphed.PYTHON_CALL``), which must give the same results, counts and
+(``_graphed_callable.PYTHON_CALL``), which must give the same results, counts and
 held inputs. Every test runs on each backend in CUDAGRAPHS_TEST_BACKENDS.
 """
 
@@ -20,7 +20,7 @@ import pytest
 from conftest import call_while_held, compiled_part_or_skip, random_array
 
 import cudagraphs as cg
-from cudagraphs import _graphed
+from cudagraphs import _graphed_callable
 
 fast = compiled_part_or_skip()
 
@@ -206,7 +206,7 @@ def test_the_last_input_stays_alive_for_a_direct_replay(dev: cg.Device, rng: np.
 def test_an_error_in_a_call_made_in_c_is_the_python_calls(dev: cg.Device, rng: np.random.Generator) -> None:
     a = upload(dev, random_array(rng, (16,), "float32"))
     errors = []
-    for call in (None, _graphed.PYTHON_CALL):
+    for call in (None, _graphed_callable.PYTHON_CALL):
         f = cg.graphed(double, device=dev)
         f(a)
         next(iter(f.graphs.values())).close()  # the user closed the graph under the callable
@@ -225,7 +225,7 @@ def test_c_and_python_calls_agree(dev: cg.Device, rng: np.random.Generator) -> N
     s = dev.create_stream()
     s.wait(dev.stream)
     runs = []
-    for call in (None, _graphed.PYTHON_CALL):
+    for call in (None, _graphed_callable.PYTHON_CALL):
         f = cg.graphed(pair, device=dev)
         arrays = [upload(dev, h) for h in hosts]
         got = []
@@ -274,7 +274,7 @@ class Plain:
 
 def captured_copy(dev: cg.Device, dst: int, src: int, nbytes: int) -> tuple[cg.Graph, Any]:
     """A graph of one device copy (recorded by cudagraphs), and the copy node's handle."""
-    from cudagraphs._patch import _records
+    from cudagraphs._node_changes import _records
     from cudagraphs._recording import Work, submit
     from cudagraphs.backends.base import Copy
 
@@ -375,7 +375,7 @@ def test_a_closed_stream_is_refused_as_the_python_call_refuses_it(
 ) -> None:
     a = upload(dev, random_array(rng, (16,), "float32"))
     errors = []
-    for call in (None, _graphed.PYTHON_CALL):
+    for call in (None, _graphed_callable.PYTHON_CALL):
         s, f = armed_on_own_stream(dev, a)
         s.synchronize()
         s.close()

@@ -260,7 +260,7 @@ def test_graphed_torch_calls_are_repeated_in_c(cuda: cg.Device) -> None:
     """Tensors in, tensors out: the repeat call reads tensors and PyTorch's stream from C."""
     torch = pytest.importorskip("torch")
     fast = pytest.importorskip("cudagraphs._fastcall")
-    from cudagraphs import _graphed
+    from cudagraphs import _graphed_callable
 
     def fn(a: Any, b: Any) -> Any:
         return a * 2 + b, b - a
@@ -269,7 +269,7 @@ def test_graphed_torch_calls_are_repeated_in_c(cuda: cg.Device) -> None:
     xs = [torch.randn(8, 256, device="cuda", generator=gen) for _ in range(3)]
     y = torch.randn(8, 256, device="cuda", generator=gen)
     runs = []
-    for call in (None, _graphed.PYTHON_CALL):
+    for call in (None, _graphed_callable.PYTHON_CALL):
         f = cg.graphed(fn)
         before = fast.graphed_calls()
         got = []

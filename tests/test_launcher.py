@@ -513,7 +513,7 @@ def test_patch_kernels_moves_the_nodes_of_a_view_and_their_records(node_set, bac
 
 
 def _used(r):
-    from cudagraphs._patch import _used
+    from cudagraphs._node_changes import _used
 
     return _used(r)
 
@@ -632,7 +632,7 @@ def test_replay_on_another_stream_the_graph_knows_launches_from_c(graph_launch, 
 
 def test_ops_add_repeats_in_c_and_hands_everything_else_to_python(driver, backend):
     """ops.add's C path (fastcall.Elementwise): dense arrays of one shape, dtype, device; out given."""
-    from cudagraphs._builtin import ARMED, BLOCK, builtin_kernel
+    from cudagraphs._builtin_kernels import ARMED, BLOCK, builtin_kernel
     from cudagraphs._kernel import _fast_layout
 
     seen, _, sizes = driver
@@ -815,7 +815,7 @@ def test_on_the_gpu_kernels_launch_through_the_c_path(backend):
 def test_on_the_gpu_ops_add_repeats_through_the_c_path(backend):
     if cg.backend() != "cuda" or not cg.Device(0).backend.fastcall:
         pytest.skip("needs the cuda backend with fast calls")
-    from cudagraphs._builtin import builtin_kernel
+    from cudagraphs._builtin_kernels import builtin_kernel
 
     rng = np.random.default_rng(9)
     a0, b0 = rng.standard_normal(3000), rng.standard_normal(3000)
@@ -1027,7 +1027,7 @@ def test_patched_records_keep_their_type_named_tuple_or_not(node_set, backend):
 
 
 def test_unpatchable_finds_the_first_record_rebind_must_refuse():
-    from cudagraphs import _patch
+    from cudagraphs import _node_changes
     from cudagraphs._recording import NodeRecord
     from cudagraphs.backends.base import Copy
 
@@ -1043,7 +1043,7 @@ def test_unpatchable_finds_the_first_record_rebind_must_refuse():
     ]
     for hits, want in (([0, 1], -1), ([0, 1, 2], 2), ([3, 0], 3), ([], -1), ([1, 3, 2], 3)):
         assert fast.unpatchable(records, hits, Copy) == want
-        assert _patch._unpatchable(records, hits) == want  # (the Python twin, where C is not built)
+        assert _node_changes._unpatchable(records, hits) == want  # (the Python twin, where C is not built)
     with pytest.raises(IndexError):
         fast.unpatchable(records, [7], Copy)
     with pytest.raises(TypeError, match="not a node record"):

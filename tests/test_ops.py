@@ -128,3 +128,12 @@ def test_zero_size_ops_are_no_ops(backend: str) -> None:
     e = cg.zeros(0, "float32")
     for r in (cg.ops.add(e, e), cg.ops.scale(2.0, e), cg.ops.axpy(2.0, e, e), cg.ops.fill(e, 1.0)):
         assert r.shape == (0,)
+
+
+def test_the_old_name_of_preload_dtypes_warns_and_compiles(device: cg.Device) -> None:
+    """``cg.ops.preload`` (deprecated) is ``cg.ops.preload_dtypes``, told apart from ``cg.preload``."""
+    with pytest.warns(DeprecationWarning, match=r"cg\.ops\.preload_dtypes\(dtypes\).*cg\.preload\(kernels\)"):
+        cg.ops.preload(["float64"], device)
+    a = cg.asarray(np.arange(3, dtype=np.float64))
+    np.testing.assert_array_equal(cg.ops.scale(2.0, a).get(), [0.0, 2.0, 4.0])
+    assert "preload" not in cg.ops.__all__

@@ -24,7 +24,7 @@ import pytest
 import cudagraphs as cg
 from cudagraphs import _random
 from cudagraphs import random as cgr
-from cudagraphs._builtin import layout
+from cudagraphs._builtin_kernels import layout
 
 FLOATS = list(cgr.FLOAT_DTYPES)
 INTS = list(cgr.INT_DTYPES)

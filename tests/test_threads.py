@@ -32,7 +32,7 @@ def _report(errors: list[BaseException]) -> str:
 
 def _begin(dev: cg.Device) -> int:
     """Get the device ready; return the allocator's bytes in use (what the end must find)."""
-    cg.ops.preload(["float32"], dev)
+    cg.ops.preload_dtypes(["float32"], dev)
     gc.collect()
     dev.synchronize()
     return dev.allocator.stats().in_use

@@ -376,14 +376,14 @@ def test_a_switched_off_kernel_node_stays_off_when_its_parameters_change(dev: cg
     As the driver does; sim used to switch the node back on with the new
     parameters, and to run the old ones once it was enabled again.
     """
-    from cudagraphs import _patch
+    from cudagraphs import _node_changes
 
     x = cg.full(4, 5.0, "float32")
     with cg.capture() as g:
         cg.ops.fill(x, 1.0)
     g.replay()
     np.testing.assert_array_equal(x.get(), 1.0)
-    r = next(r for r in _patch._records(g) if r.kind == "kernel")
+    r = next(r for r in _node_changes._records(g) if r.kind == "kernel")
     _, launch = r.patch
     two = int(np.float32(2.0).view(np.uint32))
     backend = dev.backend

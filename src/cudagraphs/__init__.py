@@ -52,9 +52,9 @@ from ._errors import (
     UpdateError,
 )
 from ._graph import Graph, GraphState, Node
-from ._graphed import GraphedCallable, GraphOutput, graphed
+from ._graph_module import GraphModule
+from ._graphed_callable import GraphedCallable, GraphOutput, graphed
 from ._kernel import Kernel, preload
-from ._module import GraphModule
 from ._pool import GraphPool
 from ._scalar import DeviceScalar, HostSlot
 from ._transfer import PendingCopy

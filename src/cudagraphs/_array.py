@@ -16,8 +16,8 @@ import numpy as np
 
 from . import _allocator, _config, _dlpack, _recording
 from ._allocator import Block, new_block
-from ._builtin import c_strides, check_same, copy_view, fill_view
-from ._builtin import fill_value as _fill_value
+from ._builtin_kernels import c_strides, check_same, copy_view, fill_view
+from ._builtin_kernels import fill_value as _fill_value
 from ._device import _DEFAULT_DEVICE, Device, Stream, as_device, resolve_stream
 from ._dtypes import SUPPORTED, normalize_dtype
 from ._kernel import fast_array_class, fastcall

@@ -25,7 +25,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ._array import DeviceArray, zeros
-from ._builtin import condition_kernel
+from ._builtin_kernels import condition_kernel
 from ._errors import CudaError
 from ._recording import Recording, Work, submit, user_line
 

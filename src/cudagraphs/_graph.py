@@ -4,7 +4,7 @@ What a graph owns (its driver graph and executable, its pools, everything its
 work uses) lives in a :class:`~cudagraphs._executable.Resources` holder that
 the graph's finalizer owns; :mod:`cudagraphs._executable` frees it. The
 whole-graph update is :mod:`cudagraphs._update`'s; node-level changes are
-:mod:`cudagraphs._patch`'s. While a capture is active on the device, a
+:mod:`cudagraphs._node_changes`'s. While a capture is active on the device, a
 release is deferred until none is.
 
 States (:class:`GraphState`): capturing -> ready (or captured, when not
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import _patch, _picture, _recording, _update
+from . import _node_changes, _picture, _recording, _update
 from ._array import DeviceArray, foreign_view
 from ._control import Body, Condition, add_conditional, new_condition
 from ._device import Device, Stream
@@ -392,7 +392,7 @@ class Graph:
             memsets, nodes inside conditional bodies): capture again and use
             :meth:`update`. Nothing is changed then.
         """
-        _patch.rebind(self, self._ready("Graph.rebind()"), old, new)
+        _node_changes.rebind(self, self._ready("Graph.rebind()"), old, new)
         return self
 
     def repoint(self, old: Any, new: Any) -> int:
@@ -428,11 +428,11 @@ class Graph:
             conditional nodes), whose arguments it cannot see: capture again.
             Nothing is changed then.
         """
-        return _patch.repoint(self, self._ready("Graph.repoint()"), [(_as_array(old), _as_array(new))])
+        return _node_changes.repoint(self, self._ready("Graph.repoint()"), [(_as_array(old), _as_array(new))])
 
     def _repoint(self, pairs: list[tuple[Any, Any]], keep: list[Any]) -> int:
         """:meth:`repoint` of several ``(old, new)`` pairs at once, ``keep``'s memory staying."""
-        return _patch.repoint(self, self._ready("Graph.repoint()"), pairs, keep, required=False)
+        return _node_changes.repoint(self, self._ready("Graph.repoint()"), pairs, keep, required=False)
 
     def set_arg(self, node: int | Node, arg: int | str, value: Any) -> Graph:
         """Change one argument of kernel node ``node`` (by index or parameter name).
@@ -451,12 +451,12 @@ class Graph:
         UpdateError
             If the node is not a kernel recorded by cudagraphs.
         """
-        _patch.set_arg(self, self._ready("Graph.set_arg()"), node, arg, value)
+        _node_changes.set_arg(self, self._ready("Graph.set_arg()"), node, arg, value)
         return self
 
     def _point_copy(self, index: int, src: int | None) -> None:
         """Point the device copy of record ``index`` at ``src``, or switch it off (graphed inputs)."""
-        _patch.point_copy(self, self._ready("a graphed call"), index, src)
+        _node_changes.point_copy(self, self._ready("a graphed call"), index, src)
 
     # replay ---------------------------------------------------------------------------------
     def _ready(self, op: str) -> Any:

@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ._array import DeviceArray, empty
-from ._builtin import _LAYOUT, MAX_NDIM, _make, layout
+from ._builtin_kernels import _LAYOUT, MAX_NDIM, _make, layout
 from ._device import Device, Stream, as_device, resolve_stream
 from ._dtypes import SUPPORTED, normalize_dtype
 from ._kernel import Kernel

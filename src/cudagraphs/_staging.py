@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from ._array import DeviceArray, empty, foreign_view
-from ._builtin import copy_view, fill_value, fill_view
+from ._builtin_kernels import copy_view, fill_value, fill_view
 from ._device import Device, Stream
 from ._errors import CudaError
 from ._recording import Work, submit

@@ -1,7 +1,7 @@
 """Copies between host and device: blocking get/set and the pipelined D2H.
 
 Below the array layer: functions take anything array-like (see
-:mod:`cudagraphs._builtin`). Inside a capture, host data copied to the
+:mod:`cudagraphs._builtin_kernels`). Inside a capture, host data copied to the
 device is first staged into pinned memory the graph keeps (a snapshot: every
 replay uploads the data as it was at capture); a copy back to the host is
 refused (it would need a wait, and a replay could not re-read it).
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from . import _recording
-from ._builtin import copy_view, scratch
+from ._builtin_kernels import copy_view, scratch
 from ._device import resolve_stream
 from ._host import hold, stage
 from ._recording import Work, submit

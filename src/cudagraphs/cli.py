@@ -128,7 +128,7 @@ def show(target: str | None, example: str | None, out: str | None) -> int:
         print(f"show --out: {exc}", file=sys.stderr)
         return 2
     if example is not None:
-        cg.ops.preload(["float32", "float64", "int32"])
+        cg.ops.preload_dtypes(["float32", "float64", "int32"])
         graph = EXAMPLES[example](cg.Device(0))
     else:
         func_name = name

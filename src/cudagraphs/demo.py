@@ -386,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run both workloads and print the table; non-zero exit on a wrong result."""
     dev = cg.Device(0)
     sim = cg.backend() == "sim"
-    cg.ops.preload(["float32", "float64", "int32"], dev)
+    cg.ops.preload_dtypes(["float32", "float64", "int32"], dev)
     print(f"cudagraphs demo — backend: {cg.backend()}, device: {dev.name}")
     if sim:
         print("(no GPU answered: running the CPU simulator; sizes are small and timings simulated)")

@@ -20,7 +20,7 @@ op                         computes                                   dtypes
 ``alpha`` is a Python number or a one-element device array of the same dtype
 (read on the device when the kernel runs, so it can change between graph
 replays). Kernels compile on first use, also inside a capture;
-``cg.ops.preload(dtypes)`` compiles them ahead of time.
+``cg.ops.preload_dtypes(dtypes)`` compiles them ahead of time.
 
 Ops that create their output (``add``/``scale`` without ``out``) allocate it
 on the stream they run on, so inside a capture it comes from the graph's
@@ -38,12 +38,13 @@ without any code of the op's own.
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import Any
 
 import numpy as np
 
 from .._array import DeviceArray, empty
-from .._builtin import (
+from .._builtin_kernels import (
     ARITH,
     ARMED,
     BLOCK,
@@ -58,7 +59,7 @@ from .._builtin import (
     layout,
     run,
 )
-from .._builtin import condition_kernel as _condition_kernel
+from .._builtin_kernels import condition_kernel as _condition_kernel
 from .._control import Condition
 from .._device import Device, Stream, as_device, resolve_stream
 from .._dtypes import normalize_dtype
@@ -78,7 +79,7 @@ __all__ = [
     "elementwise_kernel",
     "fill",
     "matmul",
-    "preload",
+    "preload_dtypes",
     "scale",
     "set_condition",
 ]
@@ -139,10 +140,12 @@ def condition_kernel(name: str, dtype: Any) -> Kernel:
     return _condition_kernel(name, dt)
 
 
-def preload(dtypes: Any = ("float32",), device: Device | int | None = None) -> None:
+def preload_dtypes(dtypes: Any = ("float32",), device: Device | int | None = None) -> None:
     """Compile every built-in kernel for ``dtypes`` now (a cost paid early).
 
-    ``dtypes`` is one dtype (``"float32"``) or a sequence of them.
+    ``dtypes`` is one dtype (``"float32"``) or a sequence of them. (To
+    compile your own :class:`~cudagraphs.Kernel` objects ahead of time, use
+    :func:`cudagraphs.preload`.)
 
     Raises
     ------
@@ -162,6 +165,17 @@ def preload(dtypes: Any = ("float32",), device: Device | int | None = None) -> N
             kernels += [_condition_kernel(n, dt) for n in ("cg_set_condition", "cg_set_condition_index")]
     kernels.append(_condition_kernel("cg_loop_guard", np.dtype("int64")))
     preload_kernels(kernels, device)
+
+
+def preload(dtypes: Any = ("float32",), device: Device | int | None = None) -> None:
+    """Deprecated name of :func:`preload_dtypes` (told apart from :func:`cudagraphs.preload`)."""
+    warnings.warn(
+        "cg.ops.preload(dtypes) is now cg.ops.preload_dtypes(dtypes) (cg.preload(kernels) compiles "
+        "Kernel objects); the old name will be removed",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    preload_dtypes(dtypes, device)
 
 
 def set_condition(cond: Any, flag: DeviceArray, *, stream: Stream | None = None) -> None:

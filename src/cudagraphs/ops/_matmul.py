@@ -30,7 +30,7 @@ import numpy as np
 
 from .. import _blas
 from .._array import DeviceArray, _extent, empty, operand
-from .._builtin import Scratch, fill_view, layout, run, scratch
+from .._builtin_kernels import Scratch, fill_view, layout, run, scratch
 from .._device import Device, Stream, resolve_stream
 from .._recording import Work, submit
 from ..backends.base import ArrayArg, KernelLaunch, Param

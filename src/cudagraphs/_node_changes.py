@@ -415,7 +415,7 @@ def _refuse_shared(graph: Any, exec_: Any, records: list[Any], ranges: list[_Ran
 def point_copy(graph: Any, exec_: Any, index: int, src: int | None) -> None:
     """Make the device-copy node of record ``index`` copy from ``src`` (None: switch it off).
 
-    For a graphed call's input copy (see :mod:`cudagraphs._graphed`): the node
+    For a graphed call's input copy (see :mod:`cudagraphs._graphed_callable`): the node
     copies the same bytes to the same place, from the new input; switched
     off, the input is copied eagerly instead. The node's handle is found
     once, on first use; the record's patch follows (its source view is no

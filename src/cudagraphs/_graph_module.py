@@ -30,7 +30,7 @@ from ._argtree import foreign_view_possible
 from ._array import DeviceArray, foreign_view
 from ._device import Device, Stream
 from ._errors import StaleParameterError, UpdateError
-from ._graphed import GraphedCallable
+from ._graphed_callable import GraphedCallable
 from ._options import GraphedOptions
 from ._pool import GraphPool
 
