@@ -2835,6 +2835,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "cudagraphs._fastcall",
     "The hot paths' driver calls at C's cost (optional; see the C source).", -1, methods,
+    NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__fastcall(void) {
