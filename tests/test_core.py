@@ -861,3 +861,22 @@ def test_closed_host_slot_stays_alive_for_a_graph_that_downloads_into_it(
     dev.synchronize()  # (sim: a download into freed pinned memory is a device fault)
     del others
     g.close()
+
+
+def test_the_c_part_reads_only_declared_names() -> None:
+    """Every Python name the C source reads is declared in _fastcall.pyi, the contract's one place.
+
+    (Issue 27: no private attribute is read by name from compiled code
+    outside the declared contract.) A name the C source spells out, as an
+    attribute, a slot, a method or a keyword, must appear in the stub's table
+    or among its declarations.
+    """
+    root = Path(__file__).resolve().parents[1] / "src" / "cudagraphs"
+    source = (root / "_fastcall.c").read_text()
+    declared = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", (root / "_fastcall.pyi").read_text()))
+    named = set(re.findall(r'"(_?[a-z][a-z0-9_]*)"', source))
+    assert named, "no name found in _fastcall.c: the pattern no longer matches its source"
+    missing = sorted(named - declared)
+    assert not missing, (
+        f"_fastcall.c reads {missing}, which _fastcall.pyi does not declare: add them to its table"
+    )

@@ -57,10 +57,40 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from . import _recording
 from ._config import compiled_part
 from ._errors import CaptureError, CudaError, OutOfMemoryError
-from .backends.base import CUDA_ERROR_OUT_OF_MEMORY
+from .backends.base import CUDA_ERROR_OUT_OF_MEMORY, Backend
 
-if TYPE_CHECKING:
-    from ._device import Device, Stream
+
+class Stream(Protocol):
+    """What this layer reads of a stream (``_device.Stream``, a layer above)."""
+
+    @property
+    def handle(self) -> int: ...
+    @property
+    def device(self) -> Any: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def _raw(self) -> Any: ...
+    @property
+    def _recording(self) -> Any: ...
+
+
+class Device(Protocol):
+    """What this layer reads of a device (``_device.Device``, a layer above)."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def backend(self) -> Any: ...
+    @property
+    def stream(self) -> Any: ...
+    @property
+    def copy_stream(self) -> Any: ...
+    @property
+    def total_memory(self) -> int: ...
+    @property
+    def allocator(self) -> Any: ...
+
 
 # the optional C part: a Block's release in its deallocator, cudagraphs.empty's repeat path
 _fastcall = compiled_part()
@@ -159,7 +189,7 @@ if TYPE_CHECKING:
     class _BlockFields:  # what either base below gives a Block, as the type checker sees it
         ptr: int
         nbytes: int
-        device: Device
+        device: Any  # (a _device.Device, a layer above)
         owner: BlockOwner
         extra: list[Stream] | None
 
@@ -394,7 +424,7 @@ class CachingAllocator(_Counters):
             raise TypeError("CachingAllocator: device must be a cudagraphs Device or an index, got None")
         device = _AS_DEVICE[0](device, "CachingAllocator: device")
         self._device = device
-        self._backend = device.backend
+        self._backend: Backend = device.backend
         self._ordinal = device.index
         # (where the C part is built, a lock it takes without a method call)
         self._lock = _fastcall.Lock() if _fastcall is not None else threading.Lock()

@@ -145,7 +145,7 @@ def _load_compiled_part() -> Any:
     if not _current.fastcall:  # (CUDAGRAPHS_FASTCALL=0 at import)
         return None
     try:
-        from . import _fastcall  # type: ignore[attr-defined]
+        from . import _fastcall
     except ImportError:  # not built
         return None
     return _fastcall

@@ -9,14 +9,33 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
+
+import numpy as np
 
 from ._dtypes import dlpack_code, from_dlpack_code
 
-if TYPE_CHECKING:
-    from ._array import DeviceArray
+__all__ = ["Exported", "Imported", "device_of", "export", "import_"]
 
-__all__ = ["Imported", "device_of", "export", "import_"]
+
+class Exported(Protocol):
+    """What export reads of an array (a DeviceArray: this module sits below arrays)."""
+
+    @property
+    def device(self) -> Any: ...
+    @property
+    def ptr(self) -> int: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def strides(self) -> tuple[int, ...]: ...
+    @property
+    def itemsize(self) -> int: ...
+    @property
+    def ndim(self) -> int: ...
+    @property
+    def dtype(self) -> np.dtype[Any]: ...
+
 
 _KDL_CUDA = 2
 _KDL_CPU = 1  # what sim arrays would be, were they exportable
@@ -92,7 +111,7 @@ def _capsule_destructor(capsule: int) -> None:
         _forget(_api.PyCapsule_GetPointer(capsule, _NAME))
 
 
-def device_of(x: DeviceArray) -> tuple[int, int]:
+def device_of(x: Exported) -> tuple[int, int]:
     """``__dlpack_device__`` of ``x``: (kDLCUDA, index) on the cuda backend."""
     kind = _KDL_CUDA if x.device.backend.capabilities.shares_memory else _KDL_CPU
     return kind, x.device.index
@@ -110,7 +129,7 @@ def order_consumer(device: Any, stream: int) -> None:
     device.backend.stream_wait_event(consumer, event._raw)
 
 
-def export(x: DeviceArray, *, stream: int | None, dl_device: Any, copy: bool | None) -> object:
+def export(x: Exported, *, stream: int | None, dl_device: Any, copy: bool | None) -> object:
     """The DLPack capsule for ``x``; see ``DeviceArray.__dlpack__``.
 
     Raises
