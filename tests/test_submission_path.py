@@ -68,8 +68,6 @@ BYPASSES: dict[tuple[str, str, str], str] = {
     ("_graph.py", "Graph._capturing", "graph_launch"): _ROUTE + " (a replay binds the launch)",
     ("_graph.py", "Graph.upload", "graph_launch"): "uploads the executable, no work on the stream's data",
     ("_kernel.py", "Kernel._arm", "launch"): _ROUTE + " (the C launch path is armed with it)",
-    ("_kernel.py", "Kernel.enqueue", "launch"): _ROUTE,
-    ("_staging.py", "Staging.copy_in", "memcpy"): _ROUTE + " (a graphed call's input copy)",
 }
 
 
@@ -81,36 +79,55 @@ def _is_backend(node: ast.expr) -> bool:
 
 
 def _is_work(node: ast.AST) -> bool:
+    """``Work(...)``, or ``tuple.__new__(Work, ...)`` as the hot paths make it."""
     if not isinstance(node, ast.Call):
         return False
     f = node.func
-    return (isinstance(f, ast.Name) and f.id == "Work") or (isinstance(f, ast.Attribute) and f.attr == "Work")
+    if (isinstance(f, ast.Name) and f.id == "Work") or (isinstance(f, ast.Attribute) and f.attr == "Work"):
+        return True
+    return bool(node.args) and isinstance(node.args[0], ast.Name) and node.args[0].id == "Work"
 
 
 def bypasses(root: Path = SRC) -> set[tuple[str, str, str]]:
-    """Every (module, function, primitive) that reaches a queueing primitive outside a Work."""
+    """Every (module, function, primitive) that reaches a queueing primitive outside a Work.
+
+    A call of a primitive counts unless it is inside a ``Work(...)`` or the
+    ``issue`` function a Work carries; naming a primitive without calling it
+    (binding it for later) counts unless the function it is in builds a Work.
+    """
     found: set[tuple[str, str, str]] = set()
     for path in sorted(root.rglob("*.py")):
         module = path.relative_to(root).as_posix()
         if module.startswith(("backends/", "bench/")) or module == "demo.py":
             continue  # (the backends are the primitives; the benchmarks and the demo measure them)
+        tree = ast.parse(path.read_text())
+        called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
 
-        def visit(node: ast.AST, scope: list[str], inside_work: bool, module: str = module) -> None:
+        def visit(
+            node: ast.AST,
+            scope: list[str],
+            inside_work: bool,
+            builds: bool,
+            module: str = module,
+            called: set[int] = called,
+        ) -> None:
             for child in ast.iter_child_nodes(node):
-                names, ok = scope, inside_work or _is_work(child)
+                names, ok, b = scope, inside_work or _is_work(child), builds
                 if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                     names = [*scope, child.name]
                     ok = ok or child.name == "issue"  # (the function a Work carries)
+                    b = any(_is_work(n) for n in ast.walk(child))
                 if (
                     isinstance(child, ast.Attribute)
                     and child.attr in QUEUEING
                     and _is_backend(child.value)
                     and not inside_work
+                    and (id(child) in called or not builds)
                 ):
                     found.add((module, ".".join(scope) or "<module>", child.attr))
-                visit(child, names, ok)
+                visit(child, names, ok, b)
 
-        visit(ast.parse(path.read_text()), [], False)
+        visit(tree, [], False, False)
     return found
 
 
@@ -138,5 +155,8 @@ def test_the_scan_sees_a_bypass_and_what_a_work_carries(tmp_path: Path) -> None:
         "class Bound:\n"
         "    def bind(self):\n"
         "        self.go = self._backend.graph_launch\n"
+        "def described_later(backend, stream, launch):\n"
+        "    issue = backend.launch\n"
+        "    submit(stream, tuple.__new__(Work, ('kernel', issue, launch)))\n"
     )
     assert bypasses(tmp_path) == {("mod.py", "eager", "launch"), ("mod.py", "Bound.bind", "graph_launch")}

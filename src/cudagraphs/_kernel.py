@@ -36,7 +36,7 @@ from ._config import compiled_part
 from ._device import _CURRENT, Device, Stream, as_device, current_device, resolve_stream
 from ._dtypes import SUPPORTED
 from ._errors import BackendUnavailableError, CudaError
-from ._recording import BY_VALUE, EXPIRING, NodeRecord, Recording, Work, submit
+from ._recording import BY_VALUE, NodeRecord, Recording, Work, submit
 from .backends.base import CUDA_ERROR_NOT_FOUND, ERROR_NAMES, KernelLaunch, Param, param_offsets
 
 # the optional C part: Kernel.launch's repeat path (see Kernel._arm), node updates
@@ -472,29 +472,27 @@ class Kernel:
         rec = stream._recording
         if stream._finalizer is not None:
             stream._live()
-        if rec is None and not backend.capabilities.runs_host_code and EXPIRING.isdisjoint(map(type, args)):
-            # what submit() does with work on a stream no capture records, that
-            # uses no expiring array (a graphed output: its check and this launch
-            # go together, under its lock, in submit), without describing the work
-            # first (measured: a Work costs ~1 µs); the launch tuple is built in
-            # C, not by the NamedTuple's __new__
-            backend.launch(stream._raw, _tuple_new(KernelLaunch, (fn, grid, block, shared_mem, values, ())))
-            return
-        views: list[Any] = []  # each argument's view, for arrays (what the simulator runs on)
-        for a in args:
-            spec = None if isinstance(a, BY_VALUE) else getattr(a, "_view_spec", None)
-            views.append(spec if spec is None else spec())
+        views: tuple[Any, ...] = ()
+        if rec is not None or backend.capabilities.runs_host_code:
+            # each argument's view, for arrays: what the simulator runs on, what a capture
+            # records (an uncaptured launch on a GPU reads only the packed values)
+            views = tuple([_view(a) for a in args])
         # what is written comes first (submit skips the values passed by value)
         written, reads = (tuple(args), ()) if writes is None else (tuple(args[:writes]), tuple(args[writes:]))
-        launch = _tuple_new(KernelLaunch, (fn, grid, block, shared_mem, values, tuple(views)))
-        issue = self._issue.get(device) or backend.launch  # (in C once the kernel is armed)
-        work = _tuple_new(
-            Work, ("kernel", issue, launch, reads, written, (), self.name, (self, launch), None)
+        launch = _tuple_new(KernelLaunch, (fn, grid, block, shared_mem, values, views))
+        # (issued in C once the kernel is armed; the launch tuple is built in C, not by
+        # the NamedTuple's __new__)
+        issue = self._issue.get(device) or backend.launch
+        submit(
+            stream,
+            _tuple_new(Work, ("kernel", issue, launch, reads, written, (), self.name, (self, launch), None)),
         )
-        if rec is None:
-            submit(stream, work)
-        else:  # what submit() does with work on a captured stream, one call sooner
-            rec.record(stream, work)
+
+
+def _view(a: Any) -> Any:
+    """The view of ``a`` a launch describes (None: a value passed by value, or no array)."""
+    spec = None if isinstance(a, BY_VALUE) else getattr(a, "_view_spec", None)
+    return spec if spec is None else spec()
 
 
 _tuple_new = tuple.__new__

@@ -163,19 +163,13 @@ class Staging:
 
     def copy_in(self, dst: DeviceArray, i: Input, n: int | None, bucket: int | None, stream: Stream) -> None:
         """Copy input ``i`` into its static buffer ``dst`` on ``stream`` (and fill the padding)."""
-        eager = stream._recording is None
         part = dst[first_rows(dst.shape, self.dim, n)] if n is not None and n != bucket else dst
         if i.contiguous and part.is_contiguous:
             nbytes = part.nbytes
             if nbytes:
                 copy = _tuple_new(Copy, (part.ptr, i.ptr, nbytes, "dtod"))
-                if eager:  # what submit() does on a stream no capture records, one call sooner
-                    self.device.backend.memcpy(stream._raw, copy)
-                else:
-                    work = (
-                        "memcpy", dst.device.backend.memcpy, copy, (i.obj,), (part,), (), "", None, None,
-                    )  # fmt: skip
-                    submit(stream, _tuple_new(Work, work))
+                work = ("memcpy", dst.device.backend.memcpy, copy, (i.obj,), (part,), (), "", None, None)
+                submit(stream, _tuple_new(Work, work))
         else:
             copy_view(part, array_of(i, dst.device), stream)
         if n is not None and n != bucket and self.pad_value is not None:
