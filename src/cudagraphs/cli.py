@@ -48,7 +48,7 @@ def doctor() -> int:
     print(f"backend in use: {cg.backend()}")
     print(f"kernel cache: {cg.settings().cache_dir}")
     try:
-        from cudagraphs import _fastcall  # type: ignore[attr-defined]  # noqa: F401
+        from cudagraphs import _fastcall  # noqa: F401
         from cudagraphs._config import compiled_part
 
         built = "built"
