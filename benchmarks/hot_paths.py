@@ -40,14 +40,19 @@ def capture(n: int) -> float:
     return t * 1e3
 
 
-def per_call_us(fn, n: int = 20000) -> float:
-    fn()
-    dev.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
+def per_call_us(fn, n: int = 20000, rounds: int = 5) -> float:
+    """Microseconds per call of ``fn``: the median of ``rounds`` timings of ``n`` calls."""
+    for _ in range(200):
         fn()
     dev.synchronize()
-    return (time.perf_counter() - t0) / n * 1e6
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        dev.synchronize()
+        times.append((time.perf_counter() - t0) / n * 1e6)
+    return statistics.median(times)
 
 
 def launches(n: int = 20000) -> None:
@@ -75,9 +80,22 @@ def main(argv: list[str]) -> None:
     for n in (100, 1000):
         capture(n)
         print(f"capture+instantiate {n:5d}: {statistics.median(capture(n) for _ in range(7)):8.2f} ms")
+    # the rows of docs/architecture.md's "The compiled part" (run once with the C part and once
+    # with CUDAGRAPHS_FASTCALL=0, which keeps every C path off)
+    with cg.capture() as g:
+        cg.ops.add(x, z, out=x)
+    g.upload()
+    a, y = cg.ones(256, "float32"), cg.zeros(256, "float32")
+    f = cg.graphed(lambda v: cg.ops.scale(2.0, v))
+    f(a)
+    with cg.capture() as g2:
+        cg.ops.scale(2.0, a, out=y)
     print(f"eager Kernel.launch  {per_call_us(lambda: k.launch(1, 1, x)):6.2f} us")
     print(f"eager ops.add        {per_call_us(lambda: cg.ops.add(x, z, out=x)):6.2f} us")
     print(f"cg.empty + free      {per_call_us(lambda: cg.empty(128, 'float32')):6.2f} us")
+    print(f"Graph.replay         {per_call_us(g.replay):6.2f} us")
+    print(f"graphed call         {per_call_us(lambda: f(a)):6.2f} us")
+    print(f"rebind + replay      {per_call_us(lambda: (g2.rebind(y, y), g2.replay())):6.2f} us")
 
 
 if __name__ == "__main__":
