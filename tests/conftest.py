@@ -307,3 +307,11 @@ def compiled_part_or_skip() -> Any:
             allow_module_level=True,
         )
     return fast
+
+
+def needs_matmul(device: cg.Device) -> None:
+    """Skip where ``cg.ops.matmul`` cannot run: the cuda backend without nvmath-python (extra ``blas``)."""
+    from cudagraphs import _blas
+
+    if device.backend.name == "cuda" and not _blas.available():
+        pytest.skip(f"cg.ops.matmul on cuda needs nvmath-python: {_blas.INSTALL_HINT}")

@@ -15,19 +15,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import random_array
+from conftest import random_array, settle
 
 import cudagraphs as cg
 from cudagraphs._recording import Work, submit
 
 SRC = Path(cg.__file__).resolve().parent
-
-
-def settle(dev: cg.Device) -> cg.AllocatorStats:
-    """Collect garbage and run what finalizers queued (a safe point)."""
-    gc.collect()
-    dev.synchronize()
-    return dev.allocator.stats()
 
 
 # layers ------------------------------------------------------------------------------

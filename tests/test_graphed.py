@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import random_array, settle
+from conftest import needs_matmul, random_array, settle
 
 import cudagraphs as cg
 from cudagraphs._options import GraphedOptions
@@ -22,12 +22,6 @@ def affine(x: cg.DeviceArray, y: cg.DeviceArray, *, scale: float = 2.0) -> dict[
     """Compute scale * x + y and x + y: two outputs, allocated inside."""
     s = cg.ops.scale(scale, x)
     return {"out": cg.ops.add(s, y), "sum": cg.ops.add(x, y)}
-
-
-def needs_matmul(dev: cg.Device) -> None:
-    """Skip where cg.ops.matmul cannot run (the cuda backend without nvmath-python)."""
-    if dev.backend.capabilities.shares_memory:
-        pytest.importorskip("nvmath", reason="cg.ops.matmul on a GPU needs nvmath-python (extra 'blas')")
 
 
 class FakeForeign:

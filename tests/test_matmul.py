@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import random_array
+from conftest import needs_matmul, random_array
 
 import cudagraphs as cg
 from cudagraphs import _blas
@@ -48,8 +48,7 @@ TOL = {
 @pytest.fixture
 def blas_dev(device: cg.Device) -> cg.Device:
     """The device under test, with cuBLASLt to run matmul (skipped on cuda without nvmath-python)."""
-    if device.backend.name == "cuda" and not _blas.available():
-        pytest.skip(f"cg.ops.matmul on cuda needs nvmath-python: {_blas.INSTALL_HINT}")
+    needs_matmul(device)
     return device
 
 
