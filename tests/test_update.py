@@ -344,6 +344,28 @@ def test_rebind_and_repoint_name_the_device_of_an_array_of_another_device(
     g.close()
 
 
+def test_set_arg_names_the_device_of_an_array_of_another_device(
+    devices: list[cg.Device], rng: np.random.Generator
+) -> None:
+    a, b = devices[0], devices[1]
+    x_h = random_array(rng, 16, "float32")
+    x, y = cg.asarray(x_h, device=a), cg.zeros(16, "float32", device=a)
+    there = cg.asarray(x_h, device=b)
+    stream = a.current_stream()
+    with cg.capture(stream=stream) as g:
+        cg.ops.scale(2.0, x, y, stream=stream)
+    node = next(n for n in g.nodes if n.type == "kernel")
+    here, far = (f"{d.backend.name} device {d.index}" for d in (a, b))
+    with pytest.raises(ValueError, match=rf"the array is on {far}, the graph on {here}"):
+        g.set_arg(node, 1, there)
+    with pytest.raises(TypeError, match="pass a DeviceArray of this device like it, got list"):
+        g.set_arg(node, 1, [1.0])
+    y.set(np.full(16, np.nan, "float32"))
+    g.replay(stream)  # unchanged
+    np.testing.assert_allclose(y.get(stream=stream), 2 * x_h, rtol=1e-6)
+    g.close()
+
+
 def test_rebind_after_update(dev: cg.Device, rng: np.random.Generator) -> None:
     xs = [cg.asarray(random_array(rng, 50, "float32")) for _ in range(3)]
     y = cg.zeros(50, "float32")

@@ -472,11 +472,18 @@ def set_arg(graph: Any, exec_: Any, node: Any, arg: int | str, value: Any) -> No
     recorded = launch.views[j]
     if recorded is not None:
         spec = getattr(value, "_view_spec", None)
-        if spec is None or value.device is not graph.device:
+        if spec is None:
             raise TypeError(
                 f"set_arg: parameter {p.name!r} of node {index} was recorded with an array "
                 f"(shape {recorded.shape}, {recorded.dtype}); pass a DeviceArray of this "
                 f"device like it, got {type(value).__name__}"
+            )
+        if value.device is not graph.device:
+            d, g = value.device, graph.device
+            raise ValueError(
+                f"set_arg: parameter {p.name!r} of node {index}: the array is on "
+                f"{d.backend.name} device {d.index}, the graph on {g.backend.name} device "
+                f"{g.index}; pass an array of the graph's device"
             )
         view = _spec(value)
         if (view.shape, view.strides, view.dtype) != (recorded.shape, recorded.strides, recorded.dtype):
