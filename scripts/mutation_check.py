@@ -21,6 +21,12 @@ ROOT = Path(__file__).resolve().parent.parent
 # (name, file, code to delete or replace, replacement)
 MUTATIONS = [
     (
+        "a release skips a closed stream whose work nothing waited for",
+        "src/cudagraphs/_recording.py",
+        "        live = [s for s in streams if not s.closed or id(s._raw) in UNFINISHED]\n",
+        "        live = [s for s in streams if not s.closed]\n",
+    ),
+    (
         "a miss takes another stream's block while a capture is active",
         "src/cudagraphs/_recording.py",
         "    if _ACTIVE or not _act():\n        yield False\n        return",

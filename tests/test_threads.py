@@ -310,3 +310,55 @@ def test_a_pool_segment_given_back_as_another_thread_gets_its_address(
     got.clear()
     del block  # its release finds its record: no KeyError, nothing left in use
     _end(device, start)
+
+
+def test_a_graph_released_after_its_replay_stream_was_closed_waits_for_that_stream(
+    device: cg.Device, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """During another thread's capture, close a graph, then the stream it replayed on.
+
+    Both are deferred until the capture ends; the graph's release then runs
+    first, and must still wait for the replay on that stream (closed, not yet
+    destroyed) before its executable and memory go: it used to skip a closed
+    stream, and the stream was synchronized only by its destruction, after.
+    """
+    cg.ops.preload_dtypes(["float32"], device)
+    s, other = device.create_stream(), device.create_stream()
+    x, y = cg.zeros(16, "float32"), cg.zeros(4, "float32")
+    device.synchronize()
+    with cg.capture(stream=s) as g:
+        cg.ops.scale(2.0, x, out=x, stream=s)
+    g.replay(s)
+    raw, backend, log = s._raw, device.backend, []
+    sync, destroy = backend.synchronize, backend.destroy
+    monkeypatch.setattr(
+        backend, "synchronize", lambda t, block=True: (log.append(("sync", t)), sync(t, block))[1]
+    )
+    monkeypatch.setattr(backend, "destroy", lambda h: (log.append(("destroy", h)), destroy(h))[1])
+    began, done, errors = threading.Event(), threading.Event(), []
+
+    def capture() -> None:
+        try:
+            with cg.capture(stream=other, mode="thread_local"):
+                cg.ops.fill(y, 1.0, stream=other)
+                began.set()
+                done.wait(10)
+        except BaseException as exc:  # (reported below)
+            errors.append(exc)
+            began.set()
+
+    t = threading.Thread(target=capture)
+    t.start()
+    began.wait(10)
+    exec_ = g._exec
+    g.close()  # (deferred: a capture is active)
+    s.close()  # (deferred too; the stream is closed from here)
+    done.set()
+    t.join(10)
+    assert not errors, _report(errors)
+    assert ("destroy", exec_) in log
+    first_sync = next((i for i, e in enumerate(log) if e == ("sync", raw)), None)
+    assert first_sync is not None, log
+    assert first_sync < log.index(("destroy", exec_)), (
+        f"the graph went before its replay stream was waited for: {log}"
+    )

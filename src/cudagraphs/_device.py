@@ -189,6 +189,8 @@ class Stream:
         finalizer = self._finalizer
         with _recording._lock:  # (one step for _recording.mark: an event recorded before, or none)
             closing = finalizer is not None and finalizer.detach() is not None
+            if closing:  # (and for releases: its work is not waited for until it is destroyed)
+                _recording.UNFINISHED.add(id(self._raw))
         if closing:
             _recording.release(self.device, _destroy_stream, self.device.backend, self._raw)
 
@@ -238,6 +240,8 @@ def _destroy_stream(backend: Backend, raw: Any) -> None:
     # A release that found the stream open (in another thread) may still use
     # it: then it is destroyed when that release is done
     backend.synchronize(raw)
+    with _recording._lock:
+        _recording.UNFINISHED.discard(id(raw))
     _recording.when_unheld(raw, backend.destroy, raw)
 
 

@@ -64,6 +64,7 @@ from .backends.base import (
 
 __all__ = [
     "EXPIRING",
+    "UNFINISHED",
     "NodeRecord",
     "Recording",
     "Work",
@@ -703,6 +704,10 @@ def later(device: Any, fn: Callable[..., Any], *args: Any) -> None:
 # each waits for (see holding)
 _held: dict[int, int] = {}
 _after: dict[int, tuple[Callable[..., Any], tuple[Any, ...]]] = {}
+# streams closed whose work nothing has waited for yet (id of the driver's handle): their
+# destruction, which waits for it first, may be deferred (a capture is active) behind a
+# release that must still order after their work (see holding); changed under _lock
+UNFINISHED: set[int] = set()
 
 
 @contextlib.contextmanager
@@ -714,9 +719,12 @@ def holding(streams: Any) -> Iterator[list[Any]]:
     stream destroyed (``CUDA_ERROR_INVALID_HANDLE``) and the release fail.
     A stream found open here (checked under the lock ``Stream.close`` takes
     to close it) is destroyed only after the block (see :func:`when_unheld`).
+    A closed stream whose work was not waited for yet (``UNFINISHED``: its
+    destruction is deferred) counts as open: its handle is still valid, and
+    the release must still order after that work.
     """
     with _lock:
-        live = [s for s in streams if not s.closed]
+        live = [s for s in streams if not s.closed or id(s._raw) in UNFINISHED]
         for s in live:
             _held[id(s._raw)] = _held.get(id(s._raw), 0) + 1
     try:
