@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -319,9 +320,26 @@ def test_repoint_refuses_a_node_that_reads_more_than_the_memory_moved(
     g.close()
 
 
-def test_rebind_and_repoint_name_the_device_of_an_array_of_another_device(
-    devices: list[cg.Device], rng: np.random.Generator
-) -> None:
+class _TwoDevices(NamedTuple):
+    """A graph of ``y = 2 * x`` on the first of two devices, and ``x``'s values on the second."""
+
+    g: cg.Graph
+    x: cg.DeviceArray
+    y: cg.DeviceArray
+    x_h: np.ndarray
+    there: cg.DeviceArray
+    stream: cg.Stream
+    here: str
+    far: str
+
+    def replays_unchanged(self) -> None:
+        self.y.set(np.full(16, np.nan, "float32"))
+        self.g.replay(self.stream)
+        np.testing.assert_allclose(self.y.get(stream=self.stream), 2 * self.x_h, rtol=1e-6)
+        self.g.close()
+
+
+def _scale_on_first_of(devices: list[cg.Device], rng: np.random.Generator) -> _TwoDevices:
     a, b = devices[0], devices[1]
     x_h = random_array(rng, 16, "float32")
     x, y = cg.asarray(x_h, device=a), cg.zeros(16, "float32", device=a)
@@ -330,6 +348,14 @@ def test_rebind_and_repoint_name_the_device_of_an_array_of_another_device(
     with cg.capture(stream=stream) as g:
         cg.ops.scale(2.0, x, y, stream=stream)
     here, far = (f"{d.backend.name} device {d.index}" for d in (a, b))
+    return _TwoDevices(g, x, y, x_h, there, stream, here, far)
+
+
+def test_rebind_and_repoint_name_the_device_of_an_array_of_another_device(
+    devices: list[cg.Device], rng: np.random.Generator
+) -> None:
+    t = _scale_on_first_of(devices, rng)
+    g, x, there, here, far = t.g, t.x, t.there, t.here, t.far
     for change in (g.rebind, g.repoint):
         what = rf"{change.__name__}: new must match old in shape, strides, dtype and device; they differ in"
         with pytest.raises(ValueError, match=rf"{what} device: new is on {far}, old on {here}"):
@@ -337,33 +363,20 @@ def test_rebind_and_repoint_name_the_device_of_an_array_of_another_device(
         with pytest.raises(ValueError, match=rf"{what} device: new is on {here}, old on {far}"):
             change(there, x)
     with pytest.raises(ValueError, match=r"they differ in shape \(16,\) \(old\) and \(8,\) \(new\)"):
-        g.repoint(x, cg.zeros(8, "float32", device=a))
-    y.set(np.full(16, np.nan, "float32"))
-    g.replay(stream)  # unchanged
-    np.testing.assert_allclose(y.get(stream=stream), 2 * x_h, rtol=1e-6)
-    g.close()
+        g.repoint(x, cg.zeros(8, "float32", device=devices[0]))
+    t.replays_unchanged()
 
 
 def test_set_arg_names_the_device_of_an_array_of_another_device(
     devices: list[cg.Device], rng: np.random.Generator
 ) -> None:
-    a, b = devices[0], devices[1]
-    x_h = random_array(rng, 16, "float32")
-    x, y = cg.asarray(x_h, device=a), cg.zeros(16, "float32", device=a)
-    there = cg.asarray(x_h, device=b)
-    stream = a.current_stream()
-    with cg.capture(stream=stream) as g:
-        cg.ops.scale(2.0, x, y, stream=stream)
-    node = next(n for n in g.nodes if n.type == "kernel")
-    here, far = (f"{d.backend.name} device {d.index}" for d in (a, b))
-    with pytest.raises(ValueError, match=rf"the array is on {far}, the graph on {here}"):
-        g.set_arg(node, 1, there)
+    t = _scale_on_first_of(devices, rng)
+    node = next(n for n in t.g.nodes if n.type == "kernel")
+    with pytest.raises(ValueError, match=rf"the array is on {t.far}, the graph on {t.here}"):
+        t.g.set_arg(node, 1, t.there)
     with pytest.raises(TypeError, match="pass a DeviceArray of this device like it, got list"):
-        g.set_arg(node, 1, [1.0])
-    y.set(np.full(16, np.nan, "float32"))
-    g.replay(stream)  # unchanged
-    np.testing.assert_allclose(y.get(stream=stream), 2 * x_h, rtol=1e-6)
-    g.close()
+        t.g.set_arg(node, 1, [1.0])
+    t.replays_unchanged()
 
 
 def test_rebind_after_update(dev: cg.Device, rng: np.random.Generator) -> None:
