@@ -705,9 +705,9 @@ class CachingAllocator(_Counters):
             for (owner, other_size), cached in self._free.items() if quiet else ():
                 if other_size == size and cached and owner != stream.handle:
                     owner_stream = self._streams.get(owner)
-                    # another stream's block: order our stream after its last use (a closed
-                    # stream finished its work when it was closed); taken once ordered, so
-                    # that a failed event leaves it in the cache
+                    # another stream's block: order our stream after its last use (holding
+                    # leaves out only closed streams whose work was waited for); taken once
+                    # ordered, so that a failed event leaves it in the cache
                     with _recording.holding([owner_stream] if owner_stream is not None else []) as live:
                         for other in live:  # (open: held until ordered, if its thread closes it)
                             self._follow(stream, other)
