@@ -19,14 +19,16 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m cudagraphs demo
 
-# the suite twice: with the C part (as built by `pip install -e .`), then with every C path
-# off, so that each Python path the C part stands in front of is tested too (docs/architecture.md)
+# the suite twice: as built by `pip install -e .` (the modules Cython compiles, the C part), then
+# the same source as plain Python (a copy without compiled files, first on PYTHONPATH): what runs
+# where no compiler is, and every Python path the C part stands in front of (docs/architecture.md)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
-	CUDAGRAPHS_FASTCALL=0 $(BIN)/python -m pytest -q -p no:cacheprovider
+	PYTHONPATH=$$($(BIN)/python scripts/plain_tree.py .plain) CUDAGRAPHS_EXPECT_PLAIN=1 \
+	  $(BIN)/python -m pytest -q -p no:cacheprovider
 
 lint: $(STAMP)
 	$(BIN)/ruff check --fix .
@@ -46,4 +48,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist site src/*.egg-info
+	rm -rf $(VENV) .plain .pytest_cache .mypy_cache .ruff_cache build dist site src/*.egg-info

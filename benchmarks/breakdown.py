@@ -44,15 +44,6 @@ Rows = list[tuple[str, float]]
 CUDA = cg.backend() == "cuda"
 
 
-def _fastcall() -> Any:
-    """The C part of cudagraphs, or None where it is not built."""
-    try:
-        from cudagraphs import _fastcall as fast
-    except ImportError:
-        return None
-    return fast
-
-
 def _drv() -> Any:
     from cuda.bindings import driver
 
@@ -238,23 +229,6 @@ def row_alloc(q: bool, raw: dict[str, float]) -> dict[str, Rows]:
             )
         except ImportError:
             pass
-    fast = _fastcall()
-    if fast is not None:  # the C pair alone, then with the Block and array made in C
-        handle = dev.stream.handle
-        alloc.raw_free(alloc.raw_malloc(512))
-        cg.empty(128, "float32")  # (a block of its size on the free list: fast_empty's hit)
-        rows.append(
-            (
-                "_fastcall take + give (the cached pair in C)",
-                throughput(lambda: fast.give(alloc, fast.take(alloc, handle, 512)), n, rounds),
-            )
-        )
-        rows.append(
-            (
-                "_fastcall.fast_empty + drop (Block and array in C)",
-                throughput(lambda: fast.fast_empty(128, "float32"), n, rounds),
-            )
-        )
     rows.append(
         (
             "allocator raw_malloc+raw_free (cached)",

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -315,3 +316,21 @@ def needs_matmul(device: cg.Device) -> None:
 
     if device.backend.name == "cuda" and not _blas.available():
         pytest.skip(f"cg.ops.matmul on cuda needs nvmath-python: {_blas.INSTALL_HINT}")
+
+
+@pytest.fixture(scope="session")
+def plain_python_path(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A PYTHONPATH on which cudagraphs is the package as plain Python (no compiled file).
+
+    A copy of ``src/cudagraphs`` without its built modules, made by
+    ``scripts/plain_tree.py`` (what CI's plain-Python run of the suite uses).
+    """
+    import importlib.util
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("plain_tree", root / "scripts" / "plain_tree.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return str(module.plain_tree(tmp_path_factory.mktemp("plain")))

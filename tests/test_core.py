@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import gc
+import os
 import re
 import threading
 import weakref
@@ -873,3 +874,39 @@ def test_the_c_part_reads_only_declared_names() -> None:
     assert not missing, (
         f"_fastcall.c reads {missing}, which _fastcall.pyi does not declare: add them to its table"
     )
+
+
+def _compiled_modules() -> list[str]:
+    """setup.py's COMPILED: the modules Cython compiles from their Python source."""
+    tree = ast.parse((Path(__file__).resolve().parents[1] / "setup.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "COMPILED" for t in node.targets):
+            return list(ast.literal_eval(node.value))
+    raise AssertionError("setup.py names no COMPILED list")
+
+
+def test_each_compiled_module_has_its_declarations_and_runs_in_the_mode_asked() -> None:
+    """Each module of setup.py's COMPILED has its .pxd; CI's runs get what they ask for.
+
+    With ``CUDAGRAPHS_EXPECT_PLAIN=1`` (the second run of ``make test``) every
+    module is its ``.py``; with ``CUDAGRAPHS_REQUIRE_C=1`` (CI's build) and not
+    plain, each module of COMPILED and the C part are built extension modules:
+    a module dropped from the build, or a plain run that is not, fails here.
+    """
+    import importlib
+
+    names = _compiled_modules()
+    root = Path(cg.__file__).resolve().parent
+    assert names, "setup.py compiles no module"
+    for name in names:
+        assert (root / f"{name}.py").is_file(), name
+        assert (root / f"{name}.pxd").is_file(), f"{name} is compiled without its declarations"
+    files = {name: importlib.import_module(f"cudagraphs.{name}").__file__ or "" for name in names}
+    if os.environ.get("CUDAGRAPHS_EXPECT_PLAIN") == "1":
+        assert all(f.endswith(".py") for f in files.values()), files
+        from cudagraphs._config import compiled_part
+
+        assert compiled_part() is None
+    elif os.environ.get("CUDAGRAPHS_REQUIRE_C") == "1":
+        assert not any(f.endswith(".py") for f in files.values()), files
+        import cudagraphs._fastcall  # noqa: F401  (built: the import must not fail)

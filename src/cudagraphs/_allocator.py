@@ -27,15 +27,20 @@ Rules (the same on every backend):
 Notes
 -----
 A :class:`Block` owns its memory: the block returns to its owner when the
-last array referencing it is garbage collected (in the deallocator of its C
-base class ``_fastcall.BlockBase``, or, where the C part is not built, in a
-weak-reference callback; never ``__del__``). That release may run in the
+last array referencing it is garbage collected, in its finalizer (compiled,
+the ``tp_finalize`` of its extension type). That release may run in the
 middle of any allocation, even one holding this allocator's lock: it puts
 the block back on its free list only if the lock is free right now, and
 otherwise queues it; the queue is emptied at the start of the next
-allocator call (a garbage collection never deadlocks the allocator).
-``cudagraphs.empty``'s common call takes a cached block in C too
-(``_fastcall.fast_empty``), on the same free lists, under the same lock.
+allocator call (a garbage collection never deadlocks the allocator). A
+cycle through a block and its owner (a graph pool holding its own arrays) is
+collected: the collector runs every finalizer of the cycle before it clears
+any object, so the blocks give their memory back to an intact pool.
+
+This module is compiled by Cython from this source where the package is
+built (``_allocator.pxd`` declares ``Block`` and ``CachingAllocator`` as
+extension types: docs/architecture.md, "The compiled part"), and runs as
+plain Python where not.
 
 While a stream is being captured, allocations on it go to the capture's
 memory policy (``stream._recording.memory``: the graph's pool, driver graph
@@ -50,14 +55,23 @@ import dataclasses
 import operator
 import sys
 import threading
-import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
+
+try:
+    import cython
+except ImportError:  # (run as Python where Cython is not installed: nothing is compiled)
+    from types import SimpleNamespace
+
+    cython = SimpleNamespace(compiled=False)
 
 from . import _recording
 from ._config import compiled_part
 from ._errors import CaptureError, CudaError, OutOfMemoryError
+from ._fields import StreamFields
 from .backends.base import CUDA_ERROR_OUT_OF_MEMORY, Backend
+
+_QUEUE = _recording._QUEUE  # (the deferred releases a safe point runs: the same deque, read here often)
 
 
 class Stream(Protocol):
@@ -158,47 +172,7 @@ class AllocatorStats:
     oom_retries: int
 
 
-class _PyBlock:
-    """A Block's fields where the C part is not built: its release record holds the owner."""
-
-    __slots__ = ("_ref", "device", "nbytes", "ptr")
-
-    _ref: _BlockRef
-
-    @property
-    def owner(self) -> BlockOwner:
-        """Where the memory goes back when the block dies."""
-        return self._ref.owner
-
-    @owner.setter
-    def owner(self, value: BlockOwner) -> None:
-        self._ref.owner = value
-
-    @property
-    def extra(self) -> list[Stream] | None:
-        """Other streams that used the block (None: none)."""
-        return self._ref.extra
-
-    @extra.setter
-    def extra(self, value: list[Stream] | None) -> None:
-        self._ref.extra = value
-
-
-if TYPE_CHECKING:
-
-    class _BlockFields:  # what either base below gives a Block, as the type checker sees it
-        ptr: int
-        nbytes: int
-        device: Any  # (a _device.Device, a layer above)
-        owner: BlockOwner
-        extra: list[Stream] | None
-
-else:  # a Block's fields: in C where the module is built (released by its deallocator), else
-    # _PyBlock's (released by a weak reference's callback, _on_block_dead)
-    _BlockFields = _fastcall.BlockBase if _fastcall is not None else _PyBlock
-
-
-class Block(_BlockFields):
+class Block:
     """A device allocation; arrays and views referencing it keep it alive.
 
     Attributes
@@ -215,7 +189,41 @@ class Block(_BlockFields):
         Other streams that used the block (:meth:`use_on`).
     """
 
-    __slots__ = ("__weakref__",)
+    # (compiled, an extension type whose fields _allocator.pxd declares)
+    __slots__ = ("__weakref__", "device", "extra", "nbytes", "owner", "ptr")
+
+    ptr: int
+    nbytes: int
+    device: Any  # (a _device.Device, a layer above)
+    owner: BlockOwner
+    extra: list[Stream] | None
+
+    def __del__(self) -> None:
+        # the memory back to its owner, as soon as the block dies (a finalizer: compiled, of the
+        # extension type; else of the Python class)
+        self._release()
+
+    def _release(self) -> None:
+        """Give the dying block's memory back (its finalizer), never waiting for a lock.
+
+        It may run inside any allocation, locks held: a block of the cache goes
+        back at once when the allocator's lock is free right now (a
+        non-blocking acquire cannot deadlock); anything else is queued for the
+        next allocator call. (A method, not a module function: at interpreter
+        shutdown a class outlives the module's globals.)
+        """
+        owner: BlockOwner | None = self.owner  # (set last by new_block, the one maker of blocks)
+        if owner is None:  # (compiled: never filled in)
+            return
+        ptr, extra = self.ptr, self.extra
+        if extra is None and type(owner) is CachingAllocator:
+            allocator = owner  # (compiled: typed, its methods called directly)
+            if allocator._try_cache(ptr):
+                return
+        try:  # noqa: SIM105  (not contextlib.suppress: at shutdown the module may be gone)
+            _DEAD.append(_DeadBlock(owner, ptr, extra))
+        except (AttributeError, TypeError):  # interpreter shutdown: module globals are gone
+            pass
 
     def use_on(self, stream: Stream) -> None:
         """Declare that work on ``stream`` uses this block.
@@ -248,46 +256,14 @@ class _DeadBlock(NamedTuple):
     extra: list[Stream] | None
 
 
-class _BlockRef(weakref.ref["Block"]):
-    """The release record of a Block where the C part is not built: fires when the block dies.
-
-    ``owner`` gets the memory back: the allocator, or the graph pool the
-    block came from during a capture.
-    """
-
-    __slots__ = ("extra", "owner", "ptr")
-
-    ptr: int
-    extra: list[Stream] | None
-    owner: BlockOwner
-
-
 class BlockOwner(Protocol):
     """Where a block's memory goes back to when the block dies."""
 
     def release(self, ptr: int, streams: list[Stream] | None) -> None: ...
 
 
-_refs: set[_BlockRef] = set()  # keeps each release record alive until it fires
-_dead: collections.deque[_BlockRef | _DeadBlock] = collections.deque()  # blocks to give back
-
-
-def _on_block_dead(ref: _BlockRef) -> None:
-    # may run inside any allocation, locks held: never wait for a lock. A block
-    # of the cache goes back at once when the allocator's lock is free right
-    # now (a non-blocking acquire cannot deadlock); anything else is queued
-    try:
-        _refs.discard(ref)
-        owner = ref.owner
-        if ref.extra is None and type(owner) is CachingAllocator and owner._lock.acquire(False):
-            try:
-                owner._cache_locked(ref.ptr)
-            finally:
-                owner._lock.release()
-            return
-        _dead.append(ref)
-    except (AttributeError, TypeError):  # interpreter shutdown: module globals are gone
-        pass
+_dead: collections.deque[_DeadBlock] = collections.deque()  # dead blocks' memory to give back
+_DEAD = _dead  # (the same, for the hot paths: compiled, a C global, no name lookup)
 
 
 def release_dead_blocks() -> None:
@@ -317,35 +293,27 @@ def new_block(device: Device, ptr: int, nbytes: int, owner: BlockOwner) -> Block
     block.ptr = ptr
     block.nbytes = nbytes
     block.device = device
-    if _fastcall is not None:  # (released by BlockBase's deallocator, from here)
-        block.extra = None
-        block.owner = owner
-        return block
-    ref = _BlockRef(block, _on_block_dead)
-    ref.ptr = ptr
-    ref.extra = None
-    ref.owner = owner
-    block._ref = ref  # type: ignore[attr-defined]  # (a _PyBlock)
-    _refs.add(ref)
+    block.extra = None
+    block.owner = owner  # (from here, its death gives the memory back)
     return block
 
 
-class _PyCounters:
-    """The allocator's hot counters where the C part is not built."""
+if not cython.compiled:  # (compiled, _allocator.pxd's C versions: no method call for the C Lock)
 
-    __slots__ = ("_hits", "_in_use", "_peak")
+    def _lock_api(capsule: Any) -> None:
+        """Take the C part's Lock functions from its capsule (compiled only)."""
+
+    def _acquire(lock: Any, blocking: bool) -> bool:
+        """``lock.acquire(blocking)``."""
+        return lock.acquire(blocking)  # type: ignore[no-any-return]
+
+    def _release(lock: Any) -> None:
+        """``lock.release()``."""
+        lock.release()
 
 
-if TYPE_CHECKING:
-
-    class _Counters:  # what either base below gives the allocator, as the type checker sees it
-        _hits: int
-        _in_use: int
-        _peak: int
-
-else:  # the counters the hot pair changes: C integers where the module is built (no int objects
-    # made per allocation; Python reads and writes them as its own attributes), else slots
-    _Counters = _fastcall.AllocatorBase if _fastcall is not None else _PyCounters
+if cython.compiled and _fastcall is not None:
+    _lock_api(_fastcall.lock_api)
 
 
 def _size(nbytes: Any) -> int:
@@ -393,7 +361,7 @@ def _refuse_outside(size: int, stream: Stream) -> None:
     )
 
 
-class CachingAllocator(_Counters):
+class CachingAllocator:
     """The caching allocator of one device (``device.allocator``).
 
     Parameters
@@ -402,17 +370,23 @@ class CachingAllocator(_Counters):
         Its device (every device has one already: ``cg.Device(i).allocator``).
     """
 
-    # (slots: the C part reads the free lists and lock at fixed places, the counters in its base)
+    # (compiled, an extension type whose fields _allocator.pxd declares, the counters C integers)
     __slots__ = (
         "__weakref__",
         "_backend",
         "_device",
         "_free",
+        "_hits",
+        "_in_use",
+        "_last_handle",
+        "_last_key",
+        "_last_size",
         "_live",
         "_lock",
         "_misses",
         "_oom_retries",
         "_ordinal",
+        "_peak",
         "_reserved",
         "_streams",
         "_unordered",
@@ -426,11 +400,16 @@ class CachingAllocator(_Counters):
         self._device = device
         self._backend: Backend = device.backend
         self._ordinal = device.index
-        # (where the C part is built, a lock it takes without a method call)
+        # (where the C part is built, a lock compiled code takes without a method call)
         self._lock = _fastcall.Lock() if _fastcall is not None else threading.Lock()
+        # (stream key, size) -> addresses; the same tuple is each live block's record, and the
+        # last one made serves the next allocation of that size on that stream (no new tuple)
         self._free: dict[tuple[int, int], list[int]] = {}
+        self._last_key: tuple[int, int] = (0, 0)
+        self._last_handle: int | None = None
+        self._last_size = 0
         self._waits: dict[int, list[Any]] = {}  # ptr -> raw events to wait for
-        self._live: dict[int, tuple[int, int]] = {}  # ptr -> (size, stream key)
+        self._live: dict[int, tuple[int, int]] = {}  # ptr -> (stream key, size)
         self._streams: dict[int, Stream] = {}  # stream key -> Stream
         # ptr -> size: freed memory the next user could not be ordered after (an event the
         # driver refused), reused by no one until empty_cache's device synchronize frees it
@@ -467,17 +446,18 @@ class CachingAllocator(_Counters):
         CaptureError
             If the capture forbids allocations, or another thread captures ``stream``.
         """
-        if _dead:
+        if _DEAD:
             release_dead_blocks()
-        if _recording._QUEUE:
+        if _QUEUE:
             safe_point()
-        if nbytes.__class__ is not int or nbytes < 0:
+        if type(nbytes) is not int or nbytes < 0:
             nbytes = _size(nbytes)
         if stream is None:
             stream = self._device.stream
-        elif getattr(stream, "device", None) is not self._device:
+        fields = stream if isinstance(stream, StreamFields) else None  # (compiled: typed)
+        if fields is None or fields.device is not self._device:
             raise _bad_stream(stream, self._device, "malloc")
-        rec = stream._recording
+        rec = fields._recording
         if rec is None:
             return new_block(self._device, self.raw_malloc(nbytes, stream), nbytes, self)
         if rec.thread != threading.get_ident():
@@ -502,15 +482,26 @@ class CachingAllocator(_Counters):
         """Like :meth:`malloc`, returning a bare address to give to :meth:`raw_free`."""
         if stream is None:
             stream = self._device.stream
-        handle = stream.handle
-        if _fastcall is not None:  # the cache hit, in C (None: a miss, events to wait for, busy)
-            found = _fastcall.take(self, handle, nbytes)
-            if found is not None:
-                return found  # type: ignore[no-any-return]
+        fields = stream  # (compiled: typed, its fields read directly)
+        handle = fields.handle
         # (round_size, inlined for the common small sizes: this is a hot path)
-        size = -(-nbytes // _SMALL_STEP) * _SMALL_STEP if 0 < nbytes <= _SMALL else round_size(nbytes)
-        with self._lock:
-            cached = self._free.get((handle, size))
+        if 0 < nbytes <= _SMALL:
+            small = nbytes  # (compiled: a C integer)
+            size = -(-small // _SMALL_STEP) * _SMALL_STEP
+        else:
+            whole = round_size(nbytes)
+            if whole > sys.maxsize:  # (no device holds it: what the driver would answer)
+                raise self._out_of_memory(whole)
+            size = whole
+        lock = self._lock
+        _acquire(lock, True)
+        try:
+            key = self._last_key
+            if self._last_size != size or self._last_handle is not handle:
+                key = self._last_key = (handle, size)
+                self._last_size = size
+                self._last_handle = handle
+            cached = self._free.get(key)
             if cached:
                 if self._waits:  # (a failed wait leaves the block where it was)
                     self._wait_for(cached[-1], stream)
@@ -518,10 +509,12 @@ class CachingAllocator(_Counters):
                 self._hits += 1
             else:
                 ptr = self._miss(size, stream)
-            self._live[ptr] = (size, handle)
-            in_use = self._in_use = self._in_use + size
-            if in_use > self._peak:
-                self._peak = in_use
+            self._live[ptr] = key
+            self._in_use += size
+            if self._in_use > self._peak:
+                self._peak = self._in_use
+        finally:
+            _release(lock)
         return ptr
 
     def raw_free(self, ptr: int, streams: list[Stream] | None = None) -> None:
@@ -544,31 +537,48 @@ class CachingAllocator(_Counters):
         recorded on ``streams``, the memory is set aside until
         :meth:`empty_cache` (it stays reserved, counted as cached).
         """
-        if not streams and _fastcall is not None and _fastcall.give(self, ptr):
-            return  # (in C, the lock free)
         if streams or ptr not in self._live:  # (checked before an event is recorded)
             _check_free(self._live, ptr, streams)
+        lock = self._lock
+        if not streams:
+            _acquire(lock, True)
+            try:
+                self._cache_locked(ptr)
+            finally:
+                _release(lock)
+            return
         events: list[Any] = []
         try:
-            with _recording.holding(streams or ()) as live:  # (another thread may close one)
+            with _recording.holding(streams) as live:  # (another thread may close one)
                 for s in live:
                     events.append(self._record(s))
         except CudaError:  # (a release must not fail its caller: often a collection)
             for event in events:
                 self._backend.destroy(event)
-            with self._lock:
+            with lock:
                 self._set_aside_locked(ptr)
             return
-        with self._lock:
+        with lock:
             self._cache_locked(ptr)
             if events:
                 self._waits[ptr] = events
 
+    def _try_cache(self, ptr: int) -> bool:
+        """Put ``ptr`` on its free list if the lock is free right now (a block's death)."""
+        lock = self._lock
+        if not _acquire(lock, False):  # (never waits: the lock may be this thread's own)
+            return False
+        try:
+            self._cache_locked(ptr)
+        finally:
+            _release(lock)
+        return True
+
     def _cache_locked(self, ptr: int) -> None:
         """Put ``ptr`` on its stream's free list (the caller holds the lock)."""
-        size, stream_key = self._live.pop(ptr)
+        key = self._live.pop(ptr)  # (stream key, size): its free list's key
+        size = key[1]
         self._in_use -= size
-        key = (stream_key, size)
         cached = self._free.get(key)
         if cached is None:
             self._free[key] = [ptr]
@@ -581,7 +591,7 @@ class CachingAllocator(_Counters):
         For memory the next user could not be ordered after: reserved and
         cached, reused by no allocation, freed after the device synchronize.
         """
-        size, _ = self._live.pop(ptr)
+        _, size = self._live.pop(ptr)
         self._in_use -= size
         self._unordered[ptr] = size
 
@@ -642,7 +652,7 @@ class CachingAllocator(_Counters):
         with self._lock:
             self._misses += 1
             self._reserved += size
-            self._live[ptr] = (size, self._device.stream.handle)
+            self._live[ptr] = (self._device.stream.handle, size)
             self._in_use += size
             if self._in_use > self._peak:
                 self._peak = self._in_use
@@ -676,7 +686,7 @@ class CachingAllocator(_Counters):
                 except CudaError:  # (the memory stays accounted, freed after a device synchronize)
                     self._set_aside_locked(ptr)
                     return
-                size, _ = self._live.pop(ptr)
+                _, size = self._live.pop(ptr)
                 self._in_use -= size
                 self._reserved -= size
 

@@ -4,6 +4,13 @@ An array is a view (pointer, shape, byte strides, dtype) of a :class:`Block`
 from the device's caching allocator. Slicing, ``.T``, ``transpose`` and
 ``reshape`` (of contiguous arrays) make views that share the block; the block
 returns to the cache when the last view is gone.
+
+This module is compiled by Cython from this source where the package is
+built (``_array.pxd`` declares ``DeviceArray`` as an extension type and types
+:func:`empty`'s path: docs/architecture.md, "The compiled part"), and runs
+as plain Python where not. Compiled methods read a typed array's fields
+directly; the address is read through :attr:`DeviceArray.ptr`, a property a
+graph's output overrides to check that it is still valid.
 """
 
 from __future__ import annotations
@@ -14,13 +21,21 @@ from typing import Any
 
 import numpy as np
 
-from . import _allocator, _config, _dlpack, _recording
+try:
+    import cython
+except ImportError:  # (run as Python where Cython is not installed: nothing is compiled)
+    from types import SimpleNamespace
+
+    cython = SimpleNamespace(compiled=False)
+
+from . import _dlpack
 from ._allocator import Block, new_block
 from ._builtin_kernels import c_strides, check_same, copy_view, fill_view
 from ._builtin_kernels import fill_value as _fill_value
-from ._device import _DEFAULT_DEVICE, Device, Stream, as_device, resolve_stream
-from ._dtypes import SUPPORTED, normalize_dtype
-from ._kernel import fast_array_class, fastcall
+from ._device import Device, Stream, _current_stream_of, as_device, resolve_stream
+from ._dtypes import normalize_dtype
+from ._fields import stream_offsets
+from ._kernel import fast_array_class
 from ._recording import Work, release, submit
 from ._transfer import PendingCopy, to_device, to_host
 from .backends.base import ArrayArg
@@ -46,14 +61,21 @@ MAX_DIMS = 64  # numpy's limit (NPY_MAXDIMS): more could not come back to the ho
 
 
 def _shape(shape: Any) -> tuple[int, ...]:
+    global _LAST_DIMS
     if type(shape) is int and shape >= 0:  # the common cases, checked cheaply
-        return (shape,)
-    if type(shape) is tuple and len(shape) <= MAX_DIMS and all(type(d) is int and d >= 0 for d in shape):
-        return shape
+        if _LAST_DIMS[0] != shape:  # (the last one made serves again: tuples are immutable)
+            _LAST_DIMS = (shape,)
+        return _LAST_DIMS
+    if type(shape) is tuple and len(shape) <= MAX_DIMS:
+        for d in shape:
+            if type(d) is not int or d < 0:
+                break
+        else:
+            return shape
     if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
         shape = (shape,)
     try:
-        dims = tuple(operator.index(d) for d in shape)
+        dims = tuple([operator.index(d) for d in shape])
     except TypeError:
         raise TypeError(f"shape must be an int or a sequence of ints, got {shape!r}") from None
     for d in dims:
@@ -61,6 +83,18 @@ def _shape(shape: Any) -> tuple[int, ...]:
             raise ValueError(f"negative dimension {d} in shape {dims}")
     _check_ndim(len(dims))
     return dims
+
+
+_LAST_DIMS: tuple[int, ...] = (0,)  # the last 1-D shape _shape made
+_STRIDES_1D: dict[int, tuple[int]] = {}  # a 1-D array's strides, by item size
+
+
+def _strides_1d(itemsize: int) -> tuple[int]:
+    """``(itemsize,)``, the same tuple each time."""
+    strides = _STRIDES_1D.get(itemsize)
+    if strides is None:
+        strides = _STRIDES_1D[itemsize] = (itemsize,)
+    return strides
 
 
 def _check_ndim(ndim: int) -> None:
@@ -122,17 +156,17 @@ class DeviceArray:
         "__weakref__",
         "_arg",
         "_block",
+        "_ptr",
         "device",
         "dtype",
         "is_contiguous",
-        "ptr",
         "shape",
         "size",
         "strides",
     )
 
     _block: Block
-    ptr: int
+    _ptr: int  # (read through ptr, which a graph's output checks)
     shape: tuple[int, ...]
     strides: tuple[int, ...]
     dtype: np.dtype
@@ -155,9 +189,11 @@ class DeviceArray:
         size: int | None = None,
     ) -> DeviceArray:
         """An array over ``block``; ``size`` given means a fresh C-contiguous one."""
-        a = object.__new__(cls)
+        if size is not None and cls is DeviceArray:
+            return _fresh(block, shape, strides, dtype, size)
+        a = DeviceArray.__new__(cls)
         a._block = block
-        a.ptr = ptr
+        a._ptr = ptr
         a.shape = shape
         a.strides = strides
         a.dtype = dtype
@@ -170,6 +206,11 @@ class DeviceArray:
             a.is_contiguous = True
             a.size = size
         return a
+
+    @property
+    def ptr(self) -> int:
+        """Device address of the first element."""
+        return self._ptr
 
     def _view(self, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> DeviceArray:
         return DeviceArray._wrap(self._block, ptr, shape, strides, self.dtype)
@@ -435,28 +476,32 @@ def _prod(shape: tuple[int, ...]) -> int:
     return n
 
 
-# constructors ---------------------------------------------------------------
-fast_array_class(DeviceArray)  # kernel launches read its slots from C
+if not cython.compiled:  # (compiled, _array.pxd's: the offsets of the extension type's fields)
 
-# cudagraphs.empty's common call and a block's release, in C (see _fastcall.c's configure_alloc):
-# the dtype arguments it knows, with their numpy dtype and item size
-_FAST_DTYPES: dict[Any, tuple[np.dtype, int]] = {}
-_fast_empty: Any = None
-if fastcall is not None:
-    for _name, _dt in SUPPORTED.items():
-        _FAST_DTYPES[_name] = _FAST_DTYPES[_dt] = _FAST_DTYPES[_dt.type] = (_dt, _dt.itemsize)
-    fastcall.configure_alloc(
-        _allocator.CachingAllocator,
-        Block,
-        _allocator._DeadBlock,
-        _allocator._dead,
-        _recording._QUEUE,
-        _DEFAULT_DEVICE,
-        _config,
-        _FAST_DTYPES,
-        (_allocator._SMALL, _allocator._SMALL_STEP, _allocator._LARGE_STEP),
-    )
-    _fast_empty = fastcall.fast_empty
+    def _field_offsets() -> dict[str, int] | None:
+        """Where the C part finds a DeviceArray's fields: None, in its ``__slots__``."""
+        return None
+
+
+# constructors ---------------------------------------------------------------
+fast_array_class(DeviceArray, _field_offsets(), stream_offsets())  # kernel launches read them from C
+
+
+def _fresh(
+    block: Block, dims: tuple[int, ...], strides: tuple[int, ...], dtype: np.dtype, size: int
+) -> DeviceArray:
+    """A new C-contiguous DeviceArray of ``size`` elements over all of ``block``."""
+    a = DeviceArray.__new__(DeviceArray)
+    a._block = block
+    a._ptr = block.ptr
+    a.shape = dims
+    a.strides = strides
+    a.dtype = dtype
+    a.device = block.device
+    a._arg = None
+    a.is_contiguous = True
+    a.size = size
+    return a
 
 
 def empty(
@@ -489,26 +534,20 @@ def empty(
     OutOfMemoryError
         If the device cannot hold it.
     """
-    if _fast_empty is not None and device is None and stream is None:
-        made = _fast_empty(shape, dtype)  # (from the free list, in C; None: not there)
-        if made is not None:
-            return made  # type: ignore[no-any-return]
     dims = _shape(shape)
     dt = normalize_dtype(dtype)
     if stream is None:
         dev = as_device(device)
-        stream = dev.current_stream()
+        stream = _current_stream_of(dev)
     else:
         dev = stream.device if device is None and type(stream) is Stream else as_device(device)
         stream = resolve_stream(stream, dev)
-    size = _prod(dims)
-    block = dev.allocator.malloc(size * dt.itemsize, stream)
-    strides = (dt.itemsize,) if len(dims) == 1 else _c_strides(dims, dt.itemsize)
-    return DeviceArray._wrap(block, block.ptr, dims, strides, dt, size)
-
-
-# (Python 3.12+: empty(shape[, dtype]) calls fast_empty without entering this function's code)
-_EMPTY_IN_C = fastcall is not None and fastcall.fast_entry(empty)
+    size = dims[0] if len(dims) == 1 else _prod(dims)
+    itemsize = dt.itemsize
+    allocator = dev.allocator
+    block = allocator.malloc(size * itemsize, stream)
+    strides = _strides_1d(itemsize) if len(dims) == 1 else _c_strides(dims, itemsize)
+    return _fresh(block, dims, strides, dt, size)
 
 
 def zeros(

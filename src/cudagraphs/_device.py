@@ -20,10 +20,18 @@ import threading
 import weakref
 from typing import Any, ClassVar
 
+try:
+    import cython
+except ImportError:  # (run as Python where Cython is not installed: nothing is compiled)
+    from types import SimpleNamespace
+
+    cython = SimpleNamespace(compiled=False)
+
 from . import _recording, backends
 from ._allocator import CachingAllocator, device_rule
 from ._config import settings
 from ._errors import CaptureError
+from ._fields import DeviceFields, StreamFields
 from ._host import PinnedCache
 from .backends.base import Backend, DeviceProperties
 
@@ -42,9 +50,10 @@ __all__ = [
 _CURRENT: contextvars.ContextVar[tuple[Stream, ...]] = contextvars.ContextVar(
     "cudagraphs_current_streams", default=()
 )
+_CURRENT_VAR = _CURRENT  # (the same, for the hot path: compiled, a C global, no name lookup)
 
 
-class Stream:
+class Stream(StreamFields):
     """A stream of a device: work on it runs in order.
 
     Streams made by :meth:`Device.create_stream` are owned and destroyed by
@@ -61,18 +70,8 @@ class Stream:
         third-party libraries; also exposed through ``__cuda_stream__``.
     """
 
-    __slots__ = (
-        "__weakref__",
-        "_finalizer",
-        "_raw",
-        "_recording",
-        "_tokens",
-        "device",
-        "handle",
-    )
+    __slots__ = ()  # (its fields: StreamFields')
     device: Device
-    handle: int
-    _raw: Any
 
     def __init__(self, device: Device, raw: Any, owned: bool) -> None:
         if not isinstance(device, Device):
@@ -301,7 +300,7 @@ class Event:
             _recording.release(self.device, self.device.backend.destroy, self._raw)
 
 
-class Device:
+class Device(DeviceFields):
     """The canonical client of one device of one backend.
 
     ``Device(i)`` returns the same object every time for the same index (and
@@ -468,12 +467,7 @@ class Device:
 
     def current_stream(self) -> Stream:
         """The current stream of this thread on this device (see :func:`current_stream`)."""
-        current = _CURRENT.get()
-        if current:
-            for stream in reversed(current):
-                if stream.device is self:
-                    return stream
-        return self.stream
+        return _current_stream_of(self)
 
     # peers ------------------------------------------------------------------
     def _other(self, other: Any, what: str) -> Device:
@@ -617,6 +611,23 @@ def enable_peer_access(devices: list[Device] | None = None) -> list[tuple[int, i
                 dev.enable_peer_access(other)
                 enabled.append((dev.index, other.index))
     return enabled
+
+
+if not cython.compiled:  # (compiled, _device.pxd's: the C API's, without a method call)
+
+    def _context_get(var: contextvars.ContextVar[tuple[Stream, ...]]) -> tuple[Stream, ...]:
+        """``var.get()``."""
+        return var.get()
+
+
+def _current_stream_of(device: Device) -> Stream:
+    """The current stream of this thread on ``device`` (``Device.current_stream``)."""
+    current = _context_get(_CURRENT_VAR)
+    if current:
+        for stream in reversed(current):
+            if stream.device is device:
+                return stream
+    return device.stream
 
 
 def current_device() -> Device:

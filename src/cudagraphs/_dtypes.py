@@ -32,6 +32,7 @@ try:  # bfloat16 exists in numpy only through ml_dtypes (optional)
 except ImportError:  # pragma: no cover - depends on the environment
     pass
 _BY_DTYPE = {dt: name for name, dt in SUPPORTED.items()}
+_SUPPORTED = SUPPORTED  # (the same dict, for normalize_dtype: compiled, a C global, no name lookup)
 
 
 def normalize_dtype(dtype: Any) -> np.dtype:
@@ -42,8 +43,10 @@ def normalize_dtype(dtype: Any) -> np.dtype:
     TypeError
         If ``dtype`` is not a dtype, or not one of :data:`SUPPORTED`.
     """
-    if isinstance(dtype, str) and dtype in SUPPORTED:
-        return SUPPORTED[dtype]
+    if isinstance(dtype, str):
+        known = _SUPPORTED.get(dtype)
+        if known is not None:
+            return known
     if isinstance(dtype, np.dtype) and dtype in _BY_DTYPE:
         return dtype
     try:

@@ -373,6 +373,24 @@ static Py_ssize_t slot_offset(PyTypeObject *t, const char *name) {
     return ((PyMemberDescrObject *)d)->d_member->offset;
 }
 
+/* The offset of field `name` of the array or stream class: from the offsets its compiled module
+   gave (configure's fourth and fifth arguments: an extension type's fields are no __slots__), else
+   its slot. */
+static PyObject *array_offsets, *stream_offsets; /* {name: offset}, or NULL */
+
+static Py_ssize_t field_at(PyObject *offsets, PyTypeObject *t, const char *name) {
+    if (offsets == NULL) return slot_offset(t, name);
+    PyObject *v = PyDict_GetItemString(offsets, name);
+    Py_ssize_t offset = v == NULL ? -1 : PyLong_AsSsize_t(v);
+    if (offset < (Py_ssize_t)sizeof(PyObject)) {
+        if (!PyErr_Occurred()) PyErr_Format(PyExc_TypeError, "no offset given for %.80s.%s", t->tp_name, name);
+        return -1;
+    }
+    return offset;
+}
+
+static Py_ssize_t array_field(PyTypeObject *t, const char *name) { return field_at(array_offsets, t, name); }
+
 /* The int in __slots__ attribute `slot` of o, += delta (or -= delta); -1 on error. */
 static int slot_add(PyObject *o, Py_ssize_t slot, PyObject *delta, int subtract) {
     PyObject *v = SLOT(o, slot);
@@ -388,21 +406,26 @@ static int slot_add(PyObject *o, Py_ssize_t slot, PyObject *delta, int subtract)
 
 /* configure(array_type, stream_type, current_streams): the classes Launchers read. */
 static PyObject *configure(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3 || !PyType_Check(args[0]) || !PyType_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "configure takes the array class, the stream class and a ContextVar");
+    if (nargs != 5 || !PyType_Check(args[0]) || !PyType_Check(args[1]) ||
+        (args[3] != Py_None && !PyDict_CheckExact(args[3])) || (args[4] != Py_None && !PyDict_CheckExact(args[4]))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "configure takes the array class, the stream class, a ContextVar and the array's and the "
+                        "stream's field offsets (None: their __slots__)");
         return NULL;
     }
+    Py_XSETREF(array_offsets, args[3] == Py_None ? NULL : Py_NewRef(args[3]));
+    Py_XSETREF(stream_offsets, args[4] == Py_None ? NULL : Py_NewRef(args[4]));
     if (!PyContextVar_CheckExact(args[2])) {
         PyErr_SetString(PyExc_TypeError, "configure's third argument must be a ContextVar");
         return NULL;
     }
     PyTypeObject *at = (PyTypeObject *)args[0], *st = (PyTypeObject *)args[1];
     Py_ssize_t o[10];
-    const char *an[4] = {"ptr", "device", "dtype", "is_contiguous"};
+    const char *an[4] = {"_ptr", "device", "dtype", "is_contiguous"};
     const char *sn[4] = {"device", "handle", "_recording", "_finalizer"};
     for (int i = 0; i < 4; ++i)
-        if ((o[i] = slot_offset(at, an[i])) < 0 || (o[4 + i] = slot_offset(st, sn[i])) < 0) return NULL;
-    if ((o[8] = slot_offset(at, "shape")) < 0 || (o[9] = slot_offset(at, "size")) < 0) return NULL;
+        if ((o[i] = array_field(at, an[i])) < 0 || (o[4 + i] = field_at(stream_offsets, st, sn[i])) < 0) return NULL;
+    if ((o[8] = array_field(at, "shape")) < 0 || (o[9] = array_field(at, "size")) < 0) return NULL;
     PyObject *known = PyDict_New();
     if (known == NULL) return NULL;
     a_shape = o[8], a_size = o[9];
@@ -446,7 +469,7 @@ static PyObject *configure_capture(PyObject *self, PyObject *const *args, Py_ssi
         PyErr_SetString(PyExc_TypeError, "NodeRecord and KernelLaunch must be tuple classes");
         return NULL;
     }
-    Py_ssize_t block = slot_offset(array_base, "_block"), arg = slot_offset(array_base, "_arg");
+    Py_ssize_t block = array_field(array_base, "_block"), arg = array_field(array_base, "_arg");
     if (block < 0 || arg < 0) return NULL;
     a_block = block, a_arg = arg;
     Py_INCREF(args[0]), Py_INCREF(args[1]), Py_INCREF(args[2]);
@@ -1960,9 +1983,18 @@ static PyObject *graphed_method(PyObject *self, PyObject *const *args, Py_ssize_
     Py_ssize_t made = slot_offset((PyTypeObject *)args[2], "made");
     Py_ssize_t lease = slot_offset(out, "_lease"), call = slot_offset(out, "_call");
     if (calls < 0 || made < 0 || hits < 0 || lease < 0 || call < 0) return NULL;
-    /* the array class's slots (its own and its bases'), as the output class lays them out */
+    /* the array class's fields (its own and its bases'), as the output class lays them out: the
+       offsets its compiled module gave, else its slots */
     int k = 0;
-    PyObject *mro = array_base->tp_mro;
+    PyObject *name, *value, *mro = array_offsets == NULL ? array_base->tp_mro : NULL;
+    for (Py_ssize_t pos = 0; array_offsets != NULL && PyDict_Next(array_offsets, &pos, &name, &value);) {
+        Py_ssize_t offset = PyLong_AsSsize_t(value);
+        if (k == (int)(sizeof array_slots / sizeof array_slots[0]) || offset < (Py_ssize_t)sizeof(PyObject)) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "the array class's field offsets");
+            return NULL;
+        }
+        array_slots[k++] = offset;
+    }
     for (Py_ssize_t i = 0; mro != NULL && i < PyTuple_GET_SIZE(mro); ++i) {
         PyTypeObject *t = (PyTypeObject *)PyTuple_GET_ITEM(mro, i);
         for (PyMemberDef *m = t->tp_members; m != NULL && m->name != NULL; ++m) {
@@ -2173,113 +2205,6 @@ static PyTypeObject LockType = {
     .tp_methods = lock_methods,
 };
 
-/* ---- The caching allocator's hot pair ----------------------------------------------------------
- *
- * BlockBase is the base class of cudagraphs.Block where this module is built: its fields (ptr,
- * nbytes, device, owner, extra) and its release, run when the block dies (in its deallocator, as
- * _on_block_dead runs from a weak reference's callback where the module is not built): the
- * block's memory goes back on its stream's free list when the owner is the caching allocator and
- * its lock is free right now; else a DeadBlock(owner, ptr, extra) record is queued on `dead`,
- * which the next allocator call gives back (a garbage collection never waits for a lock).
- *
- * fast_empty(shape, dtype) is cudagraphs.empty's common call (no device, no stream) when the
- * memory is on the current stream's free list: the current device (`defaults`, as
- * current_device keeps it for `config._current`), its current stream (no capture), no dead block
- * or deferred release waiting (`dead`, `queue`), the lock free, no event to wait for. It takes
- * the block as CachingAllocator.raw_malloc does, and makes the Block as new_block does and the
- * array as DeviceArray._wrap does. Anything else returns None: the Python path does it.
- *
- * configure_alloc(CachingAllocator, Block, DeadBlock, dead, queue, defaults, config, dtypes, sizes)
- * names them. The allocator's state stays in its Python attributes (its __slots__), the one
- * truth both paths read and write.
- */
-typedef struct {
-    PyObject_HEAD
-    PyObject *ptr, *nbytes, *device, *owner, *extra;
-} BlockBase;
-
-static PyTypeObject *alloc_type, *block_type, *dead_type;
-static PyObject *alloc_dead, *alloc_queue, *alloc_defaults, *alloc_config, *alloc_dtypes;
-static Py_ssize_t a_strides = -1, alloc_small, alloc_small_step, alloc_large_step;
-static unsigned long long alloc_fast;
-static Py_ssize_t c_lock, c_live, c_free, c_waits; /* CachingAllocator's slots */
-static PyObject *last_device, *last_dict; /* the last device asked and its __dict__ */
-static PyObject *str_current, *str_allocator, *str_default_stream, *str_append;
-
-/* AllocatorBase: the caching allocator's counters as C integers, which both paths read and
-   write (Python through these members, as its own attributes), so that the hot pair counts
-   without making int objects. */
-typedef struct {
-    PyObject_HEAD
-    Py_ssize_t in_use, peak, hits;
-} AllocBase;
-
-static PyMemberDef allocbase_members[] = {
-    {"_in_use", T_PYSSIZET, offsetof(AllocBase, in_use), 0, "Bytes of blocks in use."},
-    {"_peak", T_PYSSIZET, offsetof(AllocBase, peak), 0, "The most bytes in use at once."},
-    {"_hits", T_PYSSIZET, offsetof(AllocBase, hits), 0, "Allocations served from the free lists."},
-    {NULL, 0, 0, 0, NULL},
-};
-
-static PyTypeObject AllocBaseType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cudagraphs._fastcall.AllocatorBase",
-    .tp_doc = "The caching allocator's counters, as C integers (base of CachingAllocator).",
-    .tp_basicsize = sizeof(AllocBase),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
-    .tp_new = PyType_GenericNew,
-    .tp_members = allocbase_members,
-};
-
-/* The last free-list key (stream key, size) and live record (size, stream key) made: the same
-   two tuples serve every block of that size on that stream (tuples are immutable). */
-static PyObject *last_key, *last_record;
-
-/* CachingAllocator._cache_locked(ptr), on allocator `a` */
-static int cache_locked(PyObject *a, PyObject *ptr) {
-    PyObject *live = SLOT(a, c_live), *free_ = SLOT(a, c_free);
-    if (live == NULL || free_ == NULL || !PyDict_Check(live) || !PyDict_Check(free_)) {
-        PyErr_SetString(PyExc_AttributeError, "the allocator's free lists");
-        return -1;
-    }
-    PyObject *entry = PyDict_GetItemWithError(live, ptr); /* (size, stream key) */
-    if (entry == NULL) {
-        if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, ptr);
-        return -1;
-    }
-    Py_INCREF(entry);
-    int bad = PyDict_DelItem(live, ptr);
-    if (!bad && (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2)) {
-        PyErr_SetString(PyExc_TypeError, "a live block's record is not (size, stream key)");
-        bad = -1;
-    }
-    Py_ssize_t size = bad ? 0 : PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 0));
-    if (!bad && size == -1 && PyErr_Occurred()) bad = -1;
-    if (!bad) ((AllocBase *)a)->in_use -= size;
-    PyObject *key = bad                  ? NULL
-                    : entry == last_record ? Py_NewRef(last_key) /* (the pair made when it was taken) */
-                                           : PyTuple_Pack(2, PyTuple_GET_ITEM(entry, 1), PyTuple_GET_ITEM(entry, 0));
-    Py_DECREF(entry);
-    if (key == NULL) return -1;
-    PyObject *cached = PyDict_GetItemWithError(free_, key);
-    if (cached != NULL && PyList_CheckExact(cached)) {
-        bad = PyList_Append(cached, ptr);
-    } else if (cached == NULL && !PyErr_Occurred()) {
-        PyObject *list = PyList_New(1);
-        if (list == NULL) {
-            bad = -1;
-        } else {
-            PyList_SET_ITEM(list, 0, Py_NewRef(ptr));
-            bad = PyDict_SetItem(free_, key, list);
-            Py_DECREF(list);
-        }
-    } else {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a free list is not a list");
-        bad = -1;
-    }
-    Py_DECREF(key);
-    return bad;
-}
-
 /* lock.acquire(False) (1 taken, 0 busy, -1 error) and lock.release() (0, or -1 with the error). */
 static int try_lock(PyObject *lock) {
     if (Py_TYPE(lock) == &LockType) return lock_take((Lock *)lock, 0, -1);
@@ -2303,430 +2228,16 @@ static int unlock(PyObject *lock) {
     return 0;
 }
 
-/* The dying block's memory back to its owner (see above); errors are set, not raised. */
-static int block_release(BlockBase *b) {
-    PyObject *owner = b->owner, *extra = b->extra, *ptr = b->ptr;
-    if (owner == NULL || extra == NULL || ptr == NULL || alloc_dead == NULL) return 0; /* (never filled in) */
-    if (extra == Py_None && Py_TYPE(owner) == alloc_type && SLOT(owner, c_lock) != NULL) {
-        PyObject *lock = Py_NewRef(SLOT(owner, c_lock));
-        int taken = try_lock(lock), bad = 0;
-        if (taken == 1) {
-            bad = cache_locked(owner, ptr);
-            bad |= unlock(lock);
-        }
-        Py_DECREF(lock);
-        if (taken == 1) return bad;
-        if (taken < 0) return -1;
-    }
-    /* DeadBlock(owner, ptr, extra), made as its tuple is (no Python code runs in a deallocator) */
-    PyObject *record = dead_type->tp_alloc(dead_type, 3);
-    if (record == NULL) return -1;
-    PyTuple_SET_ITEM(record, 0, Py_NewRef(owner));
-    PyTuple_SET_ITEM(record, 1, Py_NewRef(ptr));
-    PyTuple_SET_ITEM(record, 2, Py_NewRef(extra));
-    PyObject *r = PyObject_CallMethodOneArg(alloc_dead, str_append, record); /* (a deque's, in C) */
-    Py_XDECREF(record);
-    if (r == NULL) return -1;
-    Py_DECREF(r);
-    return 0;
-}
+/* The Lock's functions for compiled code (_allocator.pxd reads them from this capsule). */
+typedef struct {
+    PyTypeObject *type;
+    int (*take)(PyObject *lock, int blocking, double timeout);
+    int (*give)(PyObject *lock);
+} lock_api_t;
 
-static void block_dealloc(BlockBase *b) {
-    PyObject_GC_UnTrack(b);
-    PyObject *et, *ev, *tb;
-    PyErr_Fetch(&et, &ev, &tb);
-    if (block_release(b) < 0) { /* as a weak reference's callback: reported, never raised */
-        if (PyErr_ExceptionMatches(PyExc_AttributeError) || PyErr_ExceptionMatches(PyExc_TypeError))
-            PyErr_Clear(); /* (at interpreter shutdown the allocator's objects may be gone) */
-        else /* (named by its owner: the block, its count at zero, would be revived by the report and
-                freed again when the report lets it go) */
-            PyErr_WriteUnraisable(b->owner);
-    }
-    PyErr_Restore(et, ev, tb);
-    Py_CLEAR(b->ptr);
-    Py_CLEAR(b->nbytes);
-    Py_CLEAR(b->device);
-    Py_CLEAR(b->owner);
-    Py_CLEAR(b->extra);
-    Py_TYPE(b)->tp_free((PyObject *)b);
-}
-
-/* No reference is shown to the garbage collector: a block keeps its owner (and the streams of
-   `extra`) alive until it is freed, as the release record held by the module kept them where the
-   C part is not built; a garbage cycle through a block and its pool would otherwise clear the
-   pool before the block gives its memory back to it. */
-static int block_traverse(BlockBase *b, visitproc visit, void *arg) { return 0; }
-
-static PyMemberDef block_members[] = {
-    {"ptr", T_OBJECT_EX, offsetof(BlockBase, ptr), 0, "Device address of the first byte."},
-    {"nbytes", T_OBJECT_EX, offsetof(BlockBase, nbytes), 0, "Bytes requested (the size class may be larger)."},
-    {"device", T_OBJECT_EX, offsetof(BlockBase, device), 0, "The Device."},
-    {"owner", T_OBJECT_EX, offsetof(BlockBase, owner), 0, "Where the memory goes back when the block dies."},
-    {"extra", T_OBJECT_EX, offsetof(BlockBase, extra), 0, "Other streams that used the block (None: none)."},
-    {NULL, 0, 0, 0, NULL},
-};
-
-static PyTypeObject BlockBaseType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cudagraphs._fastcall.BlockBase",
-    .tp_doc = "A Block's fields and its release when it dies (see cudagraphs.Block).",
-    .tp_basicsize = sizeof(BlockBase),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_new = PyType_GenericNew,
-    .tp_dealloc = (destructor)block_dealloc,
-    .tp_traverse = (traverseproc)block_traverse,
-    /* (no tp_clear: see block_traverse) */
-    .tp_members = block_members,
-};
-
-/* The dims of `shape` (an int or a tuple of ints, none negative) as a new tuple and their product,
-   or NULL (no error set: the Python path decides). */
-static PyObject *last_dims; /* the (n,) made last for an int shape (tuples are immutable) */
-
-/* An int as a new reference, the one made last time (in *cache) when it is the same. */
-static PyObject *cached_long(PyObject **cache, Py_ssize_t v) {
-    if (*cache == NULL || PyLong_AsSsize_t(*cache) != v) Py_XSETREF(*cache, PyLong_FromSsize_t(v));
-    return Py_XNewRef(*cache);
-}
-
-static PyObject *fast_dims(PyObject *shape, Py_ssize_t *size) {
-    if (PyLong_CheckExact(shape)) {
-        Py_ssize_t n = PyLong_AsSsize_t(shape);
-        if (n < 0 || n > PY_SSIZE_T_MAX / 64) {
-            PyErr_Clear();
-            return NULL;
-        }
-        *size = n;
-        if (last_dims == NULL || PyLong_AsSsize_t(PyTuple_GET_ITEM(last_dims, 0)) != n)
-            Py_XSETREF(last_dims, PyTuple_Pack(1, shape));
-        return Py_XNewRef(last_dims);
-    }
-    if (!PyTuple_CheckExact(shape) || PyTuple_GET_SIZE(shape) > 32) return NULL;
-    Py_ssize_t total = 1;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); ++i) {
-        PyObject *d = PyTuple_GET_ITEM(shape, i);
-        Py_ssize_t n = PyLong_CheckExact(d) ? PyLong_AsSsize_t(d) : -1;
-        if (n < 0 || (n && total > PY_SSIZE_T_MAX / 64 / n)) {
-            PyErr_Clear();
-            return NULL;
-        }
-        total *= n;
-    }
-    *size = total;
-    return Py_NewRef(shape);
-}
-
-static PyObject *strides_1d[17]; /* (itemsize,) for each item size: a 1-D array's strides */
-
-/* The C-contiguous strides of dims (a new tuple), or NULL with an error (see c_strides). */
-static PyObject *c_strides(PyObject *dims, Py_ssize_t itemsize) {
-    Py_ssize_t n = PyTuple_GET_SIZE(dims), step = itemsize;
-    if (n == 1 && itemsize > 0 && itemsize <= 16) {
-        if (strides_1d[itemsize] == NULL && (strides_1d[itemsize] = Py_BuildValue("(n)", itemsize)) == NULL)
-            return NULL;
-        return Py_NewRef(strides_1d[itemsize]);
-    }
-    PyObject *out = PyTuple_New(n);
-    if (out == NULL) return NULL;
-    for (Py_ssize_t i = n - 1; i >= 0; --i) {
-        PyObject *v = PyLong_FromSsize_t(step);
-        if (v == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(out, i, v);
-        Py_ssize_t d = PyLong_AsSsize_t(PyTuple_GET_ITEM(dims, i));
-        step *= d > 1 ? d : 1;
-    }
-    return out;
-}
-
-/* New references to the key and record of (handle, size), or -1 with an error. */
-static int key_of(PyObject *handle, Py_ssize_t size, PyObject **key, PyObject **record) {
-    if (last_key == NULL || PyTuple_GET_ITEM(last_key, 0) != handle ||
-        PyLong_AsSsize_t(PyTuple_GET_ITEM(last_key, 1)) != size) {
-        PyObject *psize = PyLong_FromSsize_t(size);
-        PyObject *k = psize == NULL ? NULL : PyTuple_Pack(2, handle, psize);
-        PyObject *r = k == NULL ? NULL : PyTuple_Pack(2, psize, handle);
-        Py_XDECREF(psize);
-        if (r == NULL) {
-            Py_XDECREF(k);
-            return -1;
-        }
-        Py_XSETREF(last_key, k);
-        Py_XSETREF(last_record, r);
-    }
-    *key = Py_NewRef(last_key), *record = Py_NewRef(last_record);
-    return 0;
-}
-
-/* raw_malloc's cache hit on the free list of stream `handle`, the lock held by the caller: a new
-   reference to the address, or NULL (a miss, events to wait for, or an error set). */
-static PyObject *take_cached(PyObject *a, PyObject *handle, Py_ssize_t size) {
-    PyObject *waits = SLOT(a, c_waits), *free_ = SLOT(a, c_free), *live = SLOT(a, c_live);
-    if (waits == NULL || free_ == NULL || live == NULL || !PyDict_Check(waits) || !PyDict_Check(free_) ||
-        !PyDict_Check(live) || PyDict_GET_SIZE(waits))
-        return NULL;
-    PyObject *key, *record, *ptr = NULL;
-    if (key_of(handle, size, &key, &record)) return NULL;
-    PyObject *cached = PyDict_GetItemWithError(free_, key);
-    Py_DECREF(key);
-    if (cached != NULL && PyList_CheckExact(cached) && PyList_GET_SIZE(cached)) {
-        Py_ssize_t last = PyList_GET_SIZE(cached) - 1;
-        ptr = Py_NewRef(PyList_GET_ITEM(cached, last));
-        if (PyList_SetSlice(cached, last, last + 1, NULL) || PyDict_SetItem(live, ptr, record)) {
-            Py_CLEAR(ptr);
-        } else {
-            AllocBase *c = (AllocBase *)a;
-            c->hits += 1;
-            c->in_use += size;
-            if (c->in_use > c->peak) c->peak = c->in_use;
-        }
-    }
-    Py_DECREF(record);
-    return ptr;
-}
-
-/* new_block(device, ptr, nbytes, allocator) and DeviceArray._wrap(block, ptr, dims, C strides,
-   dtype, size): the array, or NULL with an error. */
-static PyObject *new_array(PyObject *device, PyObject *allocator, PyObject *ptr, PyObject *dims, PyObject *spec,
-                           Py_ssize_t size, Py_ssize_t itemsize) {
-    static PyObject *last_nbytes, *last_count;
-    PyObject *nbytes = cached_long(&last_nbytes, size * itemsize);
-    BlockBase *block = nbytes == NULL ? NULL : (BlockBase *)block_type->tp_alloc(block_type, 0);
-    if (block == NULL) {
-        Py_XDECREF(nbytes);
-        return NULL; /* (the memory stays counted in use: lost, as Python's MemoryError loses it) */
-    }
-    block->ptr = Py_NewRef(ptr);
-    block->nbytes = nbytes;
-    block->device = Py_NewRef(device);
-    block->extra = Py_NewRef(Py_None);
-    block->owner = Py_NewRef(allocator); /* (from here, dropping the block gives the memory back) */
-    PyObject *strides = c_strides(dims, itemsize), *count = cached_long(&last_count, size);
-    PyObject *out = strides == NULL || count == NULL ? NULL : array_base->tp_alloc(array_base, 0);
-    if (out == NULL) {
-        Py_XDECREF(strides), Py_XDECREF(count);
-        Py_DECREF(block);
-        return NULL;
-    }
-    SLOT(out, a_block) = (PyObject *)block;
-    SLOT(out, a_ptr) = Py_NewRef(ptr);
-    SLOT(out, a_shape) = Py_NewRef(dims);
-    SLOT(out, a_strides) = strides;
-    SLOT(out, a_dtype) = Py_NewRef(PyTuple_GET_ITEM(spec, 0));
-    SLOT(out, a_device) = Py_NewRef(device);
-    SLOT(out, a_arg) = Py_NewRef(Py_None);
-    SLOT(out, a_contig) = Py_NewRef(Py_True);
-    SLOT(out, a_size) = count;
-    return out;
-}
-
-/* `device`'s allocator and default stream, read from its __dict__ (borrowed: the caller takes
-   its references before any Python code runs), or -1 (an error maybe set). The dict is kept for
-   the last device asked, whose class must let its instance attributes be found there. */
-static int device_parts(PyObject *device, PyObject **allocator, PyObject **dflt) {
-    if (device != last_device) {
-        PyTypeObject *t = Py_TYPE(device);
-        if (t->tp_getattro != PyObject_GenericGetAttr || _PyType_Lookup(t, str_allocator) != NULL ||
-            _PyType_Lookup(t, str_default_stream) != NULL)
-            return -1; /* (a class attribute could answer instead of the instance's) */
-        PyObject *d = PyObject_GenericGetDict(device, NULL);
-        if (d == NULL || !PyDict_CheckExact(d)) {
-            Py_XDECREF(d);
-            return -1;
-        }
-        Py_XSETREF(last_dict, d);
-        Py_XSETREF(last_device, Py_NewRef(device));
-    }
-    PyObject *a = PyDict_GetItemWithError(last_dict, str_allocator);
-    PyObject *s = a == NULL ? NULL : PyDict_GetItemWithError(last_dict, str_default_stream);
-    if (s == NULL || Py_TYPE(a) != alloc_type || Py_TYPE(s) != stream_type) return -1;
-    *allocator = a, *dflt = s;
-    return 0;
-}
-
-/* take_cached under the allocator's lock, if it is free now: a new reference, or NULL. */
-static PyObject *take_locked(PyObject *a, PyObject *handle, Py_ssize_t nbytes) {
-    PyObject *lock = SLOT(a, c_lock), *ptr = NULL;
-    if (lock == NULL) return NULL;
-    Py_INCREF(lock);
-    if (try_lock(lock) == 1) {
-        Py_ssize_t small = alloc_small, step = alloc_small_step, large = alloc_large_step;
-        Py_ssize_t cls = nbytes > 0 && nbytes <= small ? (nbytes + step - 1) / step * step
-                         : nbytes <= small            ? step
-                                                      : (nbytes + large - 1) / large * large;
-        ptr = take_cached(a, handle, cls);
-        if (unlock(lock)) Py_CLEAR(ptr);
-    }
-    Py_DECREF(lock);
-    return ptr;
-}
-
-/* fast_empty(shape, dtype): an array as cudagraphs.empty(shape, dtype) makes it, or None. */
-static PyObject *fast_empty(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2 || alloc_type == NULL || array_base == NULL || a_strides < 0 || a_block < 0) Py_RETURN_NONE;
-    PyObject *spec = PyDict_GetItemWithError(alloc_dtypes, args[1]); /* dtype argument -> (dtype, itemsize) */
-    if (spec == NULL) {
-        if (cleared()) return NULL;
-        Py_RETURN_NONE;
-    }
-    Py_ssize_t size, itemsize = PyLong_AsSsize_t(PyTuple_GET_ITEM(spec, 1));
-    PyObject *dims = fast_dims(args[0], &size);
-    if (dims == NULL) Py_RETURN_NONE;
-    PyObject *device = NULL, *current = NULL, *stream = NULL, *allocator = NULL, *dflt = NULL, *ptr = NULL;
-    PyObject *out = NULL;
-    /* the current device, as current_device() keeps it for the settings in force */
-    PyObject *now = PyObject_GetAttr(alloc_config, str_current);
-    if (now != NULL && PyList_GET_SIZE(alloc_defaults) == 2 && PyList_GET_ITEM(alloc_defaults, 0) == now)
-        device = Py_NewRef(PyList_GET_ITEM(alloc_defaults, 1));
-    Py_XDECREF(now);
-    /* no dead block nor deferred release waiting (malloc gives them back first) */
-    if (device == NULL || PyObject_Length(alloc_dead) != 0 || PyObject_Length(alloc_queue) != 0) goto python;
-    PyObject *found = NULL; /* (borrowed from `current` until the reference below is taken) */
-    if (current_of(device, &current, &found) || device_parts(device, &allocator, &dflt)) goto python;
-    stream = Py_NewRef(found != NULL ? found : dflt);
-    allocator = Py_NewRef(allocator);
-    PyObject *handle = Py_TYPE(stream) == stream_type ? SLOT(stream, s_handle) : NULL;
-    if (handle == NULL || SLOT(stream, s_recording) != Py_None || SLOT(stream, s_device) != device) goto python;
-    if ((ptr = take_locked(allocator, handle, size * itemsize)) == NULL) goto python; /* a miss, or busy */
-    out = new_array(device, allocator, ptr, dims, spec, size, itemsize);
-    if (out != NULL) alloc_fast++;
-    goto done;
-python:
-    if (!cleared()) out = Py_NewRef(Py_None);
-done:
-    Py_XDECREF(ptr);
-    Py_XDECREF(allocator);
-    Py_XDECREF(stream);
-    Py_XDECREF(current);
-    Py_XDECREF(device);
-    Py_DECREF(dims);
-    return out;
-}
-
-static PyObject *configure_alloc(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 9 || !PyType_Check(args[0]) || !PyType_Check(args[1]) || !PyType_Check(args[2]) ||
-        !PyList_CheckExact(args[5]) || !PyDict_CheckExact(args[7]) || !PyTuple_CheckExact(args[8]) ||
-        PyTuple_GET_SIZE(args[8]) != 3 || array_base == NULL || a_block < 0) {
-        PyErr_SetString(PyExc_TypeError,
-                        "configure_alloc takes the allocator, Block and DeadBlock classes, the dead and deferred "
-                        "queues, the default-device list, the settings module, the dtype table and the size "
-                        "classes (configure_capture first)");
-        return NULL;
-    }
-    if (!PyType_IsSubtype((PyTypeObject *)args[1], &BlockBaseType)) {
-        PyErr_SetString(PyExc_TypeError, "the Block class must derive from BlockBase");
-        return NULL;
-    }
-    PyTypeObject *dead = (PyTypeObject *)args[2];
-    if (!PyType_IsSubtype(dead, &PyTuple_Type) || dead->tp_basicsize != PyTuple_Type.tp_basicsize ||
-        dead->tp_dictoffset != 0 || strcmp(Py_TYPE(args[3])->tp_name, "collections.deque") != 0) {
-        PyErr_SetString(PyExc_TypeError, "DeadBlock must be a named tuple (no other fields), and dead a deque");
-        return NULL;
-    }
-    if (!PyType_IsSubtype((PyTypeObject *)args[0], &AllocBaseType)) {
-        PyErr_SetString(PyExc_TypeError, "the allocator class must derive from AllocatorBase");
-        return NULL;
-    }
-    Py_ssize_t strides = slot_offset(array_base, "strides"), sizes[3], o[4];
-    if (strides < 0) return NULL;
-    const char *names[4] = {"_lock", "_live", "_free", "_waits"};
-    for (int i = 0; i < 4; ++i)
-        if ((o[i] = slot_offset((PyTypeObject *)args[0], names[i])) < 0) return NULL;
-    c_lock = o[0], c_live = o[1], c_free = o[2], c_waits = o[3];
-    for (int i = 0; i < 3; ++i)
-        if ((sizes[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(args[8], i))) <= 0) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "size classes must be positive");
-            return NULL;
-        }
-    a_strides = strides;
-    alloc_small = sizes[0], alloc_small_step = sizes[1], alloc_large_step = sizes[2];
-    PyObject **keep[] = {(PyObject **)&alloc_type, (PyObject **)&block_type, (PyObject **)&dead_type,
-                         &alloc_dead,            &alloc_queue,           &alloc_defaults,
-                         &alloc_config,          &alloc_dtypes};
-    for (int i = 0; i < 8; ++i) Py_XSETREF(*keep[i], Py_NewRef(args[i]));
-    Py_RETURN_NONE;
-}
-
-/* take(allocator, handle, nbytes): raw_malloc's cache hit (the address), or None. */
-static PyObject *alloc_take(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3 || alloc_type == NULL || Py_TYPE(args[0]) != alloc_type || !PyLong_CheckExact(args[1]) ||
-        !PyLong_CheckExact(args[2]))
-        Py_RETURN_NONE;
-    Py_ssize_t nbytes = PyLong_AsSsize_t(args[2]);
-    PyObject *ptr = nbytes < 0 ? NULL : take_locked(args[0], args[1], nbytes);
-    if (ptr != NULL) return ptr;
-    if (cleared()) return NULL;
-    Py_RETURN_NONE;
-}
-
-/* give(allocator, ptr): raw_free without other streams, if the lock is free now (True), else
-   False (the Python path waits for it). */
-static PyObject *alloc_give(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2 || alloc_type == NULL || Py_TYPE(args[0]) != alloc_type || SLOT(args[0], c_lock) == NULL)
-        Py_RETURN_FALSE;
-    PyObject *lock = Py_NewRef(SLOT(args[0], c_lock));
-    int taken = try_lock(lock), bad = 0;
-    if (taken == 1) {
-        bad = cache_locked(args[0], args[1]);
-        bad |= unlock(lock);
-    }
-    Py_DECREF(lock);
-    if (taken < 0 || bad) return NULL;
-    return PyBool_FromLong(taken);
-}
-
-/* cudagraphs.empty, called as empty(shape), empty(shape, dtype) or empty(shape, dtype=...), is
-   fast_empty's call; anything else, or fast_empty's None, is the Python function's own call. The
-   function stays the Python one (its signature, documentation and code); only its vectorcall
-   entry changes, through PyFunction_SetVectorcall (Python 3.12 and later, which also stops the
-   interpreter from calling the code directly). */
-#if PY_VERSION_HEX >= 0x030C0000
-static vectorcallfunc empty_python; /* the function's own vectorcall */
-static PyObject *empty_dtype;       /* its dtype default */
-
-static PyObject *empty_call(PyObject *func, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
-    PyObject *dtype = NULL;
-    if (kwnames == NULL)
-        dtype = n == 2 ? args[1] : n == 1 ? empty_dtype : NULL;
-    else if (n == 1 && PyTuple_GET_SIZE(kwnames) == 1 && PyTuple_GET_ITEM(kwnames, 0) == str_dtype)
-        dtype = args[1];
-    if (dtype != NULL) {
-        PyObject *pair[2] = {args[0], dtype};
-        PyObject *made = fast_empty(NULL, pair, 2);
-        if (made != Py_None) return made; /* the array, or an error the Python call would raise */
-        Py_DECREF(made);
-    }
-    return empty_python(func, args, nargsf, kwnames);
-}
-#endif
-
-/* fast_entry(empty): make cudagraphs.empty's common call in C (see above); whether it could. */
-static PyObject *fast_entry(PyObject *self, PyObject *func) {
-#if PY_VERSION_HEX >= 0x030C0000
-    PyObject *defaults = PyFunction_Check(func) ? PyFunction_GetDefaults(func) : NULL;
-    if (defaults == NULL || !PyTuple_Check(defaults) || PyTuple_GET_SIZE(defaults) < 1) {
-        PyErr_SetString(PyExc_TypeError, "fast_entry takes cudagraphs.empty (shape, dtype=default, ...)");
-        return NULL;
-    }
-    vectorcallfunc own = PyVectorcall_Function(func);
-    if (own == empty_call) Py_RETURN_TRUE; /* (set already) */
-    if (empty_python != NULL && own != empty_python) {
-        PyErr_SetString(PyExc_TypeError, "fast_entry was given another function already");
-        return NULL;
-    }
-    empty_python = own;
-    Py_XSETREF(empty_dtype, Py_NewRef(PyTuple_GET_ITEM(defaults, 0)));
-    PyFunction_SetVectorcall((PyFunctionObject *)func, empty_call);
-    Py_RETURN_TRUE;
-#else
-    Py_RETURN_FALSE; /* (before 3.12 the interpreter calls a Python function's code directly) */
-#endif
-}
-
-/* alloc_calls(): arrays made by fast_empty so far (for tests and the bench). */
-static PyObject *alloc_calls(PyObject *self, PyObject *unused) { return PyLong_FromUnsignedLongLong(alloc_fast); }
+static int api_take(PyObject *lock, int blocking, double timeout) { return lock_take((Lock *)lock, blocking, timeout); }
+static int api_give(PyObject *lock) { return lock_give((Lock *)lock); }
+static lock_api_t lock_api = {&LockType, api_take, api_give};
 
 /* fast_graph_launch(fn): graphs whose _launch is fn may be launched through cuGraphLaunch's
    bound entry point (None: none may). */
@@ -2799,17 +2310,6 @@ static PyMethodDef methods[] = {
     {"graphed_method", (PyCFunction)(void (*)(void))graphed_method, METH_FASTCALL,
      "graphed_method(GraphedCallable, python_call, Lease, Entry, GraphOutput): a graphed call's repeat path, in C"},
     {"graphed_calls", graphed_calls, METH_NOARGS, "graphed_calls(): graphed calls made in C so far"},
-    {"configure_alloc", (PyCFunction)(void (*)(void))configure_alloc, METH_FASTCALL,
-     "configure_alloc(CachingAllocator, Block, DeadBlock, dead, queue, defaults, config, dtypes, sizes)"},
-    {"fast_empty", (PyCFunction)(void (*)(void))fast_empty, METH_FASTCALL,
-     "fast_empty(shape, dtype): cudagraphs.empty's common call from the free list, or None"},
-    {"alloc_calls", alloc_calls, METH_NOARGS, "alloc_calls(): arrays fast_empty made so far"},
-    {"fast_entry", fast_entry, METH_O,
-     "fast_entry(empty): cudagraphs.empty's common call made in C (Python 3.12+); whether it is"},
-    {"take", (PyCFunction)(void (*)(void))alloc_take, METH_FASTCALL,
-     "take(allocator, stream handle, nbytes): raw_malloc's cache hit, or None"},
-    {"give", (PyCFunction)(void (*)(void))alloc_give, METH_FASTCALL,
-     "give(allocator, ptr): raw_free without other streams if the lock is free (True), else False"},
     {"fast_graph_launch", fast_graph_launch, METH_O,
      "fast_graph_launch(fn): graphs whose _launch is fn may be replayed from C (None: none)"},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL,
@@ -2839,7 +2339,7 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__fastcall(void) {
-    if (PyType_Ready(&LauncherType) < 0 || PyType_Ready(&ElementwiseType) < 0 || PyType_Ready(&BlockBaseType) < 0 || PyType_Ready(&AllocBaseType) < 0 ||
+    if (PyType_Ready(&LauncherType) < 0 || PyType_Ready(&ElementwiseType) < 0 ||
         PyType_Ready(&LockType) < 0)
         return NULL;
     str_stream = PyUnicode_InternFromString("stream");
@@ -2857,10 +2357,6 @@ PyMODINIT_FUNC PyInit__fastcall(void) {
                                "dtype", "acquire", "release", "_moved", "replay"};
     for (size_t i = 0; i < sizeof hot_texts / sizeof hot_texts[0]; ++i)
         if ((*hot_names[i] = PyUnicode_InternFromString(hot_texts[i])) == NULL) return NULL;
-    PyObject **alloc_names[] = {&str_current, &str_allocator, &str_default_stream, &str_append};
-    const char *alloc_texts[] = {"_current", "allocator", "stream", "append"};
-    for (size_t i = 0; i < sizeof alloc_texts / sizeof alloc_texts[0]; ++i)
-        if ((*alloc_names[i] = PyUnicode_InternFromString(alloc_texts[i])) == NULL) return NULL;
     PyObject **names_[] = {&str_thread, &str_invalid, &str_frees, &str_memory, &str_owners, &str_keep,
                            &str_nodes, &str_owner, &str_name, &str_view_spec, &str_kernel};
     const char *texts[] = {"thread", "invalid", "frees", "memory", "owners", "keep",
@@ -2874,9 +2370,8 @@ PyMODINIT_FUNC PyInit__fastcall(void) {
     if (m == NULL) return NULL;
     if (PyModule_AddObjectRef(m, "Launcher", (PyObject *)&LauncherType) < 0 ||
         PyModule_AddObjectRef(m, "Elementwise", (PyObject *)&ElementwiseType) < 0 ||
-        PyModule_AddObjectRef(m, "BlockBase", (PyObject *)&BlockBaseType) < 0 ||
-        PyModule_AddObjectRef(m, "AllocatorBase", (PyObject *)&AllocBaseType) < 0 ||
-        PyModule_AddObjectRef(m, "Lock", (PyObject *)&LockType) < 0) {
+        PyModule_AddObjectRef(m, "Lock", (PyObject *)&LockType) < 0 ||
+        PyModule_AddObject(m, "lock_api", PyCapsule_New(&lock_api, "cudagraphs._fastcall.lock_api", NULL)) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -8,9 +8,13 @@ fails when the C source names an attribute this page does not):
 ===================================  ==============================================
 class (given to C by)                attributes, slots and methods C reads
 ===================================  ==============================================
-``DeviceArray`` (``configure``)      slots ``ptr device dtype is_contiguous shape
-                                     size strides _block _arg``; ``_view_spec``
-``Stream`` (``configure``)           slots ``device handle _recording _finalizer``
+``DeviceArray`` (``configure``)      fields ``_ptr device dtype is_contiguous shape
+                                     size strides _block _arg`` (at the offsets
+                                     ``_array`` gives where compiled, else slots);
+                                     ``ptr`` and ``_view_spec`` not overridden
+``Stream`` (``configure``)           fields ``device handle _recording _finalizer``
+                                     (at the offsets ``_fields`` gives where
+                                     compiled, else slots)
 ``Recording``                        ``thread invalid frees memory owners keep nodes
 (``configure_capture``)              stream``; a block's ``owner``; records of kind
                                      ``kernel`` or ``memcpy`` with the kernel's
@@ -20,17 +24,13 @@ class (given to C by)                attributes, slots and methods C reads
 ``GraphedCallable``                  ``_hot``, ``_moved()``, ``replay()``; ``Lease``
 (``graphed_method``)                 slots ``calls made``; ``Entry`` slot ``hits``;
                                      ``GraphOutput`` slots ``_lease _call``
-``CachingAllocator``                 slots ``_lock _live _free _waits``; the counters
-(``configure_alloc``)                ``_hits _in_use _peak``; ``nbytes``, ``extra``;
-                                     the dead-block queue's ``append``
-settings, devices                    ``_current`` (the current device), ``allocator``,
-(``configure_alloc``)                ``stream``
 other libraries' tensors             ``data_ptr get_device is_contiguous shape dtype``
 keyword arguments                    ``stream out shared_mem``
 the standard library                 ``time.monotonic``; ``weakref.finalize``'s
                                      ``_registry`` and ``alive``; a lock's ``acquire
                                      release locked`` (``blocking``, ``timeout``,
                                      ``reentrant``)
+compiled modules (``lock_api``)      the Lock's take and give, for ``_allocator``
 ===================================  ==============================================
 
 Every decision the C paths take is also taken by the Python code they stand
@@ -58,22 +58,6 @@ class Elementwise:
     ) -> None: ...
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
-class BlockBase:
-    """A Block's fields, and its release when it dies."""
-
-    ptr: int
-    nbytes: int
-    device: Any
-    owner: Any
-    extra: list[Any] | None
-
-class AllocatorBase:
-    """The caching allocator's counters, as C integers."""
-
-    _hits: int
-    _in_use: int
-    _peak: int
-
 class Lock:
     """A lock as ``threading.Lock`` (``threading.RLock`` if reentrant) that C takes without a call."""
 
@@ -87,21 +71,15 @@ class Lock:
 def bind(name: str, address: int) -> None: ...
 def bound(name: str) -> int: ...
 def names() -> list[str]: ...
-def take(allocator: Any, stream: int, nbytes: int) -> int | None: ...
-def give(allocator: Any, ptr: int) -> bool: ...
-def fast_empty(shape: Any, dtype: Any) -> Any: ...
-def fast_entry(empty: Callable[..., Any]) -> bool: ...
-def configure(array_type: type, stream_type: type, current_streams: Any) -> None: ...
-def configure_alloc(
-    allocator_type: type,
-    block_type: type,
-    dead_type: type,
-    dead: Any,
-    queue: Any,
-    defaults: Any,
-    config: Any,
-    dtypes: Any,
-    sizes: Any,
+
+lock_api: Any  # a capsule: the Lock type and its take and give functions, for compiled modules
+
+def configure(
+    array_type: type,
+    stream_type: type,
+    current_streams: Any,
+    array_offsets: dict[str, int] | None,
+    stream_offsets: dict[str, int] | None,
 ) -> None: ...
 def configure_capture(recording_type: type, record_type: type, launch_type: type) -> None: ...
 def patch_kernels(
@@ -119,7 +97,6 @@ def graphed_method(
     output_type: type,
 ) -> Callable[..., Any]: ...
 def fast_graph_launch(fn: Callable[..., Any] | None) -> None: ...
-def alloc_calls() -> int: ...
 def graphed_calls() -> int: ...
 def cuLaunchKernel(*args: Any) -> Any: ...
 def cuGraphLaunch(*args: Any) -> Any: ...

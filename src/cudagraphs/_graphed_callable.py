@@ -71,9 +71,6 @@ class _Lease:
         self.lock = lock
 
 
-_PTR = DeviceArray.__dict__["ptr"]  # the address's slot, under GraphOutput's checking property
-
-
 class GraphOutput(DeviceArray):
     """A view of a graphed callable's static output, valid until its next call.
 
@@ -99,9 +96,9 @@ class GraphOutput(DeviceArray):
 
     @classmethod
     def _expiring(cls, base: DeviceArray, lease: _Lease) -> GraphOutput:
-        out: GraphOutput = object.__new__(cls)  # base's description, copied as it is
+        out: GraphOutput = DeviceArray.__new__(cls)  # base's description, copied as it is
         out._block, out.shape, out.strides = base._block, base.shape, base.strides
-        _PTR.__set__(out, base.ptr)
+        out._ptr = base._ptr
         out.dtype, out.device, out.size, out.is_contiguous = (
             base.dtype,
             base.device,
@@ -126,12 +123,7 @@ class GraphOutput(DeviceArray):
     def ptr(self) -> int:
         """The address (checked: a stale output raises :class:`~cudagraphs.StaleOutputError`)."""
         self._check()
-        address: int = _PTR.__get__(self, GraphOutput)
-        return address
-
-    @ptr.setter
-    def ptr(self, value: int) -> None:
-        _PTR.__set__(self, value)
+        return self._ptr
 
     @property
     def _guard(self) -> Any:

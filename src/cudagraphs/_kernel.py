@@ -48,17 +48,21 @@ __all__ = ["Kernel", "fast_array_class", "fastcall", "normalize_dims", "preload"
 _FAST_ARRAY: list[type] = []  # the array class the C launch path reads, once named
 
 
-def fast_array_class(cls: type) -> None:
-    """Name the array class whose instances the C launch path reads from their slots.
+def fast_array_class(
+    cls: type, offsets: dict[str, int] | None = None, stream_offsets: dict[str, int] | None = None
+) -> None:
+    """Name the array class whose instances the C launch path reads from their fields.
 
     The class (cudagraphs' DeviceArray, named by its module) keeps ``ptr``,
-    ``device``, ``dtype`` and ``is_contiguous`` in ``__slots__``; its
+    ``device``, ``dtype`` and ``is_contiguous`` in ``__slots__``, or, compiled,
+    in the fields of its extension type at ``offsets`` (name to byte offset; a
+    Stream's at ``stream_offsets``); its
     subclasses are read the same way unless they override one of those or
     ``_view_spec`` (a graph output checks it is still valid there), in which
     case their launches take the Python path.
     """
     if fastcall is not None and not _FAST_ARRAY:
-        fastcall.configure(cls, Stream, _CURRENT)
+        fastcall.configure(cls, Stream, _CURRENT, offsets, stream_offsets)
         # a launch on a stream a Recording captures is recorded in C as enqueue() and
         # Recording.record() record it, in the common case (see Launcher.add)
         fastcall.configure_capture(Recording, NodeRecord, KernelLaunch)

@@ -70,7 +70,8 @@ class DeviceScalar(DeviceArray):
 
     def __init__(self, value: Any, dtype: Any = "float32", *, device: Device | int | None = None) -> None:
         a = empty((), dtype, device=device)
-        for name in ("_block", "ptr", "shape", "strides", "dtype", "device", "is_contiguous", "size", "_arg"):
+        fields = ("_block", "_ptr", "shape", "strides", "dtype", "device", "is_contiguous", "size", "_arg")
+        for name in fields:
             setattr(self, name, getattr(a, name))
         self.set(value)
 

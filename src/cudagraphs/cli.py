@@ -53,9 +53,16 @@ def doctor() -> int:
 
         built = "built"
         if compiled_part() is None:
-            built += ", turned off (CUDAGRAPHS_FASTCALL=0 at import: every path is Python's)"
+            built += ", turned off (CUDAGRAPHS_FASTCALL=0 at import: its paths are Python's)"
     except ImportError:
-        built = "not built (every path is Python's: the driver is called through cuda.bindings)"
+        built = "not built (its paths are Python's: the driver is called through cuda.bindings)"
+    from cudagraphs import _allocator, _array, _device
+
+    compiled = [m.__name__ for m in (_allocator, _array, _device) if not (m.__file__ or "").endswith(".py")]
+    print(
+        "modules compiled from their Python source: "
+        + (", ".join(compiled) if compiled else "none (plain Python: no compiler at install)")
+    )
     try:
         dev = cg.Device(0)
         if cg.backend() == "cuda":

@@ -1,0 +1,83 @@
+# The compiled form of _allocator.py (Cython's pure-Python mode: the .py is the one source; this
+# file declares its hot classes as extension types with typed fields, and the C Lock's functions).
+# docs/architecture.md, "The compiled part", says what may be declared here and why.
+
+cimport cython
+from cudagraphs._fields cimport DeviceFields, StreamFields
+
+cdef extern from *:
+    """
+    /* The C part's Lock (_fastcall.c), taken and given without a method call: its functions come
+       from the capsule _fastcall.lock_api (see _lock_api); other locks through their methods. */
+    typedef struct {
+        PyTypeObject *type;
+        int (*take)(PyObject *lock, int blocking, double timeout);
+        int (*give)(PyObject *lock);
+    } cg_lock_api_t;
+    static cg_lock_api_t *cg_lock = NULL;
+
+    static int _lock_api(PyObject *capsule) {
+        cg_lock = (cg_lock_api_t *)PyCapsule_GetPointer(capsule, "cudagraphs._fastcall.lock_api");
+        return cg_lock == NULL ? -1 : 0;
+    }
+
+    static int _acquire(PyObject *lock, int blocking) {
+        if (cg_lock != NULL && Py_TYPE(lock) == cg_lock->type) return cg_lock->take(lock, blocking, -1.0);
+        PyObject *got = PyObject_CallMethod(lock, "acquire", "O", blocking ? Py_True : Py_False);
+        int taken = got == NULL ? -1 : PyObject_IsTrue(got);
+        Py_XDECREF(got);
+        return taken;
+    }
+
+    static int _release(PyObject *lock) {
+        if (cg_lock != NULL && Py_TYPE(lock) == cg_lock->type) return cg_lock->give(lock);
+        PyObject *done = PyObject_CallMethod(lock, "release", NULL);
+        Py_XDECREF(done);
+        return done == NULL ? -1 : 0;
+    }
+    """
+    int _lock_api(object capsule) except -1
+    int _acquire(object lock, bint blocking) except -1
+    int _release(object lock) except -1
+
+
+# (module globals the hot paths read: C globals, read without a dictionary lookup, which Python
+# 3.12 and later make compiled code do for every global it reads)
+cdef object _DEAD, _QUEUE
+
+cdef class CachingAllocator
+
+@cython.final
+cdef class Block:
+    cdef public object ptr, nbytes, device, owner, extra
+    cdef object __weakref__
+
+    @cython.locals(allocator=CachingAllocator)
+    cpdef _release(self)
+
+
+cdef class CachingAllocator:
+    cdef object __weakref__
+    cdef public DeviceFields _device
+    cdef public object _backend, _ordinal, _lock
+    cdef public dict _free, _waits, _live, _streams, _unordered
+    cdef public tuple _last_key
+    cdef public object _last_handle
+    cdef public Py_ssize_t _last_size
+    cdef public Py_ssize_t _in_use, _reserved, _peak, _hits, _misses, _oom_retries
+
+    @cython.locals(fields=StreamFields)
+    cpdef Block malloc(self, object nbytes, object stream=*)
+    @cython.locals(fields=StreamFields, small=Py_ssize_t, size=Py_ssize_t, key=tuple, cached=list)
+    cpdef object raw_malloc(self, object nbytes, object stream=*)
+    @cython.locals(key=tuple, cached=list)
+    cpdef raw_free(self, object ptr, object streams=*)
+    cpdef bint _try_cache(self, object ptr) except -1
+    @cython.locals(key=tuple, cached=list, size=Py_ssize_t)
+    cpdef _cache_locked(self, object ptr)
+
+
+cdef Py_ssize_t _SMALL, _SMALL_STEP, _LARGE_STEP
+
+@cython.locals(block=Block)
+cpdef Block new_block(object device, object ptr, object nbytes, object owner)

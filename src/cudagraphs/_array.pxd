@@ -1,0 +1,47 @@
+# The compiled form of _array.py (Cython's pure-Python mode: the .py is the one source; this file
+# declares DeviceArray as an extension type and types cudagraphs.empty's path).
+# docs/architecture.md, "The compiled part", says what may be declared here and why.
+
+cimport cython
+from cudagraphs._allocator cimport Block, CachingAllocator
+from cudagraphs._device cimport _current_stream_of, as_device
+from cudagraphs._dtypes cimport normalize_dtype
+from cudagraphs._fields cimport DeviceFields
+
+# (public: its C struct has a name, so that the offsets of its fields can be given to the C part)
+cdef public class DeviceArray [object CgDeviceArray, type CgDeviceArrayType]:
+    cdef object __weakref__
+    cdef public object _arg, _block, _ptr, device, dtype, is_contiguous, shape, size, strides
+
+cdef extern from *:
+    """
+    /* The offsets of DeviceArray's fields, which the C part's launch path reads (a macro: it
+       expands where the struct is known). */
+    #define _field_offsets() Py_BuildValue( \\
+        "{s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n}", \\
+        "_arg", (Py_ssize_t)offsetof(struct CgDeviceArray, _arg), \\
+        "_block", (Py_ssize_t)offsetof(struct CgDeviceArray, _block), \\
+        "device", (Py_ssize_t)offsetof(struct CgDeviceArray, device), \\
+        "dtype", (Py_ssize_t)offsetof(struct CgDeviceArray, dtype), \\
+        "is_contiguous", (Py_ssize_t)offsetof(struct CgDeviceArray, is_contiguous), \\
+        "_ptr", (Py_ssize_t)offsetof(struct CgDeviceArray, _ptr), \\
+        "shape", (Py_ssize_t)offsetof(struct CgDeviceArray, shape), \\
+        "size", (Py_ssize_t)offsetof(struct CgDeviceArray, size), \\
+        "strides", (Py_ssize_t)offsetof(struct CgDeviceArray, strides))
+    """
+    dict _field_offsets()
+
+# (module globals the hot path reads: C globals, read without a dictionary lookup, which Python
+# 3.12 and later make compiled code do for every global it reads)
+cdef tuple _LAST_DIMS
+cdef dict _STRIDES_1D
+
+cpdef tuple _shape(object shape)
+cpdef tuple _strides_1d(Py_ssize_t itemsize)
+cpdef object _prod(tuple shape)
+
+@cython.locals(a=DeviceArray)
+cpdef DeviceArray _fresh(Block block, tuple dims, tuple strides, object dtype, object size)
+
+@cython.locals(dev=DeviceFields, itemsize=Py_ssize_t, block=Block, allocator=CachingAllocator)
+cpdef DeviceArray empty(object shape, object dtype=*, object device=*, object stream=*)

@@ -1,0 +1,61 @@
+"""The fields of a Stream and a Device, in the layer below everything that reads them.
+
+:class:`cudagraphs.Stream` and :class:`cudagraphs.Device` (``_device``)
+derive from :class:`StreamFields` and :class:`DeviceFields`: the allocator,
+the array constructors, the capture machinery and the C part read these
+fields (a stream's device, driver handle and capture; a device's default
+stream and allocator) on every allocation and launch. Compiled
+(``_fields.pxd``), they are the fields of extension types that compiled code
+reads directly and whose offsets the C part is given; as plain Python,
+``__slots__``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    import cython
+except ImportError:  # (run as Python where Cython is not installed: nothing is compiled)
+    from types import SimpleNamespace
+
+    cython = SimpleNamespace(compiled=False)
+
+__all__ = ["DeviceFields", "StreamFields", "stream_offsets"]
+
+
+class StreamFields:
+    """A Stream's fields (see ``_device.Stream``, which sets them)."""
+
+    # (compiled, an extension type whose fields _fields.pxd declares)
+    __slots__ = ("__weakref__", "_finalizer", "_raw", "_recording", "_tokens", "device", "handle")
+
+    device: Any  # (a _device.Device, a layer above)
+    handle: int
+    _raw: Any
+    _recording: Any  # (a _recording.Recording while the stream is captured, else None)
+    _finalizer: Any
+    _tokens: list[Any]
+
+
+class DeviceFields:
+    """The fields of a Device that hot paths read (see ``_device.Device``, which sets them)."""
+
+    # (compiled, an extension type whose fields _fields.pxd declares; a Device keeps the rest
+    # in its __dict__)
+    __slots__ = ("__dict__", "__weakref__", "allocator", "stream")
+
+    stream: Any  # (a _device.Stream, a layer above)
+    allocator: Any  # (a _allocator.CachingAllocator, a layer above)
+
+
+if not cython.compiled:  # (compiled, _fields.pxd's: the offsets of the extension type's fields)
+
+    def _stream_offsets() -> dict[str, int] | None:
+        """Where the C part finds a Stream's fields: None, in its ``__slots__``."""
+        return None
+
+
+def stream_offsets() -> dict[str, int] | None:
+    """The byte offsets of a Stream's fields where compiled (None: they are ``__slots__``)."""
+    return _stream_offsets()
