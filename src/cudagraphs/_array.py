@@ -63,9 +63,10 @@ MAX_DIMS = 64  # numpy's limit (NPY_MAXDIMS): more could not come back to the ho
 def _shape(shape: Any) -> tuple[int, ...]:
     global _LAST_DIMS
     if type(shape) is int and shape >= 0:  # the common cases, checked cheaply
-        if _LAST_DIMS[0] != shape:  # (the last one made serves again: tuples are immutable)
-            _LAST_DIMS = (shape,)
-        return _LAST_DIMS
+        dims = _LAST_DIMS  # (the last one made serves again: tuples are immutable)
+        if dims[0] != shape:
+            dims = _LAST_DIMS = (shape,)  # (returned from the local: another thread may set it)
+        return dims
     if type(shape) is tuple and len(shape) <= MAX_DIMS:
         for d in shape:
             if type(d) is not int or d < 0:
