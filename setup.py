@@ -13,8 +13,10 @@ See docs/architecture.md, "The compiled part".
 """
 
 import os
+from pathlib import Path
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 # CUDAGRAPHS_WERROR=1 (CI): every warning is an error in the hand-written C, so that a warning
 # cannot pass unseen (the C API's unused `self` parameters excepted); CUDAGRAPHS_REQUIRE_C=1 (CI):
@@ -42,15 +44,50 @@ def compiled_modules() -> list[Extension]:
     # (annotations are for the type checker: only the .pxd types what compiled code takes)
     directives = {"language_level": 3, "binding": False, "embedsignature": True, "annotation_typing": False}
     try:
-        return cythonize(extensions, compiler_directives=directives, quiet=True)  # type: ignore[no-any-return]
+        built: list[Extension] = cythonize(extensions, compiler_directives=directives, quiet=True)
     except Exception as exc:  # (Cython's own errors: the package still installs, as plain Python)
         if REQUIRED:
             raise
         print(f"cudagraphs: the modules were not compiled ({exc}); they run as plain Python")
         return []
+    for ext in built:  # (cythonize's extensions do not keep it)
+        ext.optional = not REQUIRED
+    return built
+
+
+class BuildAllOrNone(build_ext):
+    """Build the compiled modules all, or none of them.
+
+    Each was compiled against the others' declarations: one left out (its C
+    failed to build) would make the others fail to import its plain form,
+    and with them the package. Where one fails, the others' built files are
+    removed, and the package runs as plain Python.
+    """
+
+    def run(self) -> None:
+        """Build every extension; then, if a compiled module failed, remove the others'."""
+        self.failed: list[str] = []
+        super().run()
+        names = {f"cudagraphs.{name}" for name in COMPILED}
+        if any(name in names for name in self.failed):
+            print(f"cudagraphs: {', '.join(self.failed)} failed to build; the modules run as plain Python")
+            for ext in self.extensions:
+                if ext.name in names:
+                    for path in (Path(self.get_ext_fullpath(ext.name)), Path("src", *ext.name.split("."))):
+                        for built in path.parent.glob(path.name.split(".")[0] + ".*.so"):
+                            built.unlink()
+
+    def build_extension(self, ext: Extension) -> None:
+        """Build ``ext``, noting a failure (setuptools then goes on: every extension is optional)."""
+        try:
+            super().build_extension(ext)
+        except Exception:
+            self.failed.append(ext.name)
+            raise
 
 
 setup(
+    cmdclass={"build_ext": BuildAllOrNone},
     ext_modules=[
         Extension(
             "cudagraphs._fastcall",
@@ -59,5 +96,5 @@ setup(
             extra_compile_args=STRICT,
         ),
         *compiled_modules(),
-    ]
+    ],
 )
