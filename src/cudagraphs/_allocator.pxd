@@ -21,7 +21,7 @@ cdef extern from *:
         return cg_lock == NULL ? -1 : 0;
     }
 
-    static int _acquire(PyObject *lock, int blocking) {
+    static int _lock_take(PyObject *lock, int blocking) {
         if (cg_lock != NULL && Py_TYPE(lock) == cg_lock->type) return cg_lock->take(lock, blocking, -1.0);
         PyObject *got = PyObject_CallMethod(lock, "acquire", "O", blocking ? Py_True : Py_False);
         int taken = got == NULL ? -1 : PyObject_IsTrue(got);
@@ -29,7 +29,7 @@ cdef extern from *:
         return taken;
     }
 
-    static int _release(PyObject *lock) {
+    static int _lock_give(PyObject *lock) {
         if (cg_lock != NULL && Py_TYPE(lock) == cg_lock->type) return cg_lock->give(lock);
         PyObject *done = PyObject_CallMethod(lock, "release", NULL);
         Py_XDECREF(done);
@@ -37,8 +37,8 @@ cdef extern from *:
     }
     """
     int _lock_api(object capsule) except -1
-    int _acquire(object lock, bint blocking) except -1
-    int _release(object lock) except -1
+    int _lock_take(object lock, bint blocking) except -1
+    int _lock_give(object lock) except -1
 
 
 # (module globals the hot paths read: C globals, read without a dictionary lookup, which Python
