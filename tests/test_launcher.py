@@ -938,8 +938,9 @@ def test_patch_kernels_in_chunks_keeps_the_order_of_what_it_leaves(node_set, bac
 def _as(cls, a):
     """``a``'s fields in an instance of ``cls``, a subclass of DeviceArray (whatever it overrides)."""
     b = DeviceArray.__new__(cls)
-    for name in ("_block", "_ptr", "shape", "strides", "dtype", "device", "is_contiguous", "size", "_arg"):
-        DeviceArray.__dict__[name].__set__(b, getattr(a, name))
+    for name in DeviceArray.__slots__:
+        if name != "__weakref__":
+            DeviceArray.__dict__[name].__set__(b, getattr(a, name))
     return b
 
 

@@ -41,7 +41,9 @@ cpdef tuple _strides_1d(Py_ssize_t itemsize)
 cpdef object _prod(tuple shape)
 
 @cython.locals(a=DeviceArray)
-cpdef DeviceArray _fresh(Block block, tuple dims, tuple strides, object dtype, object size)
+cpdef DeviceArray _new_array(
+    type cls, object block, object ptr, object device, object shape, object strides, object dtype,
+    object is_contiguous, object size)
 
 @cython.locals(dev=DeviceFields, itemsize=Py_ssize_t, block=Block, allocator=CachingAllocator)
 cpdef DeviceArray empty(object shape, object dtype=*, object device=*, object stream=*)

@@ -190,23 +190,10 @@ class DeviceArray:
         size: int | None = None,
     ) -> DeviceArray:
         """An array over ``block``; ``size`` given means a fresh C-contiguous one."""
-        if size is not None and cls is DeviceArray:
-            return _fresh(block, shape, strides, dtype, size)
-        a = DeviceArray.__new__(cls)
-        a._block = block
-        a._ptr = ptr
-        a.shape = shape
-        a.strides = strides
-        a.dtype = dtype
-        a.device = block.device
-        a._arg = None
         if size is None:
-            a.is_contiguous = _is_contiguous(shape, strides, dtype.itemsize)
-            a.size = _prod(shape)
-        else:
-            a.is_contiguous = True
-            a.size = size
-        return a
+            contiguous = _is_contiguous(shape, strides, dtype.itemsize)
+            return _new_array(cls, block, ptr, block.device, shape, strides, dtype, contiguous, _prod(shape))
+        return _new_array(cls, block, ptr, block.device, shape, strides, dtype, True, size)
 
     @property
     def ptr(self) -> int:
@@ -488,19 +475,28 @@ if not cython.compiled:  # (compiled, _array.pxd's: the offsets of the extension
 fast_array_class(DeviceArray, _field_offsets(), stream_offsets())  # kernel launches read them from C
 
 
-def _fresh(
-    block: Block, dims: tuple[int, ...], strides: tuple[int, ...], dtype: np.dtype, size: int
+def _new_array(
+    cls: type[DeviceArray],
+    block: Any,
+    ptr: int,
+    device: Device,
+    shape: tuple[int, ...],
+    strides: tuple[int, ...],
+    dtype: np.dtype,
+    is_contiguous: bool,
+    size: int,
 ) -> DeviceArray:
-    """A new C-contiguous DeviceArray of ``size`` elements over all of ``block``."""
-    a = DeviceArray.__new__(DeviceArray)
+    """An instance of ``cls`` (DeviceArray or a subclass) with every field set: the one place."""
+    # (the class named as such: compiled, its allocation is then a C call, not a method call)
+    a = DeviceArray.__new__(DeviceArray) if cls is DeviceArray else DeviceArray.__new__(cls)
     a._block = block
-    a._ptr = block.ptr
-    a.shape = dims
+    a._ptr = ptr
+    a.shape = shape
     a.strides = strides
     a.dtype = dtype
-    a.device = block.device
+    a.device = device
     a._arg = None
-    a.is_contiguous = True
+    a.is_contiguous = is_contiguous
     a.size = size
     return a
 
@@ -548,7 +544,7 @@ def empty(
     allocator = dev.allocator
     block = allocator.malloc(size * itemsize, stream)
     strides = _strides_1d(itemsize) if len(dims) == 1 else _c_strides(dims, itemsize)
-    return _fresh(block, dims, strides, dt, size)
+    return _new_array(DeviceArray, block, block.ptr, block.device, dims, strides, dt, True, size)
 
 
 def zeros(

@@ -38,7 +38,7 @@ from typing import Any, cast
 
 from . import _recording, interop
 from ._argtree import ARRAY_TYPES, LEAF, flatten, in_host_memory, positional_spec, unflatten
-from ._array import DeviceArray, foreign_view
+from ._array import DeviceArray, _new_array, foreign_view
 from ._capture import CaptureSession
 from ._device import Device, Stream
 from ._errors import StaleOutputError
@@ -96,14 +96,10 @@ class GraphOutput(DeviceArray):
 
     @classmethod
     def _expiring(cls, base: DeviceArray, lease: _Lease) -> GraphOutput:
-        out: GraphOutput = DeviceArray.__new__(cls)  # base's description, copied as it is
-        out._block, out.shape, out.strides = base._block, base.shape, base.strides
-        out._ptr = base._ptr
-        out.dtype, out.device, out.size, out.is_contiguous = (
-            base.dtype,
-            base.device,
-            base.size,
-            base.is_contiguous,
+        b = base  # (its description, copied as it is)
+        out = cast(
+            GraphOutput,
+            _new_array(cls, b._block, b._ptr, b.device, b.shape, b.strides, b.dtype, b.is_contiguous, b.size),
         )
         out._arg = base._arg
         out._lease, out._call = lease, lease.calls

@@ -70,9 +70,9 @@ class DeviceScalar(DeviceArray):
 
     def __init__(self, value: Any, dtype: Any = "float32", *, device: Device | int | None = None) -> None:
         a = empty((), dtype, device=device)
-        fields = ("_block", "_ptr", "shape", "strides", "dtype", "device", "is_contiguous", "size", "_arg")
-        for name in fields:
-            setattr(self, name, getattr(a, name))
+        for name in DeviceArray.__slots__:  # (its fields, set in place: this is __init__)
+            if name != "__weakref__":
+                setattr(self, name, getattr(a, name))
         self.set(value)
 
     def set(self, value: Any, *, stream: Stream | None = None) -> DeviceScalar:
