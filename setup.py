@@ -26,7 +26,7 @@ STRICT = WARNINGS if os.environ.get("CUDAGRAPHS_WERROR") == "1" else []
 REQUIRED = os.environ.get("CUDAGRAPHS_REQUIRE_C") == "1"
 
 # the modules compiled from their Python source (each has a .pxd beside it)
-COMPILED = ["_config", "_dtypes", "_fields", "_device", "_allocator", "_array"]
+COMPILED = ["_config", "_dtypes", "_fields", "_device", "_allocator", "_array", "_graph"]
 
 
 def compiled_modules() -> list[Extension]:
@@ -38,7 +38,13 @@ def compiled_modules() -> list[Extension]:
             raise
         return []
     extensions = [
-        Extension(f"cudagraphs.{name}", [f"src/cudagraphs/{name}.py"], optional=not REQUIRED)
+        # (include_dirs: _fastcall_api.h, the C part's functions that _capi.pxd declares)
+        Extension(
+            f"cudagraphs.{name}",
+            [f"src/cudagraphs/{name}.py"],
+            include_dirs=["src/cudagraphs"],
+            optional=not REQUIRED,
+        )
         for name in COMPILED
     ]
     # (annotations are for the type checker: only the .pxd types what compiled code takes)

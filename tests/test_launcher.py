@@ -9,12 +9,9 @@ the cuda backend arms every kernel with a Launcher and the launches run in C.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import struct
-from collections.abc import Iterator
 from types import MethodType, SimpleNamespace
-from typing import Any
 
 import numpy as np
 import pytest
@@ -517,118 +514,6 @@ def _used(r):
     return _used(r)
 
 
-@pytest.fixture
-def graph_launch(backend):
-    """A fake cuGraphLaunch recording (exec, stream), returning result[0]."""
-    cg.Device(0)
-    before = fast.bound("cuGraphLaunch")
-    seen, result = [], [0]
-
-    def launch(exec_, stream):
-        seen.append((exec_, stream))
-        return result[0]
-
-    cb = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(launch)
-    _KEEP.append(cb)
-    fast.bind("cuGraphLaunch", ctypes.cast(cb, ctypes.c_void_p).value)
-    yield seen, result
-    fast.bind("cuGraphLaunch", before)
-
-
-@contextlib.contextmanager
-def filled_graph() -> Iterator[tuple[cg.DeviceArray, cg.Graph, Any, Any]]:
-    """A one-node graph (filling ``x``) whose executable and launch function a test may swap.
-
-    Yields ``(x, graph, its executable, its launch function)``; both are put back after, the
-    launch function as the backend in use binds it.
-    """
-    x = cg.zeros(4)
-    with cg.capture() as g:
-        cg.ops.fill(x, 1.0)
-    exec_, launch = g._exec, g._launch
-    try:
-        yield x, g, exec_, launch
-    finally:
-        g._exec = exec_
-        fast.fast_graph_launch(launch if cg.backend() == "cuda" and g.device.backend.fastcall else None)
-
-
-def test_replay_launches_from_c_when_the_python_path_would_launch_alone(graph_launch, backend):
-    """Graph.replay in C: a ready graph on its own stream; anything else is the Python method's."""
-    from cudagraphs._graph import Graph
-
-    seen, result = graph_launch
-    python_replay = Graph.__dict__["replay"]
-    assert type(python_replay).__name__ == "method_descriptor"  # (the C method is in place)
-    with filled_graph() as (x, g, exec_, launch):
-        g._exec = 0xE0E0  # (a handle the fake takes; the real one is the backend's)
-        fast.fast_graph_launch(launch)
-        g.replay()
-        g.replay(g.stream)
-        g.replay(stream=None)
-        assert seen == [(0xE0E0, g.stream.handle)] * 3
-        assert g.replays == 3
-        other = g.device.create_stream()
-        g._exec = exec_  # the Python path from here on launches the real graph
-        g.replay(other)  # another stream: the Python method (it records the stream)
-        assert other in g._res.streams
-        with cg.capture(stream=other):  # a captured stream: embedded by the Python method
-            g.replay(other)
-        fake = lambda: sum(e == 0xE0E0 for e, _ in seen)  # noqa: E731  (launches of the fake exec)
-        assert fake() == 3
-        g._exec = 0xE0E0
-        result[0] = 1  # a driver error: the Python method launches again and reports it
-        with pytest.raises(Exception):  # noqa: B017, PT011  (what the backend raises for 0xE0E0)
-            g.replay()
-        cuda = cg.backend() == "cuda"  # (there the Python method's launch is the fast call, the fake)
-        assert fake() == 4 + cuda
-        assert g.replays == 4  # (3 from C, 1 on the other stream; none embedded or refused)
-        fast.fast_graph_launch(None)  # no launch function named: all Python
-        result[0] = 0
-        g._exec = exec_
-        g.replay()
-        assert fake() == 4 + cuda
-        assert g.replays == 5
-        with pytest.raises(TypeError):
-            g.replay(1, 2)
-    x.get()
-
-
-def test_replay_on_another_stream_the_graph_knows_launches_from_c(graph_launch, backend):
-    """A stream the Python method checked and recorded once is launched on from C after."""
-    seen, _ = graph_launch
-    with filled_graph() as (x, g, exec_, launch):
-        other = g.device.create_stream()
-        other.wait(g.stream)
-        fake = lambda: [s for e, s in seen if e == 0xE0E0]  # noqa: E731  (launches of the fake exec)
-        fast.fast_graph_launch(launch)
-        g.replay(other)  # new to the graph: the Python method checks and records it
-        assert other in g._res.streams
-        g._exec = 0xE0E0
-        g.replay(other)
-        g.replay(stream=other)
-        assert fake() == [other.handle] * 2  # from C
-        assert g.replays == 3
-        g._exec = exec_  # (from here the Python method may launch: the real graph)
-        on = lambda s: sum(h == s.handle for _, h in seen)  # noqa: E731  (launches from C, or the fast call)
-        third = g.device.create_stream()
-        third.wait(g.stream)
-        g.replay(third)  # new: the Python method (on cuda its launch is the bound fake too)
-        assert third in g._res.streams
-        other.synchronize()
-        other.close()
-        before = on(other)
-        with pytest.raises(ValueError, match="closed"):
-            g.replay(other)  # closed: refused by the Python method, nothing launched
-        assert on(other) == before
-        before = on(third)
-        with cg.capture(stream=third):  # captured: embedded by the Python method, not launched
-            g.replay(third)
-        assert on(third) == before
-        assert g.replays == 4
-    x.get()
-
-
 def test_ops_add_repeats_in_c_and_hands_everything_else_to_python(driver, backend):
     """ops.add's C path (fastcall.Elementwise): dense arrays of one shape, dtype, device; out given."""
     from cudagraphs._builtin_kernels import ARMED, BLOCK, builtin_kernel
@@ -835,28 +720,6 @@ def test_on_the_gpu_ops_add_repeats_through_the_c_path(backend):
 
 
 # found in review: what another thread (or Python code run meanwhile) may change -----------------
-def test_the_replay_count_is_read_after_the_launch(graph_launch, backend):
-    """Another thread counting meanwhile (here: the fake driver) is not lost, nor read freed."""
-    from cudagraphs._graph import Graph
-
-    seen, _ = graph_launch
-    with filled_graph() as (_x, g, _exec, launch):
-        g.replays = int("1000007")  # (a heap int, freed when replaced)
-
-        def other_thread_counts(e, s):
-            g.replays = 5
-            seen.append((e, s))
-            return 0
-
-        cb = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(other_thread_counts)
-        _KEEP.append(cb)
-        fast.bind("cuGraphLaunch", ctypes.cast(cb, ctypes.c_void_p).value)
-        g._exec = 0xE0E0
-        fast.fast_graph_launch(launch)
-        Graph.replay(g)
-        assert g.replays == 6
-
-
 def test_patch_kernels_keeps_the_record_another_thread_put_meanwhile(node_set, backend):
     from cudagraphs._recording import NodeRecord
     from cudagraphs.backends.base import ArrayArg, KernelLaunch

@@ -96,11 +96,11 @@ def test_mismatches_raise_and_leave_the_graph_working(
     dev: cg.Device, rng: np.random.Generator, case: str, compare: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Whichever compares the records (the C helper, or the Python path where it is not built)."""
-    from cudagraphs import _graph
+    from cudagraphs import _update
 
     if compare == "python":
-        monkeypatch.setattr(_graph, "fastcall", None)
-    elif _graph.fastcall is None:
+        monkeypatch.setattr(_update, "fastcall", None)
+    elif _update.fastcall is None:
         pytest.skip("the C part is not built")
     build, message, node = MISMATCHES[case]
     x_h = random_array(rng, 64, "float32")

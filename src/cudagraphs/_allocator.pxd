@@ -1,45 +1,10 @@
 # The compiled form of _allocator.py (Cython's pure-Python mode: the .py is the one source; this
-# file declares its hot classes as extension types with typed fields, and the C Lock's functions).
+# file declares its hot classes as extension types with typed fields; the C Lock's functions are _capi's).
 # docs/architecture.md, "The compiled part", says what may be declared here and why.
 
 cimport cython
+from cudagraphs._capi cimport cg_api_load, cg_lock_give, cg_lock_take
 from cudagraphs._fields cimport DeviceFields, StreamFields
-
-cdef extern from *:
-    """
-    /* The C part's Lock (_fastcall.c), taken and given without a method call: its functions come
-       from the capsule _fastcall.lock_api (see _lock_api); other locks through their methods. */
-    typedef struct {
-        PyTypeObject *type;
-        int (*take)(PyObject *lock, int blocking, double timeout);
-        int (*give)(PyObject *lock);
-    } cg_lock_api_t;
-    static cg_lock_api_t *cg_lock = NULL;
-
-    static int _lock_api(PyObject *capsule) {
-        cg_lock = (cg_lock_api_t *)PyCapsule_GetPointer(capsule, "cudagraphs._fastcall.lock_api");
-        return cg_lock == NULL ? -1 : 0;
-    }
-
-    static int _lock_take(PyObject *lock, int blocking) {
-        if (cg_lock != NULL && Py_TYPE(lock) == cg_lock->type) return cg_lock->take(lock, blocking, -1.0);
-        PyObject *got = PyObject_CallMethod(lock, "acquire", "O", blocking ? Py_True : Py_False);
-        int taken = got == NULL ? -1 : PyObject_IsTrue(got);
-        Py_XDECREF(got);
-        return taken;
-    }
-
-    static int _lock_give(PyObject *lock) {
-        if (cg_lock != NULL && Py_TYPE(lock) == cg_lock->type) return cg_lock->give(lock);
-        PyObject *done = PyObject_CallMethod(lock, "release", NULL);
-        Py_XDECREF(done);
-        return done == NULL ? -1 : 0;
-    }
-    """
-    int _lock_api(object capsule) except -1
-    int _lock_take(object lock, bint blocking) except -1
-    int _lock_give(object lock) except -1
-
 
 # (module globals the hot paths read: C globals, read without a dictionary lookup, which Python
 # 3.12 and later make compiled code do for every global it reads)

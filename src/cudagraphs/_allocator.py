@@ -298,22 +298,22 @@ def new_block(device: Device, ptr: int, nbytes: int, owner: BlockOwner) -> Block
     return block
 
 
-if not cython.compiled:  # (compiled, _allocator.pxd's C versions: no method call for the C Lock)
+if not cython.compiled:  # (compiled, _capi.pxd's C versions: no method call for the C Lock)
 
-    def _lock_api(capsule: Any) -> None:
-        """Take the C part's Lock functions from its capsule (compiled only)."""
+    def cg_api_load(capsule: Any) -> None:
+        """Take the C part's functions from its capsule (compiled only)."""
 
-    def _lock_take(lock: Any, blocking: bool) -> bool:
+    def cg_lock_take(lock: Any, blocking: bool) -> bool:
         """``lock.acquire(blocking)``."""
         return lock.acquire(blocking)  # type: ignore[no-any-return]
 
-    def _lock_give(lock: Any) -> None:
+    def cg_lock_give(lock: Any) -> None:
         """``lock.release()``."""
         lock.release()
 
 
 if cython.compiled and _fastcall is not None:
-    _lock_api(_fastcall.lock_api)
+    cg_api_load(_fastcall.api)
 
 
 def _size(nbytes: Any) -> int:
@@ -496,7 +496,7 @@ class CachingAllocator:
                 raise self._out_of_memory(whole)
             size = whole
         lock = self._lock
-        _lock_take(lock, True)
+        cg_lock_take(lock, True)
         try:
             key = self._last_key
             if self._last_size != size or self._last_handle is not handle:
@@ -516,7 +516,7 @@ class CachingAllocator:
             if self._in_use > self._peak:
                 self._peak = self._in_use
         finally:
-            _lock_give(lock)
+            cg_lock_give(lock)
         return ptr
 
     def raw_free(self, ptr: int, streams: list[Stream] | None = None) -> None:
@@ -543,11 +543,11 @@ class CachingAllocator:
             _check_free(self._live, ptr, streams)
         lock = self._lock
         if not streams:
-            _lock_take(lock, True)
+            cg_lock_take(lock, True)
             try:
                 self._cache_locked(ptr)
             finally:
-                _lock_give(lock)
+                cg_lock_give(lock)
             return
         events: list[Any] = []
         try:
@@ -568,12 +568,12 @@ class CachingAllocator:
     def _try_cache(self, ptr: int) -> bool:
         """Put ``ptr`` on its free list if the lock is free right now (a block's death)."""
         lock = self._lock
-        if not _lock_take(lock, False):  # (never waits: the lock may be this thread's own)
+        if not cg_lock_take(lock, False):  # (never waits: the lock may be this thread's own)
             return False
         try:
             self._cache_locked(ptr)
         finally:
-            _lock_give(lock)
+            cg_lock_give(lock)
         return True
 
     def _cache_locked(self, ptr: int) -> None:

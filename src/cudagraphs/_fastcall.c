@@ -24,6 +24,9 @@
 #include <math.h>
 #include <string.h>
 
+#define CUDAGRAPHS_FASTCALL_PROVIDER
+#include "_fastcall_api.h"
+
 typedef int CUresult;
 typedef void *handle;
 typedef unsigned long long devptr;
@@ -1617,132 +1620,7 @@ static PyTypeObject ElementwiseType = {
     .tp_getset = elementwise_getset,
 };
 
-/* ---- Graph.replay's repeat path ----------------------------------------------------------
- *
- * replay_method(Graph, python_replay, active) makes a method of Graph, written in C, to put in
- * place of Graph.replay: for a ready graph replayed on its own stream (the default) or one it
- * replayed on before, while no capture is in progress
- * (`active`, the dict of captures by device, is empty), whose launch function is the one
- * fast_graph_launch() named (the cuda backend's, with the fast calls bound), it calls
- * cuGraphLaunch and counts the replay; every other call (another stream, a graph not ready, a
- * capture in progress anywhere, a driver error) goes to python_replay unchanged.
- */
-static PyObject *replay_slow, *replay_launch; /* the Python Graph.replay; the launch function */
-static PyObject *replay_active;               /* the captures in progress ({device: [Recording]}) */
-static PyTypeObject *graph_type;
-static Py_ssize_t g_exec, g_launch, g_stream, g_replays, g_res;
-static PyObject *str_streams;
-static PyObject *exec_cached; /* the last exec handle object and its address */
-static uintptr_t exec_address;
-
-/* Launch graph `g` on `stream`, a Stream no capture records, through the bound cuGraphLaunch,
-   and count the replay: 1 done, 0 not possible here (nothing queued; the Python path does it,
-   and reports a driver error), -1 an error that is not an Exception (see cleared). */
-static int graph_launch_on(PyObject *g, PyObject *stream) {
-    void *fn = fns[GRAPH_LAUNCH];
-    PyObject *exec = SLOT(g, g_exec);
-    if (fn == NULL || replay_launch == NULL || SLOT(g, g_launch) != replay_launch || exec == NULL || exec == Py_None)
-        return 0;
-    uintptr_t raw_stream;
-    PyObject *h = SLOT(stream, s_handle);
-    if (h == NULL || !PyLong_CheckExact(h) || as_address(h, &raw_stream)) return cleared();
-    if (exec != exec_cached) {
-        uintptr_t address;
-        if (as_address(exec, &address)) return cleared();
-        Py_INCREF(exec); /* (held: its address cannot be another object's while cached) */
-        Py_XSETREF(exec_cached, exec);
-        exec_address = address;
-    }
-    uintptr_t e = exec_address;
-    CUresult err;
-    Py_BEGIN_ALLOW_THREADS
-    err = ((graph_launch_t)fn)((handle)e, (handle)raw_stream);
-    Py_END_ALLOW_THREADS
-    if (err) return 0; /* nothing was queued: the Python path launches again and reports it */
-    /* counted as `self.replays += 1` counts, read now (another thread may have counted meanwhile) */
-    return slot_add(g, g_replays, one, 0) ? -1 : 1;
-}
-
-/* Whether `stream` is in the graph's resources' streams (Graph._res.streams): one the Python
-   replay checked and recorded before (it keeps them alive while the graph runs on them). */
-static int known_stream(PyObject *g, PyObject *stream) {
-    PyObject *res = SLOT(g, g_res);
-    if (res == NULL || res == Py_None) return 0;
-    PyObject *streams = PyObject_GetAttr(res, str_streams);
-    int in = streams != NULL && PyList_CheckExact(streams) ? PySequence_Contains(streams, stream) : 0;
-    Py_XDECREF(streams);
-    if (in < 0 || PyErr_Occurred()) PyErr_Clear(); /* (an Exception: the Python path decides) */
-    return in == 1;
-}
-
-static PyObject *graph_replay(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    PyObject *given = NULL;
-    if (nargs == 1 && kwnames == NULL) given = args[0];
-    else if (nargs == 0 && kwnames != NULL && PyTuple_GET_SIZE(kwnames) == 1 && PyTuple_GET_ITEM(kwnames, 0) == str_stream)
-        given = args[0];
-    else if (nargs != 0 || kwnames != NULL) goto slow;
-    PyObject *stream = SLOT(self, g_stream);
-    if (stream_type == NULL || stream == NULL || Py_TYPE(stream) != stream_type) goto slow;
-    /* a capture in progress: Python decides (embed in it, or refuse a replay beside it) */
-    if (replay_active == NULL || !PyDict_CheckExact(replay_active) || PyDict_GET_SIZE(replay_active)) goto slow;
-    if (given != NULL && given != Py_None && given != stream) { /* another stream: a known one */
-        if (Py_TYPE(given) != stream_type || SLOT(given, s_device) != SLOT(stream, s_device) ||
-            stream_open(given) != 1 || !known_stream(self, given))
-            goto slow; /* (the Python path checks it, and adds it to the graph's streams) */
-        stream = given;
-    }
-    if (SLOT(stream, s_recording) != Py_None) goto slow;
-    int done = graph_launch_on(self, stream);
-    if (done < 0) return NULL;
-    if (done) Py_RETURN_NONE;
-slow:
-    if (cleared()) return NULL;
-    if (replay_slow == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "replay_method was not set up");
-        return NULL;
-    }
-    /* python_replay(self, *args, **kw) */
-    PyObject *small[8];
-    Py_ssize_t total = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
-    if (total + 1 > 8) return PyErr_Format(PyExc_TypeError, "replay takes at most one argument");
-    small[0] = self;
-    for (Py_ssize_t i = 0; i < total; ++i) small[1 + i] = args[i];
-    return PyObject_Vectorcall(replay_slow, small, (size_t)(nargs + 1), kwnames);
-}
-
-static PyMethodDef replay_def = {
-    "replay", (PyCFunction)(void (*)(void))graph_replay, METH_FASTCALL | METH_KEYWORDS,
-    "replay($self, /, stream=None)\n--\n\n"
-    "Queue one run of the graph on ``stream`` (default: see below).\n\n"
-    "Stream-ordered after earlier work on that stream; returns at once.\n"
-    "The default stream is the current one while it is being captured (the\n"
-    "graph is then embedded in that capture as a child-graph node), else the\n"
-    "stream the graph was captured on. A replay on a stream no capture\n"
-    "records while this thread captures another raises CaptureError.\n",
-};
-
-/* replay_method(Graph, python_replay, active): the C method to put in place of Graph.replay. */
-static PyObject *replay_method(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3 || !PyType_Check(args[0]) || !PyCallable_Check(args[1]) || !PyDict_CheckExact(args[2])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "replay_method takes the Graph class, its Python replay and the dict of captures in progress");
-        return NULL;
-    }
-    PyTypeObject *t = (PyTypeObject *)args[0];
-    Py_ssize_t o[5];
-    const char *names[5] = {"_exec", "_launch", "stream", "replays", "_res"};
-    for (int i = 0; i < 5; ++i)
-        if ((o[i] = slot_offset(t, names[i])) < 0) return NULL;
-    g_exec = o[0], g_launch = o[1], g_stream = o[2], g_replays = o[3], g_res = o[4];
-    Py_INCREF(t);
-    Py_XSETREF(graph_type, t);
-    Py_INCREF(args[1]);
-    Py_XSETREF(replay_slow, args[1]);
-    Py_INCREF(args[2]);
-    Py_XSETREF(replay_active, args[2]);
-    return PyDescr_NewMethod(t, &replay_def);
-}
+static PyObject *replay_active; /* the captures in progress ({device: [Recording]}) */
 
 /* ---- Graphed callables' repeat call -----------------------------------------------------------
  *
@@ -1891,16 +1769,10 @@ static PyObject *hot_locked(PyObject *self, PyObject *hot, PyObject *const *args
         Py_DECREF(key);
         if (bad) return NULL;
     }
-    /* (_moved ran Python code: the stream is read again, as graph.replay would read it now) */
-    int open = SLOT(stream, s_recording) == Py_None ? stream_open(stream) : 0;
-    int done = open == 1 ? graph_launch_on(graph, stream) : cleared();
-    if (done < 0) return NULL;
-    if (!done) { /* graph.replay(stream): it launches, or reports why not */
-        PyObject *argv[2] = {graph, stream};
-        PyObject *r = PyObject_VectorcallMethod(str_replay, argv, 2, NULL);
-        if (r == NULL) return NULL;
-        Py_DECREF(r);
-    }
+    PyObject *argv[2] = {graph, stream}; /* graph.replay(stream): compiled, it launches from C */
+    PyObject *r = PyObject_VectorcallMethod(str_replay, argv, 2, NULL);
+    if (r == NULL) return NULL;
+    Py_DECREF(r);
     return hot_outputs(hot);
 }
 
@@ -1967,11 +1839,11 @@ static PyMethodDef graphed_def = {
 /* graphed_method(GraphedCallable, python_call, Lease, Entry, GraphOutput): the C method to put
    in place of GraphedCallable.__call__ (configure() first: the array class). */
 static PyObject *graphed_method(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5 || !PyType_Check(args[0]) || !PyCallable_Check(args[1]) || !PyType_Check(args[2]) ||
-        !PyType_Check(args[3]) || !PyType_Check(args[4]) || array_base == NULL) {
+    if (nargs != 6 || !PyType_Check(args[0]) || !PyCallable_Check(args[1]) || !PyType_Check(args[2]) ||
+        !PyType_Check(args[3]) || !PyType_Check(args[4]) || !PyDict_CheckExact(args[5]) || array_base == NULL) {
         PyErr_SetString(PyExc_TypeError,
-                        "graphed_method takes GraphedCallable, its Python __call__, and the lease, entry and "
-                        "output classes (configure first)");
+                        "graphed_method takes GraphedCallable, its Python __call__, the lease, entry and "
+                        "output classes and the dict of captures in progress (configure first)");
         return NULL;
     }
     PyTypeObject *out = (PyTypeObject *)args[4];
@@ -2016,6 +1888,7 @@ static PyObject *graphed_method(PyObject *self, PyObject *const *args, Py_ssize_
     Py_XSETREF(output_type, out);
     Py_INCREF(args[1]);
     Py_XSETREF(graphed_slow, args[1]);
+    Py_XSETREF(replay_active, Py_NewRef(args[5]));
     return PyDescr_NewMethod((PyTypeObject *)args[0], &graphed_def);
 }
 
@@ -2228,23 +2101,28 @@ static int unlock(PyObject *lock) {
     return 0;
 }
 
-/* The Lock's functions for compiled code (_allocator.pxd reads them from this capsule). */
-typedef struct {
-    PyTypeObject *type;
-    int (*take)(PyObject *lock, int blocking, double timeout);
-    int (*give)(PyObject *lock);
-} lock_api_t;
+/* cuGraphLaunch(exec, stream) for compiled code: the CUresult, or CG_UNBOUND. */
+static int api_graph_launch(uintptr_t exec, uintptr_t stream) {
+    void *fn = fns[GRAPH_LAUNCH]; /* (read with the GIL held: bind() may change it) */
+    if (fn == NULL) return CG_UNBOUND;
+    CUresult err;
+    Py_BEGIN_ALLOW_THREADS
+    err = ((graph_launch_t)fn)((handle)exec, (handle)stream);
+    Py_END_ALLOW_THREADS
+    return err;
+}
 
 static int api_take(PyObject *lock, int blocking, double timeout) { return lock_take((Lock *)lock, blocking, timeout); }
 static int api_give(PyObject *lock) { return lock_give((Lock *)lock); }
-static lock_api_t lock_api = {&LockType, api_take, api_give};
 
-/* fast_graph_launch(fn): graphs whose _launch is fn may be launched through cuGraphLaunch's
-   bound entry point (None: none may). */
-static PyObject *fast_graph_launch(PyObject *self, PyObject *fn) {
-    Py_XSETREF(replay_launch, fn == Py_None ? NULL : Py_NewRef(fn));
-    Py_RETURN_NONE;
-}
+/* What compiled modules call (_fastcall_api.h; the capsule `api`). */
+static cg_api_t api = {
+    .version = CG_API_VERSION,
+    .lock_type = &LockType,
+    .lock_take = api_take,
+    .lock_give = api_give,
+    .graph_launch = api_graph_launch,
+};
 
 /* bind(name, address): the driver entry point to call for `name` (0 unbinds). */
 static PyObject *bind(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -2305,13 +2183,9 @@ static PyMethodDef methods[] = {
      "users(records, key): indices of the node records that use the view key"},
     {"patch_kernels", (PyCFunction)(void (*)(void))patch_kernels, METH_FASTCALL,
      "patch_kernels(exec, records, hits, key, spec, ptr): move kernel nodes' arguments; returns the rest"},
-    {"replay_method", (PyCFunction)(void (*)(void))replay_method, METH_FASTCALL,
-     "replay_method(Graph, python_replay): Graph.replay's repeat path, in C"},
     {"graphed_method", (PyCFunction)(void (*)(void))graphed_method, METH_FASTCALL,
      "graphed_method(GraphedCallable, python_call, Lease, Entry, GraphOutput): a graphed call's repeat path, in C"},
     {"graphed_calls", graphed_calls, METH_NOARGS, "graphed_calls(): graphed calls made in C so far"},
-    {"fast_graph_launch", fast_graph_launch, METH_O,
-     "fast_graph_launch(fn): graphs whose _launch is fn may be replayed from C (None: none)"},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL,
      "configure(array_type, stream_type, current_streams): the classes Launchers read."},
     {"configure_capture", (PyCFunction)(void (*)(void))configure_capture, METH_FASTCALL,
@@ -2343,7 +2217,6 @@ PyMODINIT_FUNC PyInit__fastcall(void) {
         PyType_Ready(&LockType) < 0)
         return NULL;
     str_stream = PyUnicode_InternFromString("stream");
-    str_streams = PyUnicode_InternFromString("streams");
     str_shared_mem = PyUnicode_InternFromString("shared_mem");
     str_alive = PyUnicode_InternFromString("alive");
     str_handle = PyUnicode_InternFromString("handle");
@@ -2365,13 +2238,13 @@ PyMODINIT_FUNC PyInit__fastcall(void) {
         if ((*names_[i] = PyUnicode_InternFromString(texts[i])) == NULL) return NULL;
     one = PyLong_FromLong(1);
     if (one == NULL) return NULL;
-    if (str_stream == NULL || str_streams == NULL || str_shared_mem == NULL || str_alive == NULL || str_handle == NULL) return NULL;
+    if (str_stream == NULL || str_shared_mem == NULL || str_alive == NULL || str_handle == NULL) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     if (PyModule_AddObjectRef(m, "Launcher", (PyObject *)&LauncherType) < 0 ||
         PyModule_AddObjectRef(m, "Elementwise", (PyObject *)&ElementwiseType) < 0 ||
         PyModule_AddObjectRef(m, "Lock", (PyObject *)&LockType) < 0 ||
-        PyModule_AddObject(m, "lock_api", PyCapsule_New(&lock_api, "cudagraphs._fastcall.lock_api", NULL)) < 0) {
+        PyModule_AddObject(m, "api", PyCapsule_New(&api, CG_API_CAPSULE, NULL)) < 0) {
         Py_DECREF(m);
         return NULL;
     }

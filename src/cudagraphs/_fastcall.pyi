@@ -19,8 +19,6 @@ class (given to C by)                attributes, slots and methods C reads
 (``configure_capture``)              stream``; a block's ``owner``; records of kind
                                      ``kernel`` or ``memcpy`` with the kernel's
                                      ``name``; ``Kernel.fast``; a function's ``handle``
-``Graph`` (``replay_method``)        slots ``_exec _launch stream replays _res``;
-                                     ``Resources.streams``
 ``GraphedCallable``                  ``_hot``, ``_moved()``, ``replay()``; ``Lease``
 (``graphed_method``)                 slots ``calls made``; ``Entry`` slot ``hits``;
                                      ``GraphOutput`` slots ``_lease _call``
@@ -30,7 +28,7 @@ the standard library                 ``time.monotonic``; ``weakref.finalize``'s
                                      ``_registry`` and ``alive``; a lock's ``acquire
                                      release locked`` (``blocking``, ``timeout``,
                                      ``reentrant``)
-compiled modules (``lock_api``)      the Lock's take and give, for ``_allocator``
+compiled modules (``api``)           nothing: _fastcall_api.h declares what they call
 ===================================  ==============================================
 
 Every decision the C paths take is also taken by the Python code they stand
@@ -72,7 +70,7 @@ def bind(name: str, address: int) -> None: ...
 def bound(name: str) -> int: ...
 def names() -> list[str]: ...
 
-lock_api: Any  # a capsule: the Lock type and its take and give functions, for compiled modules
+api: Any  # a capsule: what compiled modules call (_fastcall_api.h: the Lock's take and give, trampolines)
 
 def configure(
     array_type: type,
@@ -88,15 +86,14 @@ def patch_kernels(
 def unpatchable(records: list[Any], hits: list[int], copy_type: type) -> int: ...
 def users(records: list[Any], key: Any) -> list[int]: ...
 def same_nodes(a: list[Any], b: list[Any]) -> tuple[int, list[Any]]: ...
-def replay_method(graph_type: type, python_replay: Callable[..., Any]) -> Callable[..., Any]: ...
 def graphed_method(
     callable_type: type,
     python_call: Callable[..., Any],
     lease_type: type,
     entry_type: type,
     output_type: type,
+    active: dict[Any, Any],
 ) -> Callable[..., Any]: ...
-def fast_graph_launch(fn: Callable[..., Any] | None) -> None: ...
 def graphed_calls() -> int: ...
 def cuLaunchKernel(*args: Any) -> Any: ...
 def cuGraphLaunch(*args: Any) -> Any: ...

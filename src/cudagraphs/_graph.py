@@ -10,6 +10,12 @@ release is deferred until none is.
 States (:class:`GraphState`): capturing -> ready (or captured, when not
 instantiated) -> closed; failed when the capture failed; consumed when
 another graph was updated from it.
+
+This module is compiled by Cython from this source where the package is
+built (``_graph.pxd`` declares :class:`Graph` an extension type with typed
+fields, so that :meth:`Graph.replay` reads them as C fields and launches
+through the C part's ``cuGraphLaunch``: docs/architecture.md, "The compiled
+part"), and runs as plain Python where not.
 """
 
 from __future__ import annotations
@@ -22,15 +28,21 @@ import threading
 import weakref
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
+
+try:
+    import cython
+except ImportError:  # (run as Python where Cython is not installed: nothing is compiled)
+    cython = SimpleNamespace(compiled=False)
 
 from . import _node_changes, _picture, _recording, _update
 from ._array import DeviceArray, foreign_view
+from ._config import compiled_part
 from ._control import Body, Condition, add_conditional, new_condition
-from ._device import Device, Stream
+from ._device import Device, Stream, _current_stream_of
 from ._errors import CaptureError, GraphStateError
 from ._executable import Resources, ordered_launch, release_resources
-from ._kernel import fastcall
 from ._recording import NodeRecord, Work, submit
 
 if TYPE_CHECKING:
@@ -97,6 +109,24 @@ def _as_array(a: Any) -> Any:
 
 _KIND_NAME = operator.itemgetter(1, 2)  # (kind, name) of a NodeRecord
 
+# (module globals replay reads: compiled, C globals, read without a dictionary lookup)
+_ACTIVE = _recording._ACTIVE  # the captures in progress, by device (changed in place only)
+_get_ident = threading.get_ident
+
+if not cython.compiled:  # (compiled, _capi.pxd's C functions: the C part's cuGraphLaunch)
+
+    def cg_api_load(capsule: Any) -> None:
+        """Take the C part's functions from its capsule (compiled only)."""
+
+    def cg_graph_launch(exec_: int, stream: int) -> int:
+        """Never called as plain Python: a graph's ``_fast_exec`` is 0 without the C part."""
+        raise AssertionError("the C part's cuGraphLaunch is compiled code only")
+
+
+_fastcall = compiled_part()
+if cython.compiled and _fastcall is not None:
+    cg_api_load(_fastcall.api)
+
 
 class Graph:
     """A captured graph. Made by :func:`cudagraphs.capture`, not directly.
@@ -122,6 +152,7 @@ class Graph:
         "_broken",
         "_count",
         "_exec",
+        "_fast_exec",
         "_finalizer",
         "_holders",
         "_later",
@@ -152,6 +183,7 @@ class Graph:
     _records: list[NodeRecord]
     _nodes: tuple[Node, ...] | None
     _exec: Any
+    _fast_exec: int  # the executable's address where the C part's cuGraphLaunch launches it, else 0
     _launch: Callable[..., None]
     _uploaded: bool
     _finalizer: weakref.finalize[Any, Graph] | None
@@ -171,13 +203,14 @@ class Graph:
 
     @classmethod
     def _capturing(cls, device: Device, stream: Stream, pool: GraphPool, rec: Recording) -> Graph:
-        g = object.__new__(cls)
+        g = cls.__new__(cls)  # (compiled, an extension type: its own __new__, no __init__)
         g.device, g.stream, g.pool = device, stream, pool
         g.output, g.replays, g.state = None, 0, GraphState.CAPTURING
         g._res = None
         g._records = []
         g._nodes = None  # read from the driver on first use
         g._exec = None
+        g._fast_exec = 0
         g._broken = g._holders = None
         g._launch = device.backend.graph_launch
         g._uploaded = False
@@ -226,10 +259,25 @@ class Graph:
         self._finalizer = weakref.finalize(self, _recording.later, self.device, release_resources, res)
         self._rec = None
         if exec_ is not None:
-            res.exec = self._exec = exec_
+            res.exec = exec_
+            self._set_exec(exec_)
             self.state = GraphState.READY
         else:
             self.state = GraphState.CAPTURED
+
+    def _set_exec(self, exec_: Any) -> None:
+        """Take ``exec_`` (None: none) as the executable replays launch.
+
+        Where the backend's driver calls are the C part's (``backend.fastcall``)
+        and the graph launches through the backend's own ``graph_launch`` (not
+        a launch across devices), its address is kept too: the compiled
+        :meth:`replay` then launches it through the C part's ``cuGraphLaunch``
+        without a Python call.
+        """
+        self._exec = exec_
+        backend = self.device.backend
+        fast = getattr(backend, "fastcall", False) and self._launch is backend.graph_launch
+        self._fast_exec = int(exec_) if fast and exec_ is not None else 0
 
     def _failed(self) -> None:
         self.state = GraphState.FAILED
@@ -246,7 +294,8 @@ class Graph:
 
         So do those of the graphs that embed it. Its memory is freed as usual.
         """
-        self._broken, self._exec = error, None  # (no executable: replays take the checked path)
+        self._broken = error
+        self._set_exec(None)  # (no executable: replays take the checked path)
         for holder in list(self._holders or ()):
             holder._unusable(error)
 
@@ -267,7 +316,8 @@ class Graph:
             )
         res = self._res
         assert res is not None
-        res.exec = self._exec = self.device.backend.graph_instantiate(res.graph, self._auto_free)
+        res.exec = self.device.backend.graph_instantiate(res.graph, self._auto_free)
+        self._set_exec(res.exec)
         self.state = GraphState.READY
         self._later = False
         return self
@@ -316,7 +366,8 @@ class Graph:
             )
         self._records, source._records = _update.update(self, exec_, source), []
         self._bodies, self._moves, self._count = source._bodies, [], None
-        source._res, source._exec, source.state = None, None, GraphState.CONSUMED
+        source._res, source.state = None, GraphState.CONSUMED
+        source._set_exec(None)
         self._traced = source._traced
         self._nodes = None
         return self
@@ -510,21 +561,27 @@ class Graph:
         if exec_ is None and not self._later:
             self._ready("Graph.replay()")  # (raises: the graph is not ready)
         if stream is None:  # (a capture of this thread's current stream, else the graph's own stream)
-            current = self.device.current_stream()
+            current = _current_stream_of(self.device)
             rec = current._recording
-            stream = current if rec is not None and rec.thread == threading.get_ident() else self.stream
+            stream = current if rec is not None and rec.thread == _get_ident() else self.stream
         if stream is not self.stream:
             self._check_stream(stream)
             streams = self._res.streams  # type: ignore[union-attr]
             if stream not in streams:
                 streams.append(stream)
-        if stream._recording is not None:
+        on = stream  # (compiled: typed, its fields read as C fields)
+        if on._recording is not None:
             self._embed(stream)
             return
-        _recording.refuse_beside_capture(stream, "Graph.replay()", "the graph")
+        if _ACTIVE:  # (no capture anywhere: nothing to refuse, and no call to ask)
+            _recording.refuse_beside_capture(stream, "Graph.replay()", "the graph")
         if exec_ is None:
             exec_ = self._ready("Graph.replay()")
-        self._launch(exec_, stream._raw)
+        elif self._fast_exec and cg_graph_launch(self._fast_exec, on.handle) == 0:
+            self.replays += 1  # (launched by the C part's cuGraphLaunch, no Python call)
+            return
+        # (else the backend's launch; after a refusal of the C part's it launches again and raises)
+        self._launch(exec_, on._raw)
         self.replays += 1
 
     def _embed(self, stream: Stream) -> None:
@@ -606,7 +663,7 @@ class Graph:
         if finalizer is not None and finalizer.alive:
             finalizer.detach()
             _recording.release(self.device, release_resources, self._res)
-        self._exec = None
+        self._set_exec(None)
         self._res = None
         self._later = False
         self._nodes = ()
@@ -621,7 +678,3 @@ class Graph:
 
     def __repr__(self) -> str:
         return f"<cudagraphs.Graph {self.state}, {len(self.nodes)} nodes, {self.replays} replays>"
-
-
-if fastcall is not None:  # the repeat path of replay() in C; the method above stays the reference
-    setattr(Graph, "replay", fastcall.replay_method(Graph, Graph.__dict__["replay"], _recording._ACTIVE))  # noqa: B010

@@ -674,5 +674,5 @@ if (
     setattr(  # noqa: B010
         GraphedCallable,
         "__call__",
-        fastcall.graphed_method(GraphedCallable, PYTHON_CALL, _Lease, Entry, GraphOutput),
+        fastcall.graphed_method(GraphedCallable, PYTHON_CALL, _Lease, Entry, GraphOutput, _recording._ACTIVE),
     )

@@ -265,9 +265,8 @@ class CudaBackend:
         _call.clear()
         _call.update(_bind_calls(drv))
         _graph_launch = _call["cuGraphLaunch"]
+        # (a graph launched by graph_launch replays through the C part's cuGraphLaunch then)
         self.fastcall = _call["cuGraphLaunch"] is not drv.cuGraphLaunch
-        if self.fastcall:  # Graph.replay's C path may call cuGraphLaunch for graph_launch
-            compiled_part().fast_graph_launch(CudaBackend.graph_launch)
         self._count: int = int(count)
         self._lock = threading.Lock()
         self._ctx: dict[int, Any] = {}

@@ -153,6 +153,10 @@ class SimExec:
         table.own(self.conditions)
         self.alive = True
 
+    def __int__(self) -> int:
+        """A handle's address, as a driver handle converts (what a fast launch would be given)."""
+        return id(self)
+
     def take(self, graph: SimGraph, table: Conditions) -> None:
         """A whole-graph update from ``graph`` (already found updatable): its nodes and handles."""
         self.nodes = list(graph.nodes)

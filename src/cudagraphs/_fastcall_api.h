@@ -1,0 +1,76 @@
+/* The C part's functions for the compiled modules: the declared contract between them.
+ *
+ * cudagraphs._fastcall (_fastcall.c) fills one cg_api_t and offers it as the capsule
+ * `cudagraphs._fastcall.api`; a compiled module that calls into it cimports _capi.pxd, which
+ * declares the functions below, and calls cg_api_load(capsule) once at import. Until then, or
+ * where the C part is not built, every function answers as a driver whose entry point is not
+ * bound (CG_UNBOUND) and the caller takes its Python path (the backend's primitive).
+ *
+ * What lives behind these functions is no decision: the driver calls of the hot paths (their
+ * entry points bound by the cuda backend, see _fastcall.c's bind) and the packing of kernel
+ * arguments a Python caller already checked and converted. docs/architecture.md, "The compiled
+ * part", says why.
+ */
+#ifndef CUDAGRAPHS_FASTCALL_API_H
+#define CUDAGRAPHS_FASTCALL_API_H
+
+#include <Python.h>
+#include <stdint.h>
+
+#define CG_API_CAPSULE "cudagraphs._fastcall.api"
+#define CG_API_VERSION 1
+
+/* What a trampoline returns besides a CUresult (>= 0): no entry point bound, or a Python error
+   set (an argument that does not pack) */
+#define CG_UNBOUND (-2)
+#define CG_ERROR (-1)
+
+typedef struct {
+    int version;
+    /* the C Lock: its type, take (1 taken, 0 busy, -1 error) and give (0, or -1 with an error) */
+    PyTypeObject *lock_type;
+    int (*lock_take)(PyObject *lock, int blocking, double timeout);
+    int (*lock_give)(PyObject *lock);
+    /* cuGraphLaunch(exec, stream), the GIL released */
+    int (*graph_launch)(uintptr_t exec, uintptr_t stream);
+} cg_api_t;
+
+#ifndef CUDAGRAPHS_FASTCALL_PROVIDER /* (the compiled modules' side) */
+
+static cg_api_t *cg_api = NULL; /* (one per compiled module: each loads it) */
+
+static inline int cg_api_load(PyObject *capsule) {
+    cg_api_t *api = (cg_api_t *)PyCapsule_GetPointer(capsule, CG_API_CAPSULE);
+    if (api == NULL) return -1;
+    if (api->version != CG_API_VERSION) {
+        PyErr_Format(PyExc_ImportError, "cudagraphs._fastcall offers API version %d, this module needs %d",
+                     api->version, CG_API_VERSION);
+        return -1;
+    }
+    cg_api = api;
+    return 0;
+}
+
+/* lock.acquire(blocking) for the C Lock without a method call, else through the method */
+static inline int cg_lock_take(PyObject *lock, int blocking) {
+    if (cg_api != NULL && Py_TYPE(lock) == cg_api->lock_type) return cg_api->lock_take(lock, blocking, -1.0);
+    PyObject *got = PyObject_CallMethod(lock, "acquire", "O", blocking ? Py_True : Py_False);
+    int taken = got == NULL ? -1 : PyObject_IsTrue(got);
+    Py_XDECREF(got);
+    return taken;
+}
+
+/* lock.release(), likewise */
+static inline int cg_lock_give(PyObject *lock) {
+    if (cg_api != NULL && Py_TYPE(lock) == cg_api->lock_type) return cg_api->lock_give(lock);
+    PyObject *done = PyObject_CallMethod(lock, "release", NULL);
+    Py_XDECREF(done);
+    return done == NULL ? -1 : 0;
+}
+
+static inline int cg_graph_launch(size_t exec, size_t stream) {
+    return cg_api == NULL ? CG_UNBOUND : cg_api->graph_launch((uintptr_t)exec, (uintptr_t)stream);
+}
+
+#endif /* CUDAGRAPHS_FASTCALL_PROVIDER */
+#endif /* CUDAGRAPHS_FASTCALL_API_H */
