@@ -26,7 +26,19 @@ STRICT = WARNINGS if os.environ.get("CUDAGRAPHS_WERROR") == "1" else []
 REQUIRED = os.environ.get("CUDAGRAPHS_REQUIRE_C") == "1"
 
 # the modules compiled from their Python source (each has a .pxd beside it)
-COMPILED = ["_config", "_dtypes", "_fields", "_device", "_allocator", "_array", "_graph"]
+COMPILED = [
+    "_config",
+    "_dtypes",
+    "_fields",
+    "_recording",
+    "_device",
+    "_allocator",
+    "_kernel",
+    "_builtin_kernels",
+    "_array",
+    "ops/_elementwise",
+    "_graph",
+]
 
 
 def compiled_modules() -> list[Extension]:
@@ -40,7 +52,7 @@ def compiled_modules() -> list[Extension]:
     extensions = [
         # (include_dirs: _fastcall_api.h, the C part's functions that _capi.pxd declares)
         Extension(
-            f"cudagraphs.{name}",
+            "cudagraphs." + name.replace("/", "."),
             [f"src/cudagraphs/{name}.py"],
             include_dirs=["src/cudagraphs"],
             optional=not REQUIRED,
@@ -74,7 +86,7 @@ class BuildAllOrNone(build_ext):
         """Build every extension; then, if a compiled module failed, remove the others'."""
         self.failed: list[str] = []
         super().run()
-        names = {f"cudagraphs.{name}" for name in COMPILED}
+        names = {"cudagraphs." + name.replace("/", ".") for name in COMPILED}
         if any(name in names for name in self.failed):
             print(f"cudagraphs: {', '.join(self.failed)} failed to build; the modules run as plain Python")
             for ext in self.extensions:

@@ -114,8 +114,19 @@ def workloads(cg: ModuleType) -> dict[str, tuple[Callable[[], None], int, str]]:
         dev.synchronize()
         replay_call.last = statistics.median(single) * 1e6  # type: ignore[attr-defined]
 
+    def step(a: object) -> object:
+        k.launch(1, 1, a)
+        return a
+
+    f = cg.graphed(step)
+    xg = cg.zeros(1, "float32")
+    for _ in range(3):  # eager, capture, replay: then repeat calls
+        f(xg)
+    keep.append(f)
+
     out = {
         "eager Kernel.launch (us)": (lambda: k.launch(1, 1, x), 5000, "us"),
+        "graphed call, 1 input (us)": (lambda: f(xg), 5000, "us"),
         "eager ops.add (us)": (lambda: cg.ops.add(x, z, out=x), 5000, "us"),
         "cg.empty + free (us)": (lambda: cg.empty(128, "float32"), 5000, "us"),
         "replay+sync, 10 nodes (us)": (replay, 1000, "us"),

@@ -15,18 +15,24 @@ Usage (from the repository root; the tree on PYTHONPATH is measured)::
 
     PYTHONPATH=src python benchmarks/null_driver.py [ROUNDS] [CALLS]
     PYTHONPATH=src python benchmarks/null_driver.py instructions [NAME ...]
+    PYTHONPATH=src python benchmarks/null_driver.py profile|profile-self NAME
 
 The first prints one line per hot path: the median of ROUNDS timings of
 CALLS calls, in µs per call (they move by 10% and more between processes on
 a shared machine). The second counts the instructions each call executes,
-under valgrind's callgrind: two runs of 1,000 and 3,000 calls after the
-same setup, the difference divided by 2,000; those counts do not move, so
-two trees compare exactly (NAME: a prefix of a row's name; default all).
+under valgrind's callgrind: two runs of 2,000 and 42,000 calls after the
+same setup (10 and 410 captures), the difference divided by the calls between
+(the setup's own count moves by about 0.5%, 5 million instructions, from run
+to run: 40,000 calls make that 125 a call); those counts hardly move, so
+two trees compare closely (NAME: a prefix of a row's name; default all).
+The third lists the functions one call of row NAME runs, by instructions per
+call, inclusive of what they call (``profile``) or their own (``profile-self``).
 """
 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 import statistics
 import subprocess
@@ -37,7 +43,7 @@ from collections.abc import Callable
 from typing import Any
 
 import cudagraphs as cg
-from cudagraphs import backends
+from cudagraphs import _nvrtc, backends
 from cudagraphs._config import compiled_part
 from cudagraphs.backends.sim import SimBackend
 from cudagraphs.backends.sim.kernels import SimFunction
@@ -70,6 +76,8 @@ class NullBackend(SimBackend):
     """The simulator, with the cuda backend's fast calls on and a driver that does nothing."""
 
     fastcall = True
+    # (kernels run nowhere: as on the cuda backend, an uncaptured launch describes no views)
+    capabilities = dataclasses.replace(SimBackend.capabilities, runs_host_code=False)
 
     def load_kernel(self, ordinal: int, image: Any, name: str, params: Any, host: Any) -> Any:
         fn = NullFunction(name, params, host)
@@ -93,6 +101,11 @@ def install() -> None:
     for name in fast.names():
         fast.bind(name, address)
     backends._instances["sim"] = NullBackend()  # (before the first Device)
+
+    def no_compiler(*args: Any) -> bytes:  # (nothing runs the code: no NVRTC, no cuda.core)
+        raise _nvrtc.NvrtcUnavailable("not needed here")
+
+    _nvrtc.compile_cubin = no_compiler
     if hasattr(fast, "fast_graph_launch"):  # (a tree before issue 27's replay: its C replay's launch)
         fast.fast_graph_launch(NullBackend.graph_launch)
 
@@ -142,7 +155,8 @@ def _instructions(names: list[str]) -> None:
     rows = [n for n in _ROWS if not names or any(n.startswith(x) for x in names)]
     for name in rows:
         counts = []
-        for calls in (1000, 3000):
+        few, many = (10, 410) if name.startswith("capture") else (2000, 42000)
+        for calls in (few, many):
             out = subprocess.run(
                 [
                     "valgrind",
@@ -157,9 +171,49 @@ def _instructions(names: list[str]) -> None:
                 capture_output=True,
                 text=True,
                 check=True,
+                env={**os.environ, "PYTHONHASHSEED": "0"},  # (the same dictionaries in both runs)
             ).stderr
             counts.append(int(re.search(r"Collected : (\d+)", out).group(1)))  # type: ignore[union-attr]
-        print(f"{name:26s} {(counts[1] - counts[0]) / 2000:10.0f} instructions")
+        per = (counts[1] - counts[0]) / (many - few) / (100 if name.startswith("capture") else 1)
+        print(f"{name:26s} {per:10.0f} instructions")
+
+
+def _annotated(name: str, calls: int, inclusive: bool) -> dict[str, int]:
+    """Instructions per function (inclusive or self) of one run of ``calls`` calls of row ``name``."""
+    import re
+
+    with tempfile.TemporaryDirectory() as folder:
+        out = os.path.join(folder, "callgrind.out")
+        subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__, "run"]
+            + [name, str(calls)],
+            capture_output=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": "0"},
+        )
+        text = subprocess.run(
+            ["callgrind_annotate", f"--inclusive={'yes' if inclusive else 'no'}", "--threshold=100", out],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    found: dict[str, int] = {}
+    for line in text.splitlines():
+        m = re.match(r"\s*([\d,]+) \([ \d.]+%\)\s+(\S+)", line)
+        if m:
+            fn = m.group(2).rsplit("/", 1)[-1]
+            found[fn] = found.get(fn, 0) + int(m.group(1).replace(",", ""))
+    return found
+
+
+def _profile(name: str, inclusive: bool) -> None:
+    """The functions each call of row ``name`` runs, by instructions per call (two runs' difference)."""
+    few, many = (10, 110) if name.startswith("capture") else (2000, 22000)
+    a, b = _annotated(name, few, inclusive), _annotated(name, many, inclusive)
+    per = {fn: (b.get(fn, 0) - a.get(fn, 0)) / (many - few) for fn in b}
+    for fn, n in sorted(per.items(), key=lambda kv: -kv[1])[:40]:
+        if n >= 5:
+            print(f"{n:10.0f}  {fn}")
 
 
 _ROWS = ["Kernel.launch", "ops.add", "cg.empty", "Graph.replay", "graphed call", "capture 100 (per launch)"]
@@ -169,9 +223,14 @@ def main(argv: list[str]) -> None:
     if argv[:1] == ["instructions"]:
         _instructions(argv[1:])
         return
+    if argv[:1] in (["profile"], ["profile-self"]):
+        _profile(argv[1], inclusive=argv[0] == "profile")
+        return
     if argv[:1] == ["run"]:  # (one row, under callgrind: setup, then CALLS calls)
         install()
         fn = workloads()[argv[1]]
+        for _ in range(20):  # (first calls arm what later calls repeat)
+            fn()
         for _ in range(int(argv[2])):
             fn()
         return

@@ -901,7 +901,9 @@ def test_each_compiled_module_has_its_declarations_and_runs_in_the_mode_asked() 
     for name in names:
         assert (root / f"{name}.py").is_file(), name
         assert (root / f"{name}.pxd").is_file(), f"{name} is compiled without its declarations"
-    files = {name: importlib.import_module(f"cudagraphs.{name}").__file__ or "" for name in names}
+    files = {
+        name: importlib.import_module("cudagraphs." + name.replace("/", ".")).__file__ or "" for name in names
+    }
     if os.environ.get("CUDAGRAPHS_EXPECT_PLAIN") == "1":
         assert all(f.endswith(".py") for f in files.values()), files
         from cudagraphs._config import compiled_part

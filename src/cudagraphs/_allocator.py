@@ -299,18 +299,7 @@ def new_block(device: Device, ptr: int, nbytes: int, owner: BlockOwner) -> Block
 
 
 if not cython.compiled:  # (compiled, _capi.pxd's C versions: no method call for the C Lock)
-
-    def cg_api_load(capsule: Any) -> None:
-        """Take the C part's functions from its capsule (compiled only)."""
-
-    def cg_lock_take(lock: Any, blocking: bool) -> bool:
-        """``lock.acquire(blocking)``."""
-        return lock.acquire(blocking)  # type: ignore[no-any-return]
-
-    def cg_lock_give(lock: Any) -> None:
-        """``lock.release()``."""
-        lock.release()
-
+    from ._capi import cg_api_load, cg_lock_give, cg_lock_take
 
 if cython.compiled and _fastcall is not None:
     cg_api_load(_fastcall.api)

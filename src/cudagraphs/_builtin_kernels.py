@@ -65,6 +65,7 @@ _BITS = {
     16: "ulonglong2",
 }
 BLOCK = (256, 1, 1)
+_BLOCK = BLOCK  # (the same, for the hot paths: compiled, a C global, no name lookup)
 _FIXED = frozenset({"n", "layout"})
 
 
@@ -258,13 +259,10 @@ def layout(shape: tuple[int, ...], *arrays: Any) -> bytes:
 
 _PLAIN = frozenset((int, float, bytes))  # values passed as they are; anything else is an array
 
-# (name, dtype, device) -> (the kernel's C launch path, the grid's cap): for an op's repeat path
-ARMED: dict[tuple[str, np.dtype, Any], tuple[Any, int]] = {}
-
 
 def grid_of(n: int, cap: int) -> tuple[int, int, int]:
     """The grid of a built-in kernel over ``n`` elements (at most ``cap`` blocks)."""
-    return (min(-(-n // BLOCK[0]), cap), 1, 1)
+    return (min(-(-n // _BLOCK[0]), cap), 1, 1)
 
 
 def run(
@@ -276,14 +274,9 @@ def run(
     their address, with their (possibly strided) view for the simulator.
     """
     kernel = builtin_kernel(name, dtype)
-    cap = device.properties.multiprocessors * 32
-    grid = grid_of(n, cap)
-    if kernel.fast is not None and stream._recording is None:  # the C launch path (cuda)
-        ARMED[name, dtype, device] = (kernel.fast, cap)
-        kernel.fast(grid, BLOCK, *args, stream=stream)
-        return
+    grid = grid_of(n, device.properties.multiprocessors * 32)
     values = tuple([a if type(a) in _PLAIN else a.ptr for a in args])
-    kernel.enqueue(device, stream, grid, BLOCK, 0, values, args, writes)
+    kernel._enqueue(device, stream, grid, _BLOCK, 0, values, args, writes)
 
 
 def fill_view(x: Any, value: Any, stream: Any) -> None:

@@ -1,7 +1,8 @@
-# The C part's functions for the compiled modules (_fastcall_api.h, the declared contract): a
-# declaration-only .pxd, cimported by the modules that call them. Each such module calls
+# The C part's functions for the compiled modules (_fastcall_api.h, the declared contract), and C
+# primitives they use: cimported by the modules that call them; _capi.py holds their plain-Python
+# forms, which the same modules import where they run as Python. Each compiled module calls
 # cg_api_load(_fastcall.api) once at import; until then, and where the C part is not built, the
-# trampolines answer CG_UNBOUND and the caller takes its Python path.
+# trampolines answer CG_UNBOUND and the caller takes the backend's primitive.
 # docs/architecture.md, "The compiled part", says what may be declared here and why.
 
 cdef extern from "_fastcall_api.h":
@@ -11,3 +12,23 @@ cdef extern from "_fastcall_api.h":
     int cg_lock_take(object lock, bint blocking) except -1
     int cg_lock_give(object lock) except -1
     int cg_graph_launch(size_t exec_, size_t stream)
+    int cg_issue(object issue, size_t stream, object arg) except? -1
+
+cdef extern from *:
+    """
+    /* tuple.__new__(type, items) for a tuple subclass with no fields of its own (a NamedTuple),
+       made without the call and its argument tuple (per launch and recorded node) */
+    static PyObject *cg_tuple_new(PyObject *type, PyObject *items) {
+        PyTypeObject *t = (PyTypeObject *)type;
+        Py_ssize_t n = PyTuple_GET_SIZE(items);
+        if (!PyType_Check(type) || !PyType_IsSubtype(t, &PyTuple_Type) ||
+            t->tp_basicsize != PyTuple_Type.tp_basicsize || t->tp_itemsize != PyTuple_Type.tp_itemsize ||
+            t->tp_dictoffset != 0)
+            return PyObject_CallMethod((PyObject *)&PyTuple_Type, "__new__", "OO", type, items);
+        PyObject *out = t->tp_alloc(t, n);
+        if (out == NULL) return NULL;
+        for (Py_ssize_t i = 0; i < n; ++i) PyTuple_SET_ITEM(out, i, Py_NewRef(PyTuple_GET_ITEM(items, i)));
+        return out;
+    }
+    """
+    object cg_tuple_new(object type, tuple items)

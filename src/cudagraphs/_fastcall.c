@@ -328,22 +328,21 @@ static PyObject *copy_node_set(PyObject *self, PyObject *const *args, Py_ssize_t
     return result(err);
 }
 
-/* ---- Launcher: the repeat path of Kernel.launch, checks included ------------------------
+/* ---- Kernel arguments, packed: a kernel's Packer ---------------------------------------------
  *
- * A Launcher is the launch plan of one kernel: the byte layout of its parameters, what each
- * must be (an array of a given dtype on the launch's device, dense; an integer in range; a
- * number), and the kernel's CUfunction per device. Called with Kernel.launch's arguments, it
- * makes every check Kernel.launch makes, packs the arguments on the C stack and calls
- * cuLaunchKernel. Whatever it does not decide for sure (another type, a stream being captured,
- * a closed stream, a value out of range, a driver error) it hands to the Python path, `slow`,
- * unchanged: that path is the reference, raises the errors, and records captured work.
- * configure() names the classes it reads (their __slots__, at fixed offsets).
+ * A Packer is the byte layout of one kernel's parameters (their kind, size and offset, which the
+ * Python path computes once: _kernel._fast_layout). Packer.issue(stream, launch) queues a
+ * KernelLaunch whose values the kernel's converters already checked and converted (Kernel.launch
+ * decides everything; nothing here does): the values packed on the C stack and cuLaunchKernel
+ * called, as the backend's launch() packs them with struct and calls it. A value that does not
+ * pack, or a driver error, goes to that launch() (the fallback), which raises.
  */
 #include <structmember.h>
 
 #define MAX_PARAMS 64
 #define MAX_BYTES 4096
 
+/* the classes the graphed call's section reads (configure) */
 static PyTypeObject *array_base;  /* cudagraphs.DeviceArray */
 static PyTypeObject *stream_type; /* cudagraphs.Stream */
 static PyObject *current_var;     /* the ContextVar of the current streams (a tuple) */
@@ -351,15 +350,9 @@ static PyObject *current_var;     /* the ContextVar of the current streams (a tu
    where they are as CPython 3.10-3.13 define them; else `alive` is asked */
 static PyTypeObject *finalize_type;
 static PyObject *finalize_registry;
-static PyObject *plain_types;     /* {type: bool}: whether its instances read as plain arrays */
 static Py_ssize_t a_ptr, a_device, a_dtype, a_contig, s_device, s_handle, s_recording, s_finalizer;
-static Py_ssize_t a_shape = -1, a_size = -1, a_block = -1, a_arg = -1;
-static PyObject *str_stream, *str_shared_mem, *str_alive, *str_handle, *str_fast, *str_out, *one;
-/* what records a captured launch in C (configure_capture): the Recording, NodeRecord and
-   KernelLaunch classes, and the names read from a Recording, a block and a kernel */
-static PyTypeObject *recording_type, *node_type, *launch_type;
-static PyObject *str_thread, *str_invalid, *str_frees, *str_memory, *str_owners, *str_keep, *str_nodes,
-    *str_owner, *str_name, *str_view_spec, *str_kernel;
+static Py_ssize_t a_shape = -1, a_size = -1;
+static PyObject *str_stream, *str_alive, *str_handle, *str_fast, *one;
 
 #define SLOT(o, offset) (*(PyObject **)((char *)(o) + (offset)))
 
@@ -407,7 +400,8 @@ static int slot_add(PyObject *o, Py_ssize_t slot, PyObject *delta, int subtract)
     return 0;
 }
 
-/* configure(array_type, stream_type, current_streams): the classes Launchers read. */
+/* configure(array_type, stream_type, current_streams, array_offsets, stream_offsets): the classes
+   the graphed call's section reads. */
 static PyObject *configure(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5 || !PyType_Check(args[0]) || !PyType_Check(args[1]) ||
         (args[3] != Py_None && !PyDict_CheckExact(args[3])) || (args[4] != Py_None && !PyDict_CheckExact(args[4]))) {
@@ -429,10 +423,7 @@ static PyObject *configure(PyObject *self, PyObject *const *args, Py_ssize_t nar
     for (int i = 0; i < 4; ++i)
         if ((o[i] = array_field(at, an[i])) < 0 || (o[4 + i] = field_at(stream_offsets, st, sn[i])) < 0) return NULL;
     if ((o[8] = array_field(at, "shape")) < 0 || (o[9] = array_field(at, "size")) < 0) return NULL;
-    PyObject *known = PyDict_New();
-    if (known == NULL) return NULL;
     a_shape = o[8], a_size = o[9];
-    a_block = a_arg = -1; /* (configure_capture again: read from this class) */
     a_ptr = o[0], a_device = o[1], a_dtype = o[2], a_contig = o[3];
     s_device = o[4], s_handle = o[5], s_recording = o[6], s_finalizer = o[7];
     PyObject *weakref = PyImport_ImportModule("weakref");
@@ -445,98 +436,31 @@ static PyObject *configure(PyObject *self, PyObject *const *args, Py_ssize_t nar
     }
     Py_XDECREF(fin);
     Py_XDECREF(registry);
-    if (cleared()) {
-        Py_DECREF(known);
-        return NULL;
-    }
+    if (cleared()) return NULL;
     Py_INCREF(at), Py_INCREF(st), Py_INCREF(args[2]);
     Py_XSETREF(array_base, at);
     Py_XSETREF(stream_type, st);
     Py_XSETREF(current_var, args[2]);
-    Py_XSETREF(plain_types, known);
     Py_RETURN_NONE;
-}
-
-/* configure_capture(Recording, NodeRecord, KernelLaunch): launches on a stream captured by a
-   Recording are recorded in C (see record_here) by Launchers whose plan names the function
-   object. Needs configure() first (the array class's _block and _arg slots). */
-static PyObject *configure_capture(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3 || !PyType_Check(args[0]) || !PyType_Check(args[1]) || !PyType_Check(args[2]) ||
-        array_base == NULL) {
-        PyErr_SetString(PyExc_TypeError,
-                        "configure_capture takes the Recording, NodeRecord and KernelLaunch classes (configure first)");
-        return NULL;
-    }
-    if (!PyType_IsSubtype((PyTypeObject *)args[1], &PyTuple_Type) ||
-        !PyType_IsSubtype((PyTypeObject *)args[2], &PyTuple_Type)) {
-        PyErr_SetString(PyExc_TypeError, "NodeRecord and KernelLaunch must be tuple classes");
-        return NULL;
-    }
-    Py_ssize_t block = array_field(array_base, "_block"), arg = array_field(array_base, "_arg");
-    if (block < 0 || arg < 0) return NULL;
-    a_block = block, a_arg = arg;
-    Py_INCREF(args[0]), Py_INCREF(args[1]), Py_INCREF(args[2]);
-    Py_XSETREF(recording_type, (PyTypeObject *)args[0]);
-    Py_XSETREF(node_type, (PyTypeObject *)args[1]);
-    Py_XSETREF(launch_type, (PyTypeObject *)args[2]);
-    Py_RETURN_NONE;
-}
-
-/* Whether instances of t read as plain arrays: the base class, or a subclass that overrides
-   none of what a launch reads (a graph output's own check lives in its _view_spec). */
-static int is_plain(PyTypeObject *t) {
-    if (t == array_base) return 1;
-    if (!PyType_IsSubtype(t, array_base)) return 0;
-    /* an answer holds while the class is unchanged: its version tag moves when an attribute of
-       it or of a base is set (a _view_spec assigned later is seen) */
-    int tagged = PyType_HasFeature(t, Py_TPFLAGS_VALID_VERSION_TAG);
-    unsigned long tag = t->tp_version_tag;
-    PyObject *known = tagged ? PyDict_GetItemWithError(plain_types, (PyObject *)t) : NULL;
-    if (known != NULL && PyLong_CheckExact(known)) {
-        unsigned long long v = PyLong_AsUnsignedLongLong(known);
-        if ((v >> 1) == tag) return (int)(v & 1);
-    }
-    if (PyErr_Occurred()) return -1;
-    static const char *names[] = {"ptr",  "device", "dtype",          "is_contiguous", "_view_spec",
-                                  "_arg", "_block", "__getattribute__", "__getattr__"};
-    int plain = 1;
-    for (size_t i = 0; i < sizeof names / sizeof names[0] && plain; ++i) {
-        PyObject *key = PyUnicode_InternFromString(names[i]);
-        if (key == NULL) return -1;
-        plain = _PyType_Lookup(t, key) == _PyType_Lookup(array_base, key);
-        Py_DECREF(key);
-    }
-    if (tagged && t->tp_version_tag == tag) {
-        if (PyDict_GET_SIZE(plain_types) >= 256) PyDict_Clear(plain_types); /* (classes made on the fly) */
-        PyObject *v = PyLong_FromUnsignedLongLong(((unsigned long long)tag << 1) | (unsigned)plain);
-        if (v == NULL || PyDict_SetItem(plain_types, (PyObject *)t, v)) {
-            Py_XDECREF(v);
-            return -1;
-        }
-        Py_DECREF(v);
-    }
-    return plain;
 }
 
 typedef struct {
-    char kind;        /* 'p' pointer, 'i' signed, 'u' unsigned, 'f' float, 'b' bool */
-    int size;         /* bytes */
+    char kind;  /* 'p' pointer, 'i' signed, 'u' unsigned, 'f' float, 'b' bool */
+    int size;   /* bytes */
     Py_ssize_t offset;
-    PyObject *pointee; /* the dtype a pointer's array must have (NULL: any) */
 } param_t;
 
 typedef struct {
     PyObject_HEAD
-    vectorcallfunc vectorcall;
-    PyObject *slow;    /* the Python path: the bound Kernel.launch */
-    PyObject *record;  /* what records a checked launch on a captured stream: Kernel.enqueue */
-    PyObject *issue;   /* the backend's launch(stream, KernelLaunch): what issue() falls back on */
-    PyObject *devices; /* {Device: (CUfunction address, default stream)} */
-    PyObject *grid, *block; /* the (x, y, z) tuples of the last recorded launch */
+    PyObject *fallback; /* the backend's launch(stream, KernelLaunch) */
+    /* the last function, grid and block objects seen and what they read as (a hot loop launches
+       one kernel on one device with the same dimension tuples: normalize_dims keeps them) */
+    PyObject *function, *grid, *block;
+    uintptr_t function_address;
+    unsigned grid_dims[3], block_dims[3];
     Py_ssize_t n;
-    unsigned long long fast, handed; /* launches made here, calls handed to `slow` */
     param_t params[MAX_PARAMS];
-} Launcher;
+} Packer;
 
 static const unsigned long GRID[3] = {2147483647ul, 65535ul, 65535ul}, BLOCK[3] = {1024ul, 1024ul, 64ul};
 
@@ -560,81 +484,67 @@ static int dims(PyObject *o, const unsigned long lim[3], unsigned out[3]) {
     return 0;
 }
 
-/* One argument into its slot, or -1: the Python path decides (no exception is left set).
-   With `value`, also the value the Python path's converter returns (a new reference). */
-static int pack(const param_t *p, PyObject *a, PyObject *device, unsigned char *dst, PyObject **value) {
-    PyObject *out = a; /* (the converters return ints and floats as given) */
-    if (p->kind == 'p') {
-        unsigned long long v;
-        if (a == Py_None) {
-            v = 0;
-        } else {
-            if (!PyLong_CheckExact(a)) {
-                int plain = is_plain(Py_TYPE(a));
-                if (plain <= 0 || SLOT(a, a_device) != device || SLOT(a, a_contig) != Py_True ||
-                    (p->pointee != NULL && SLOT(a, a_dtype) != p->pointee))
-                    goto hand;
-                a = out = SLOT(a, a_ptr);
-                if (a == NULL || !PyLong_CheckExact(a)) goto hand;
-            }
-            v = PyLong_AsUnsignedLongLong(a);
-            if (v == (unsigned long long)-1 && PyErr_Occurred()) goto hand;
-        }
-        memcpy(dst, &v, 8);
-        if (value != NULL) *value = a == Py_None ? PyLong_FromLong(0) : Py_NewRef(out);
-        return value != NULL && *value == NULL ? -1 : 0;
-    }
+/* One converted value into its slot: a pointer or an integer as an exact int (a bool too, as the
+   converters return it), a float as a float or an int. 0, or -1 with an exception (TypeError,
+   OverflowError) for a value the converters would not have returned. */
+static int pack(const param_t *p, PyObject *v, unsigned char *dst) {
     if (p->kind == 'f') {
-        double d;
-        if (PyFloat_CheckExact(a)) {
-            d = PyFloat_AS_DOUBLE(a);
-        } else if (PyLong_CheckExact(a)) {
-            d = PyLong_AsDouble(a);
-            if (d == -1.0 && PyErr_Occurred()) goto hand;
-            out = NULL;
-        } else {
-            goto hand;
+        double d = PyFloat_CheckExact(v) ? PyFloat_AS_DOUBLE(v) : PyLong_CheckExact(v) ? PyLong_AsDouble(v) : -1.0;
+        if (!PyFloat_CheckExact(v) && !PyLong_CheckExact(v)) {
+            PyErr_Format(PyExc_TypeError, "a float parameter's value is a %.80s", Py_TYPE(v)->tp_name);
+            return -1;
         }
+        if (d == -1.0 && PyErr_Occurred()) return -1;
         if (p->size == 8) {
             memcpy(dst, &d, 8);
         } else {
             float f = (float)d;
-            if (isinf(f) && !isinf(d)) goto hand; /* struct's 'f' refuses it */
+            if (isinf(f) && !isinf(d)) {
+                PyErr_SetString(PyExc_OverflowError, "a float32 parameter's value rounds to infinity");
+                return -1;
+            }
             memcpy(dst, &f, 4);
         }
-        if (value != NULL) *value = out != NULL ? Py_NewRef(out) : PyFloat_FromDouble(d);
-        return value != NULL && *value == NULL ? -1 : 0;
-    }
-    if (p->kind == 'b') {
-        unsigned char b;
-        if (a == Py_True || a == Py_False) b = a == Py_True;
-        else if (PyLong_CheckExact(a)) b = PyObject_IsTrue(a);
-        else goto hand;
-        *dst = b;
-        if (value != NULL) *value = PyBool_FromLong(b);
         return 0;
     }
-    if (!PyLong_CheckExact(a)) goto hand; /* bools, numpy integers: the Python path */
-    if (p->kind == 'u') {
-        unsigned long long v = PyLong_AsUnsignedLongLong(a);
-        if (v == (unsigned long long)-1 && PyErr_Occurred()) goto hand;
-        if (p->size < 8 && v >> (8 * p->size)) goto hand;
-        memcpy(dst, &v, (size_t)p->size); /* little-endian: the low bytes */
-    } else {
-        int overflow;
-        long long v = PyLong_AsLongLongAndOverflow(a, &overflow);
-        if (overflow || (v == -1 && PyErr_Occurred())) goto hand;
-        if (p->size < 8) {
-            long long lim = 1LL << (8 * p->size - 1);
-            if (v < -lim || v >= lim) goto hand;
-        }
-        memcpy(dst, &v, (size_t)p->size);
+    if (!PyLong_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "an integer or pointer parameter's value is a %.80s", Py_TYPE(v)->tp_name);
+        return -1;
     }
-    if (value != NULL) *value = Py_NewRef(a);
+    if (p->kind == 'p' || p->kind == 'u' || p->kind == 'b') {
+        unsigned long long u = PyLong_AsUnsignedLongLong(v);
+        if (u == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+        if (p->size < 8 && u >> (8 * p->size)) {
+            PyErr_SetString(PyExc_OverflowError, "an unsigned parameter's value does not fit its size");
+            return -1;
+        }
+        memcpy(dst, &u, (size_t)p->size); /* little-endian: the low bytes */
+        return 0;
+    }
+    int overflow;
+    long long i = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (i == -1 && PyErr_Occurred()) return -1;
+    long long lim = p->size < 8 ? 1LL << (8 * p->size - 1) : 0;
+    if (overflow || (p->size < 8 && (i < -lim || i >= lim))) {
+        PyErr_SetString(PyExc_OverflowError, "a signed parameter's value does not fit its size");
+        return -1;
+    }
+    memcpy(dst, &i, (size_t)p->size);
     return 0;
-hand:
-    PyErr_Clear();
-    return -1;
+}
+
+/* The values (a tuple of the kernel's parameters' converted values) packed into buf, kp pointing
+   at each: 0, or -1 with an exception. */
+static int pack_values(const Packer *P, PyObject *values, unsigned char *buf, void **kp) {
+    if (!PyTuple_Check(values) || PyTuple_GET_SIZE(values) != P->n) {
+        PyErr_Format(PyExc_TypeError, "a launch of %zd parameters with other values", P->n);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < P->n; ++i) {
+        kp[i] = buf + P->params[i].offset;
+        if (pack(&P->params[i], PyTuple_GET_ITEM(values, i), kp[i])) return -1;
+    }
+    return 0;
 }
 
 /* A tuple of `type` (a NamedTuple) from n items, as tuple.__new__(type, items) makes it. */
@@ -663,153 +573,6 @@ static PyObject *tuple6(PyTypeObject *type, PyObject *a, PyObject *b, PyObject *
     PyObject *out = type->tp_alloc(type, 6);
     if (out == NULL) return NULL;
     for (int i = 0; i < 6; ++i) PyTuple_SET_ITEM(out, i, Py_NewRef(items[i]));
-    return out;
-}
-
-/* A grid or block as a 3-tuple of ints, the one made last time when it is the same. */
-static PyObject *dims_tuple(PyObject **cache, const unsigned v[3]) {
-    PyObject *t = *cache;
-    if (t != NULL) {
-        int same = 1;
-        for (int i = 0; i < 3 && same; ++i) same = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(t, i)) == v[i];
-        if (same) return Py_NewRef(t);
-        PyErr_Clear();
-    }
-    t = Py_BuildValue("(III)", v[0], v[1], v[2]);
-    if (t != NULL) Py_XSETREF(*cache, Py_NewRef(t));
-    return t;
-}
-
-/* The common captured launch, recorded here as Kernel.enqueue and Recording.record would: on the
-   stream the Recording `rec` captures (not a conditional body), from its thread, with no
-   capture error and no graph memory waiting to be freed, arguments the launch path packs. The
-   launch is queued (cuLaunchKernel on the captured stream); the arrays whose memory the capture
-   does not own go to rec.keep and the node's NodeRecord(None, "kernel", name, (), (kernel,
-   KernelLaunch), True) to rec.nodes. Returns 1 when recorded, 0 when the Python path must do it
-   (nothing was queued or recorded, no exception is set), -1 on an error (set). */
-static int record_here(Launcher *L, PyObject *const *argv, PyObject *device, PyObject *stream, PyObject *rec,
-                       PyObject *fnobj, uintptr_t function, uintptr_t raw_stream, const unsigned grid[3],
-                       const unsigned block[3], unsigned long long shared) {
-    if (recording_type == NULL || Py_TYPE(rec) != recording_type || fnobj == NULL || a_block < 0 ||
-        !PyMethod_Check(L->slow))
-        return 0;
-    PyObject *d = PyObject_GenericGetDict(rec, NULL);
-    if (d == NULL) {
-        PyErr_Clear();
-        return 0;
-    }
-    int done = 0;
-    PyObject *keep = NULL, *nodes = NULL, *owners = NULL, *name = NULL, *values = NULL, *views = NULL;
-    PyObject *kept = NULL, *g = NULL, *b = NULL, *sh = NULL, *launch = NULL, *patch = NULL;
-    PyObject *node = NULL, *empty = NULL;
-    /* (read before any Python code runs; only `memory` is used after, and held) */
-    PyObject *thread = PyDict_GetItemWithError(d, str_thread), *invalid = PyDict_GetItemWithError(d, str_invalid);
-    PyObject *frees = PyDict_GetItemWithError(d, str_frees), *top = PyDict_GetItemWithError(d, str_stream);
-    PyObject *memory = Py_XNewRef(PyDict_GetItemWithError(d, str_memory));
-    keep = Py_XNewRef(PyDict_GetItemWithError(d, str_keep));
-    nodes = Py_XNewRef(PyDict_GetItemWithError(d, str_nodes));
-    if (thread == NULL || invalid != Py_None || frees == NULL || top != stream || memory == NULL || keep == NULL ||
-        nodes == NULL || !PyList_CheckExact(keep) || !PyList_CheckExact(nodes) || !PyLong_CheckExact(thread))
-        goto out;
-    unsigned long me = PyLong_AsUnsignedLong(thread);
-    if ((me == (unsigned long)-1 && PyErr_Occurred()) || me != PyThread_get_thread_ident()) goto out;
-    if (PyObject_Size(frees) != 0) goto out; /* (the Python path records their free nodes first) */
-    PyObject *kernel = PyMethod_GET_SELF(L->slow);
-    if ((owners = PyObject_GetAttr(memory, str_owners)) == NULL || (name = PyObject_GetAttr(kernel, str_name)) == NULL ||
-        !PyTuple_CheckExact(owners) || !PyUnicode_CheckExact(name))
-        goto out;
-    if ((values = PyTuple_New(L->n)) == NULL || (views = PyTuple_New(L->n)) == NULL || (kept = PyList_New(0)) == NULL)
-        goto out;
-    _Alignas(16) unsigned char buf[MAX_BYTES];
-    void *kp[MAX_PARAMS];
-    for (Py_ssize_t i = 0; i < L->n; ++i) {
-        PyObject *a = argv[i], *v = NULL, *view = Py_None;
-        kp[i] = buf + L->params[i].offset;
-        if (pack(&L->params[i], a, device, kp[i], &v)) goto out;
-        PyTuple_SET_ITEM(values, i, v);
-        if (L->params[i].kind == 'p' && a != Py_None && !PyLong_CheckExact(a)) { /* a plain array (pack read it) */
-            PyObject *blk = SLOT(a, a_block), *owner = NULL;
-            view = SLOT(a, a_arg);
-            view = view == NULL || view == Py_None ? PyObject_CallMethodNoArgs(a, str_view_spec) : Py_NewRef(view);
-            if (view == NULL || blk == NULL) goto out_view;
-            PyTuple_SET_ITEM(views, i, view);
-            int owned = (owner = PyObject_GetAttr(blk, str_owner)) == NULL ? -1 : PySequence_Contains(owners, owner);
-            Py_XDECREF(owner);
-            if (owned < 0 || (!owned && PyList_Append(kept, a))) goto out;
-            continue;
-        out_view:
-            Py_XDECREF(view);
-            goto out;
-        }
-        PyTuple_SET_ITEM(views, i, Py_NewRef(view));
-    }
-    if ((g = dims_tuple(&L->grid, grid)) == NULL || (b = dims_tuple(&L->block, block)) == NULL ||
-        (sh = PyLong_FromUnsignedLongLong(shared)) == NULL ||
-        (launch = tuple6(launch_type, fnobj, g, b, sh, values, views)) == NULL ||
-        (patch = PyTuple_Pack(2, kernel, launch)) == NULL || (empty = PyTuple_New(0)) == NULL ||
-        (node = tuple6(node_type, Py_None, str_kernel, name, empty, patch, Py_True)) == NULL)
-        goto out;
-    void *fn = fns[LAUNCH]; /* (read with the GIL held: bind() may change it) */
-    if (fn == NULL) goto out;
-    CUresult err;
-    Py_BEGIN_ALLOW_THREADS
-    err = ((launch_t)fn)((handle)function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-                                  (unsigned)shared, (handle)raw_stream, L->n ? kp : NULL, NULL);
-    Py_END_ALLOW_THREADS
-    if (err) goto out; /* nothing was queued: the Python path launches again and reports it */
-    done = 1;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(kept) && done == 1; ++i)
-        if (PyList_Append(keep, PyList_GET_ITEM(kept, i))) done = -1;
-    if (done == 1 && PyList_Append(nodes, node)) done = -1;
-    if (done < 0) { /* the node is in the graph, its record or what it keeps is not: the capture cannot end well */
-        PyObject *why = PyUnicode_FromString("out of memory while recording a kernel launch; the capture is invalid");
-        if (why != NULL) {
-            PyObject *type, *value, *tb;
-            PyErr_Fetch(&type, &value, &tb);
-            if (PyDict_SetItem(d, str_invalid, why)) PyErr_Clear();
-            PyErr_Restore(type, value, tb);
-            Py_DECREF(why);
-        }
-    }
-out:
-    if (done == 0 && cleared()) done = -1;
-    Py_DECREF(d);
-    Py_XDECREF(memory);
-    Py_XDECREF(keep), Py_XDECREF(nodes), Py_XDECREF(owners), Py_XDECREF(name), Py_XDECREF(values);
-    Py_XDECREF(views), Py_XDECREF(kept), Py_XDECREF(g), Py_XDECREF(b), Py_XDECREF(sh);
-    Py_XDECREF(launch), Py_XDECREF(patch), Py_XDECREF(node), Py_XDECREF(empty);
-    return done;
-}
-
-/* A checked launch on a captured stream, given to L->record(device, stream, grid, block,
-   shared_mem, values, args) as Kernel.launch gives it to Kernel.enqueue. NULL with no exception
-   set: an argument the Python path must decide. */
-static PyObject *record(Launcher *L, PyObject *const *argv, PyObject *device, PyObject *stream,
-                        const unsigned grid[3], const unsigned block[3], unsigned long long shared,
-                        unsigned char *buf) {
-    PyObject *values = PyTuple_New(L->n), *given = NULL, *out = NULL;
-    if (values == NULL) return NULL;
-    for (Py_ssize_t i = 0; i < L->n; ++i) {
-        PyObject *v = NULL;
-        if (pack(&L->params[i], argv[i], device, buf + L->params[i].offset, &v)) {
-            Py_DECREF(values);
-            return NULL; /* (an error while building a value is left set) */
-        }
-        PyTuple_SET_ITEM(values, i, v);
-    }
-    PyObject *g = dims_tuple(&L->grid, grid), *b = g == NULL ? NULL : dims_tuple(&L->block, block);
-    PyObject *sh = PyLong_FromUnsignedLongLong(shared);
-    given = PyTuple_New(L->n);
-    if (g != NULL && b != NULL && sh != NULL && given != NULL) {
-        for (Py_ssize_t i = 0; i < L->n; ++i) PyTuple_SET_ITEM(given, i, Py_NewRef(argv[i]));
-        PyObject *call[7] = {device, stream, g, b, sh, values, given};
-        out = PyObject_Vectorcall(L->record, call, 7, NULL);
-    }
-    Py_XDECREF(g);
-    Py_XDECREF(b);
-    Py_XDECREF(sh);
-    Py_DECREF(values);
-    Py_XDECREF(given);
     return out;
 }
 
@@ -845,161 +608,37 @@ static int stream_open(PyObject *stream) {
     return open;
 }
 
-/* The call, holding `*held` (the device's plan, borrowed from L->devices, which Python code run
-   meanwhile may replace) until the caller drops it. */
-static PyObject *launcher_call_holding(Launcher *L, PyObject *const *args, size_t nargsf, PyObject *kwnames,
-                                       PyObject **held) {
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    PyObject *stream = NULL, *current = NULL;
-    unsigned long long shared = 0;
-    unsigned grid[3], block[3];
-    void *fn = fns[LAUNCH];
-    if (fn == NULL || array_base == NULL || nargs != L->n + 2) goto hand;
-    if (kwnames != NULL) {
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); ++i) {
-            PyObject *name = PyTuple_GET_ITEM(kwnames, i), *value = args[nargs + i];
-            if (name == str_stream) {
-                stream = value == Py_None ? NULL : value;
-            } else if (name == str_shared_mem && PyLong_CheckExact(value)) {
-                int overflow;
-                long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
-                if (overflow || v < 0 || v > 0xFFFFFFFFll) goto hand;
-                shared = (unsigned long long)v;
-            } else {
-                goto hand; /* device=, or anything else */
-            }
-        }
-    }
-    if (dims(args[0], GRID, grid) || dims(args[1], BLOCK, block) ||
-        (unsigned long long)block[0] * block[1] * block[2] > 1024)
-        goto hand;
-    PyObject *device = NULL;
-    if (stream != NULL) {
-        if (Py_TYPE(stream) != stream_type) goto hand;
-        device = SLOT(stream, s_device);
-    } else {
-        for (Py_ssize_t i = 0; i < L->n && device == NULL; ++i) { /* the first array's device */
-            PyObject *a = args[2 + i];
-            if (a != Py_None && !PyLong_CheckExact(a) && !PyFloat_CheckExact(a)) {
-                if (is_plain(Py_TYPE(a)) != 1) goto hand; /* (what Python's path takes for a device) */
-                device = SLOT(a, a_device);
-            }
-        }
-    }
-    if (device == NULL) goto hand;
-    PyObject *plan = PyDict_GetItemWithError(L->devices, device);
-    if (plan == NULL) {
-        if (PyErr_Occurred()) return NULL;
-        goto hand; /* not loaded on this device yet */
-    }
-    *held = Py_NewRef(plan);
-    if (stream == NULL) { /* this thread's current stream of the device */
-        int got = current_of(device, &current, &stream);
-        if (got < 0) return NULL;
-        if (got > 0) goto hand;
-        if (stream == NULL) stream = PyTuple_GET_ITEM(plan, 1);
-    }
-    PyObject *recording = SLOT(stream, s_recording);
-    if (SLOT(stream, s_device) != device || recording == NULL || (recording != Py_None && L->record == NULL))
-        goto hand;
-    if (stream_open(stream) != 1) goto hand;
-    uintptr_t raw_stream, function;
-    PyObject *h = SLOT(stream, s_handle);
-    if (h == NULL || !PyLong_CheckExact(h) || as_address(h, &raw_stream) ||
-        as_address(PyTuple_GET_ITEM(plan, 0), &function))
-        goto hand;
-    _Alignas(16) unsigned char buf[MAX_BYTES];
-    void *kp[MAX_PARAMS];
-    if (recording != Py_None) { /* captured: recorded here, or checked here and recorded by the Python path */
-        int here = record_here(L, args + 2, device, stream, recording,
-                               PyTuple_GET_SIZE(plan) > 2 ? PyTuple_GET_ITEM(plan, 2) : NULL, function, raw_stream,
-                               grid, block, shared);
-        if (here) {
-            Py_XDECREF(current);
-            if (here < 0) return NULL;
-            L->fast++;
-            Py_RETURN_NONE;
-        }
-        PyObject *out = record(L, args + 2, device, stream, grid, block, shared, buf);
-        Py_XDECREF(current);
-        if (out == NULL && !PyErr_Occurred()) goto hand_over; /* (nothing set: an argument to hand) */
-        if (out != NULL) L->fast++;
-        return out;
-    }
-    for (Py_ssize_t i = 0; i < L->n; ++i) {
-        kp[i] = buf + L->params[i].offset;
-        if (pack(&L->params[i], args[2 + i], device, buf + L->params[i].offset, NULL)) goto hand;
-    }
-    CUresult err;
-    Py_BEGIN_ALLOW_THREADS
-    err = ((launch_t)fn)((handle)function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-                         (unsigned)shared, (handle)raw_stream, L->n ? kp : NULL, NULL);
-    Py_END_ALLOW_THREADS
-    Py_XDECREF(current);
-    if (err) return PyObject_Vectorcall(L->slow, args, nargsf, kwnames); /* it reports the error */
-    L->fast++;
-    Py_RETURN_NONE;
-hand:
-    Py_XDECREF(current);
-    if (cleared()) return NULL;
-hand_over:
-    L->handed++;
-    return PyObject_Vectorcall(L->slow, args, nargsf, kwnames);
-}
-
-static PyObject *launcher_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-    Launcher *L = (Launcher *)self;
-    if (L->slow == NULL || L->devices == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "this Launcher was cleared");
-        return NULL;
-    }
-    PyObject *held = NULL;
-    PyObject *out = launcher_call_holding(L, args, nargsf, kwnames, &held);
-    Py_XDECREF(held);
-    return out;
-}
-
-static void launcher_clear_params(Launcher *L) {
-    for (Py_ssize_t i = 0; i < L->n; ++i) Py_CLEAR(L->params[i].pointee);
-}
-
-/* Launcher(slow, layout, record=None, issue=None): layout is one (kind, size, offset, pointee or
-   None) per parameter; without `record`, launches on captured streams go to `slow`; `issue` is
-   what Launcher.issue falls back on. */
-static PyObject *launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    PyObject *slow, *layout, *rec = Py_None, *issue = Py_None;
+/* Packer(layout, fallback): layout is one (kind, size, offset) per parameter; fallback is the
+   backend's launch(stream, launch). */
+static PyObject *packer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *layout, *fallback;
     if (kwargs != NULL && PyDict_GET_SIZE(kwargs)) {
-        PyErr_SetString(PyExc_TypeError, "Launcher takes positional arguments only");
+        PyErr_SetString(PyExc_TypeError, "Packer takes positional arguments only");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "OO|OO:Launcher", &slow, &layout, &rec, &issue)) return NULL;
-    if (!PyCallable_Check(slow) || (rec != Py_None && !PyCallable_Check(rec)) ||
-        (issue != Py_None && !PyCallable_Check(issue))) {
-        PyErr_SetString(PyExc_TypeError, "Launcher's slow path, record and issue must be callable");
+    if (!PyArg_ParseTuple(args, "OO:Packer", &layout, &fallback)) return NULL;
+    if (!PyCallable_Check(fallback)) {
+        PyErr_SetString(PyExc_TypeError, "Packer's fallback must be callable");
         return NULL;
     }
-    PyObject *seq = PySequence_Fast(layout, "Launcher's layout must be a sequence");
+    PyObject *seq = PySequence_Fast(layout, "Packer's layout must be a sequence");
     if (seq == NULL) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     if (n > MAX_PARAMS) {
         Py_DECREF(seq);
-        return PyErr_Format(PyExc_ValueError, "a Launcher takes at most %d parameters, got %zd", MAX_PARAMS, n);
+        return PyErr_Format(PyExc_ValueError, "a Packer takes at most %d parameters, got %zd", MAX_PARAMS, n);
     }
-    Launcher *L = (Launcher *)type->tp_alloc(type, 0);
-    if (L == NULL) {
+    Packer *P = (Packer *)type->tp_alloc(type, 0);
+    if (P == NULL) {
         Py_DECREF(seq);
         return NULL;
     }
-    L->vectorcall = launcher_call;
     for (Py_ssize_t i = 0; i < n; ++i) {
-        param_t *p = &L->params[i];
+        param_t *p = &P->params[i];
         const char *kind;
-        PyObject *pointee;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "sinO", &kind, &p->size, &p->offset, &pointee))
-            goto fail;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "sin:layout", &kind, &p->size, &p->offset)) goto fail;
         p->kind = kind[0];
-        L->n = i + 1;
-        p->pointee = pointee == Py_None ? NULL : Py_NewRef(pointee);
+        P->n = i + 1;
         int sized = p->kind == 'p' ? p->size == 8
                     : p->kind == 'f' ? p->size == 4 || p->size == 8
                     : p->kind == 'b' ? p->size == 1
@@ -1007,143 +646,137 @@ static PyObject *launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwar
                           (p->size == 1 || p->size == 2 || p->size == 4 || p->size == 8);
         if (strlen(kind) != 1 || !sized || p->offset < 0 || p->offset + p->size > MAX_BYTES ||
             p->offset % p->size) {
-            PyErr_Format(PyExc_ValueError, "parameter %zd: no fast packing for (%s, %d, %zd)", i, kind,
-                         p->size, p->offset);
+            PyErr_Format(PyExc_ValueError, "parameter %zd: no packing for (%s, %d, %zd)", i, kind, p->size,
+                         p->offset);
             goto fail;
         }
     }
     Py_DECREF(seq);
-    L->slow = Py_NewRef(slow);
-    L->record = rec == Py_None ? NULL : Py_NewRef(rec);
-    L->issue = issue == Py_None ? NULL : Py_NewRef(issue);
-    if ((L->devices = PyDict_New()) == NULL) {
-        Py_DECREF(L);
-        return NULL;
-    }
-    return (PyObject *)L;
+    P->fallback = Py_NewRef(fallback);
+    return (PyObject *)P;
 fail:
     Py_DECREF(seq);
-    Py_DECREF(L);
+    Py_DECREF(P);
     return NULL;
 }
 
-static int launcher_traverse(Launcher *L, visitproc visit, void *arg) {
-    Py_VISIT(L->slow);
-    Py_VISIT(L->record);
-    Py_VISIT(L->issue);
-    Py_VISIT(L->devices);
-    Py_VISIT(L->grid);
-    Py_VISIT(L->block);
-    for (Py_ssize_t i = 0; i < L->n; ++i) Py_VISIT(L->params[i].pointee);
+static int packer_traverse(Packer *P, visitproc visit, void *arg) {
+    Py_VISIT(P->fallback);
+    Py_VISIT(P->function);
+    Py_VISIT(P->grid);
+    Py_VISIT(P->block);
     return 0;
 }
 
-static int launcher_clear(Launcher *L) {
-    Py_CLEAR(L->slow);
-    Py_CLEAR(L->record);
-    Py_CLEAR(L->issue);
-    Py_CLEAR(L->devices);
-    Py_CLEAR(L->grid);
-    Py_CLEAR(L->block);
-    launcher_clear_params(L);
+static int packer_clear(Packer *P) {
+    Py_CLEAR(P->fallback);
+    Py_CLEAR(P->function);
+    Py_CLEAR(P->grid);
+    Py_CLEAR(P->block);
     return 0;
 }
 
-static void launcher_dealloc(Launcher *L) {
-    PyObject_GC_UnTrack(L);
-    launcher_clear(L);
-    Py_TYPE(L)->tp_free((PyObject *)L);
+static void packer_dealloc(Packer *P) {
+    PyObject_GC_UnTrack(P);
+    packer_clear(P);
+    Py_TYPE(P)->tp_free((PyObject *)P);
 }
 
-/* add(device, function, stream, loaded=None): launch on `device` through CUfunction `function`,
-   on `stream` when no other is current; with `loaded` (the backend's loaded kernel, what a
-   KernelLaunch names), launches on captured streams are recorded here too (record_here). */
-static PyObject *launcher_add(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    Launcher *L = (Launcher *)self;
-    uintptr_t f;
-    if (nargs < 3 || nargs > 4 || stream_type == NULL || Py_TYPE(args[2]) != stream_type) {
-        PyErr_SetString(PyExc_TypeError,
-                        "add takes a device, a CUfunction address, a Stream and the loaded kernel (configure first)");
-        return NULL;
+/* The address of a raw stream (an int, or a cuda.bindings CUstream), the last one's kept: a hot
+   loop queues on one stream, and converting a handle object is a call. (Held: its address cannot
+   be another object's while it is kept.) */
+static PyObject *last_stream;
+static uintptr_t last_stream_address;
+
+static int stream_address(PyObject *o, uintptr_t *out) {
+    if (o == last_stream) {
+        *out = last_stream_address;
+        return 0;
     }
-    if (as_address(args[1], &f)) return NULL;
-    PyObject *plan = nargs == 4 && args[3] != Py_None
-                         ? Py_BuildValue("(KOO)", (unsigned long long)f, args[2], args[3])
-                         : Py_BuildValue("(KO)", (unsigned long long)f, args[2]);
-    if (plan == NULL) return NULL;
-    int rc = PyDict_SetItem(L->devices, args[0], plan);
-    Py_DECREF(plan);
-    if (rc) return NULL;
-    Py_RETURN_NONE;
+    if (as_address(o, out)) return -1;
+    Py_XSETREF(last_stream, Py_NewRef(o));
+    last_stream_address = *out;
+    return 0;
 }
 
-/* issue(stream, launch): queue a KernelLaunch (function, grid, block, shared_mem, values, views)
-   whose values the Python path or this Launcher converted, as the backend's launch() does: the
-   work of a recorded launch. Anything unexpected, or a driver error, goes to that launch(). */
-static PyObject *launcher_issue(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    Launcher *L = (Launcher *)self;
-    if (nargs != 2 || L->issue == NULL) {
-        PyErr_SetString(PyExc_TypeError, "issue takes a stream and a KernelLaunch (and a Launcher made with issue)");
-        return NULL;
+/* A grid or block through the packer's last one: 0, or -1 when it does not read (no exception). */
+static int packer_dims(PyObject **last, unsigned kept[3], PyObject *o, const unsigned long lim[3], unsigned out[3]) {
+    if (o != *last) {
+        if (dims(o, lim, kept)) return -1;
+        Py_XSETREF(*last, Py_NewRef(o));
     }
-    PyObject *launch = args[1], *h = NULL;
-    void *fn = fns[LAUNCH];
+    memcpy(out, kept, sizeof(unsigned[3]));
+    return 0;
+}
+
+/* Queue `launch` (a KernelLaunch: function, grid, block, shared_mem, values, views) on the stream
+   at `stream`, its values packed by P: the CUresult (0: queued), or CG_UNBOUND when it cannot be
+   done here (nothing queued, no exception set: the fallback does it), or CG_ERROR (an exception
+   that is not an Exception, left set). */
+static int packer_launch(Packer *P, uintptr_t stream, PyObject *launch) {
+    void *fn = fns[LAUNCH]; /* (read with the GIL held: bind() may change it) */
     unsigned grid[3], block[3];
-    uintptr_t stream, function;
-    if (fn == NULL || !PyTuple_Check(launch) || PyTuple_GET_SIZE(launch) != 6) goto fallback;
-    PyObject *values = PyTuple_GET_ITEM(launch, 4), *shm = PyTuple_GET_ITEM(launch, 3);
-    if (!PyTuple_CheckExact(values) || PyTuple_GET_SIZE(values) != L->n || !PyLong_CheckExact(shm) ||
-        dims(PyTuple_GET_ITEM(launch, 1), GRID, grid) || dims(PyTuple_GET_ITEM(launch, 2), BLOCK, block))
-        goto fallback;
+    if (fn == NULL || !PyTuple_Check(launch) || PyTuple_GET_SIZE(launch) != 6) return CG_UNBOUND;
+    PyObject *shm = PyTuple_GET_ITEM(launch, 3), *function = PyTuple_GET_ITEM(launch, 0);
+    if (!PyLong_CheckExact(shm) || packer_dims(&P->grid, P->grid_dims, PyTuple_GET_ITEM(launch, 1), GRID, grid) ||
+        packer_dims(&P->block, P->block_dims, PyTuple_GET_ITEM(launch, 2), BLOCK, block))
+        return cleared() ? CG_ERROR : CG_UNBOUND;
     unsigned long shared = PyLong_AsUnsignedLong(shm);
-    if ((shared == (unsigned long)-1 && PyErr_Occurred()) || shared > 0xFFFFFFFFul) goto fallback;
-    h = PyObject_GetAttr(PyTuple_GET_ITEM(launch, 0), str_handle);
-    if (h == NULL || as_address(h, &function) || as_address(args[0], &stream)) goto fallback;
+    if ((shared == (unsigned long)-1 && PyErr_Occurred()) || shared > 0xFFFFFFFFul)
+        return cleared() ? CG_ERROR : CG_UNBOUND;
+    if (function != P->function) { /* (the loaded kernel's CUfunction: its handle) */
+        PyObject *h = PyObject_GetAttr(function, str_handle);
+        uintptr_t address;
+        int bad = h == NULL || as_address(h, &address);
+        Py_XDECREF(h);
+        if (bad) return cleared() ? CG_ERROR : CG_UNBOUND;
+        Py_XSETREF(P->function, Py_NewRef(function));
+        P->function_address = address;
+    }
     _Alignas(16) unsigned char buf[MAX_BYTES];
     void *kp[MAX_PARAMS];
-    for (Py_ssize_t i = 0; i < L->n; ++i) {
-        kp[i] = buf + L->params[i].offset;
-        if (pack(&L->params[i], PyTuple_GET_ITEM(values, i), NULL, kp[i], NULL)) goto fallback;
-    }
+    if (pack_values(P, PyTuple_GET_ITEM(launch, 4), buf, kp)) return cleared() ? CG_ERROR : CG_UNBOUND;
+    uintptr_t f = P->function_address;
     CUresult err;
     Py_BEGIN_ALLOW_THREADS
-    err = ((launch_t)fn)((handle)function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-                         (unsigned)shared, (handle)stream, L->n ? kp : NULL, NULL);
+    err = ((launch_t)fn)((handle)f, grid[0], grid[1], grid[2], block[0], block[1], block[2], (unsigned)shared,
+                         (handle)stream, P->n ? kp : NULL, NULL);
     Py_END_ALLOW_THREADS
-    if (err) goto fallback; /* it raises the driver's error (or recovers a missing context) */
-    Py_DECREF(h);
-    Py_RETURN_NONE;
-fallback:
-    Py_XDECREF(h);
-    if (cleared()) return NULL;
-    return PyObject_Vectorcall(L->issue, args, 2, NULL);
+    return err;
 }
 
-static PyObject *launcher_counts(PyObject *self, PyObject *unused) {
-    Launcher *L = (Launcher *)self;
-    return Py_BuildValue("(KK)", L->fast, L->handed);
+/* issue(stream, launch): queue a KernelLaunch as the backend's launch() does; anything that does
+   not pack, or a driver error, goes to that launch() (it raises the driver's error, or recovers a
+   missing context). */
+static PyObject *packer_issue(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Packer *P = (Packer *)self;
+    if (nargs != 2 || P->fallback == NULL) {
+        PyErr_SetString(PyExc_TypeError, "issue takes a stream and a KernelLaunch");
+        return NULL;
+    }
+    uintptr_t stream;
+    int err = stream_address(args[0], &stream) ? (cleared() ? CG_ERROR : CG_UNBOUND) : packer_launch(P, stream, args[1]);
+    if (err == 0) Py_RETURN_NONE;
+    if (err == CG_ERROR) return NULL;
+    return PyObject_Vectorcall(P->fallback, args, 2, NULL);
 }
 
-static PyMethodDef launcher_methods[] = {
-    {"add", (PyCFunction)(void (*)(void))launcher_add, METH_FASTCALL, "add(device, function, stream, loaded=None)"},
-    {"issue", (PyCFunction)(void (*)(void))launcher_issue, METH_FASTCALL,
+static PyMethodDef packer_methods[] = {
+    {"issue", (PyCFunction)(void (*)(void))packer_issue, METH_FASTCALL,
      "issue(stream, launch): queue a checked KernelLaunch, as the backend's launch() does"},
-    {"counts", launcher_counts, METH_NOARGS, "(launches made in C, calls handed to the Python path)"},
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject LauncherType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cudagraphs._fastcall.Launcher",
-    .tp_basicsize = sizeof(Launcher),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "Launcher(slow, layout, record=None): a kernel's launch plan; called as Kernel.launch.",
-    .tp_new = launcher_new,
-    .tp_dealloc = (destructor)launcher_dealloc,
-    .tp_traverse = (traverseproc)launcher_traverse,
-    .tp_clear = (inquiry)launcher_clear,
-    .tp_call = PyVectorcall_Call,
-    .tp_vectorcall_offset = offsetof(Launcher, vectorcall),
-    .tp_methods = launcher_methods,
+static PyTypeObject PackerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cudagraphs._fastcall.Packer",
+    .tp_basicsize = sizeof(Packer),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Packer(layout, fallback): a kernel's argument layout; issue() queues its launches.",
+    .tp_new = packer_new,
+    .tp_dealloc = (destructor)packer_dealloc,
+    .tp_traverse = (traverseproc)packer_traverse,
+    .tp_clear = (inquiry)packer_clear,
+    .tp_methods = packer_methods,
 };
 
 /* ---- Node updates: the repeat path of Graph.rebind ------------------------------------- */
@@ -1218,14 +851,14 @@ static void prepared_clear(prepared_t *q) {
 /* Prepare record r's node to move: `key`'s arguments point at `ptr` (their views: `spec`), the
    function's address read through `function` (the kernel function object's, cached by the
    caller for the last object seen). 0, or -1 with an exception. */
-static int patch_prepare(Launcher *L, PyObject *r, PyObject *key, PyObject *spec, PyObject *ptr, PyObject **last_fn,
+static int patch_prepare(Packer *L, PyObject *r, PyObject *key, PyObject *spec, PyObject *ptr, PyObject **last_fn,
                          uintptr_t *function, prepared_t *q) {
     PyObject *launch = PyTuple_GET_ITEM(PyTuple_GET_ITEM(r, 4), 1);
     PyObject *values = PyTuple_GET_ITEM(launch, 4), *views = PyTuple_GET_ITEM(launch, 5);
     memset(&q->p, 0, sizeof q->p);
     if (!PyTuple_CheckExact(values) || !PyTuple_Check(views) || PyTuple_GET_SIZE(values) != L->n ||
         PyTuple_GET_SIZE(views) != L->n) {
-        PyErr_SetString(PyExc_TypeError, "a kernel record with other arguments than its Launcher's");
+        PyErr_SetString(PyExc_TypeError, "a kernel record with other arguments than its Packer's");
         return -1;
     }
     unsigned long shared = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(launch, 3));
@@ -1252,7 +885,8 @@ static int patch_prepare(Launcher *L, PyObject *r, PyObject *key, PyObject *spec
         PyTuple_SET_ITEM(q->nvalues, j, Py_NewRef(value));
         PyTuple_SET_ITEM(q->nviews, j, Py_NewRef(moved ? spec : v));
         q->kp[j] = q->buf + L->params[j].offset;
-        if (pack(&L->params[j], value, NULL, q->kp[j], NULL)) {
+        if (pack(&L->params[j], value, q->kp[j])) {
+            PyErr_Clear();
             PyErr_Format(PyExc_ValueError, "argument %zd of a kernel record does not pack", j);
             return -1;
         }
@@ -1294,7 +928,7 @@ static PyObject *hit_record(PyObject *records, PyObject *hit, Py_ssize_t *i) {
 }
 
 /* patch_kernels(exec, records, hits, key, spec, ptr): for each index in hits that is a kernel
-   record whose kernel has a Launcher, the node's arguments that use the view `key` set to `ptr`
+   record whose kernel has a Packer, the node's arguments that use the view `key` set to `ptr`
    and the record replaced. Returns the hits it left to the caller, in order: the other records,
    and from one it could not prepare or the driver refused on (the caller redoes that one its own
    way, which raises). Nodes are prepared in chunks with the GIL held and set with it released
@@ -1335,7 +969,7 @@ static PyObject *patch_kernels(PyObject *self, PyObject *const *args, Py_ssize_t
             }
             /* (r held: reading an attribute below may run Python code that changes records) */
             PyObject *fast = NULL;
-            if (views != PyTuple_GET_ITEM(r, 3)) { /* a kernel record: has it a Launcher? */
+            if (views != PyTuple_GET_ITEM(r, 3)) { /* a kernel record: has it a Packer? */
                 PyObject *kernel = PyTuple_GET_ITEM(PyTuple_GET_ITEM(r, 4), 0);
                 if (kernel != last_kernel) {
                     PyObject *f = PyObject_GetAttr(kernel, str_fast);
@@ -1344,13 +978,13 @@ static PyObject *patch_kernels(PyObject *self, PyObject *const *args, Py_ssize_t
                         failed = 1;
                         break;
                     }
-                    Py_XSETREF(last_fast, Py_TYPE(f) == &LauncherType ? f : NULL);
+                    Py_XSETREF(last_fast, Py_TYPE(f) == &PackerType ? f : NULL);
                     if (last_fast != f) Py_DECREF(f);
                     Py_XSETREF(last_kernel, Py_NewRef(kernel));
                 }
                 fast = last_fast;
             }
-            if (fast == NULL) { /* not a kernel record with a Launcher: the caller's */
+            if (fast == NULL) { /* not a kernel record with a Packer: the caller's */
                 Py_DECREF(r);
                 left = Py_NewRef(PyTuple_GET_ITEM(hits, k++));
                 break;
@@ -1359,7 +993,7 @@ static PyObject *patch_kernels(PyObject *self, PyObject *const *args, Py_ssize_t
             q->r = q->nvalues = q->nviews = NULL;
             q->index = i, q->at = k;
             Py_INCREF(fast); /* (held while it packs: last_fast may be replaced) */
-            int bad = patch_prepare((Launcher *)fast, r, args[3], args[4], args[5], &last_fn, &function, q);
+            int bad = patch_prepare((Packer *)fast, r, args[3], args[4], args[5], &last_fn, &function, q);
             Py_DECREF(fast);
             Py_DECREF(r);
             if (bad) {
@@ -1473,152 +1107,6 @@ static PyObject *same_nodes(PyObject *self, PyObject *const *args, Py_ssize_t na
     if (first < 0 && na != nb) first = nb;
     return Py_BuildValue("(nn)", first, handles);
 }
-
-/* ---- Built-in element-wise ops' repeat path ---------------------------------------------
- *
- * Elementwise(python_op, kernel_name, armed, block, inputs) is called as the op,
- * op(a, b, ..., out=None, *, stream=None): with `out` given and every array a plain, dense array
- * of one shape, dtype and device, on the current stream, it launches the op's kernel through
- * its Launcher (armed[(kernel_name, dtype, device)] = (Launcher, grid cap), set by the first
- * launch) over the arrays' elements and returns `out`; anything else goes to python_op.
- */
-typedef struct {
-    PyObject_HEAD
-    vectorcallfunc vectorcall;
-    PyObject *python, *name, *armed, *block, *dict;
-    Py_ssize_t inputs;
-} Elementwise;
-
-static PyObject *elementwise_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-    Elementwise *E = (Elementwise *)self;
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), m = E->inputs;
-    PyObject *arrays[MAX_PARAMS], *key = NULL, *size = NULL, *grid = NULL, *out = NULL;
-    if (array_base == NULL || a_shape < 0 || m + 4 > MAX_PARAMS || nargs < m || nargs > m + 1) goto python;
-    for (Py_ssize_t i = 0; i < m; ++i) arrays[i + 1] = args[i];
-    PyObject *dst = nargs == m + 1 ? args[m] : NULL;
-    if (kwnames != NULL) {
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); ++i) {
-            PyObject *name = PyTuple_GET_ITEM(kwnames, i), *value = args[nargs + i];
-            if (name == str_out && dst == NULL) dst = value;
-            else if (!(name == str_stream && value == Py_None)) goto python;
-        }
-    }
-    if (dst == NULL || dst == Py_None) goto python;
-    arrays[0] = dst;
-    PyObject *first = arrays[1], *device = NULL, *dtype = NULL, *shape = NULL;
-    for (Py_ssize_t i = 0; i <= m; ++i) {
-        PyObject *a = arrays[i];
-        if (Py_TYPE(a) != array_base || SLOT(a, a_contig) != Py_True) goto python;
-        if (i == 0) {
-            device = SLOT(a, a_device), dtype = SLOT(a, a_dtype), shape = SLOT(a, a_shape);
-            if (device == NULL || dtype == NULL || shape == NULL) goto python;
-            continue;
-        }
-        if (SLOT(a, a_device) != device || SLOT(a, a_dtype) != dtype) goto python;
-        PyObject *other = SLOT(a, a_shape);
-        int same = other == shape ? 1 : other == NULL ? 0 : PyObject_RichCompareBool(other, shape, Py_EQ);
-        if (same != 1) goto python;
-    }
-    size = SLOT(first, a_size);
-    if (size == NULL || !PyLong_CheckExact(size)) goto python;
-    Py_ssize_t n = PyLong_AsSsize_t(size);
-    if (n <= 0) goto python; /* (an empty op launches nothing: the Python path's answer) */
-    if ((key = PyTuple_Pack(3, E->name, dtype, device)) == NULL) return NULL;
-    PyObject *plan = PyDict_GetItemWithError(E->armed, key);
-    Py_DECREF(key);
-    if (plan == NULL) {
-        if (PyErr_Occurred()) return NULL;
-        goto python; /* not launched on this device yet */
-    }
-    if (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) != 2) goto python;
-    PyObject *launcher = PyTuple_GET_ITEM(plan, 0);
-    Py_ssize_t cap = PyLong_AsSsize_t(PyTuple_GET_ITEM(plan, 1));
-    if (cap == -1 && PyErr_Occurred()) goto python;
-    PyObject *block = PyTuple_GET_ITEM(E->block, 0);
-    Py_ssize_t threads = PyLong_AsSsize_t(block), blocks = threads > 0 ? (n + threads - 1) / threads : 0;
-    if (threads <= 0 || Py_TYPE(launcher) != &LauncherType) goto python;
-    if ((grid = PyLong_FromSsize_t(blocks < cap ? blocks : cap)) == NULL) return NULL;
-    PyObject *call[MAX_PARAMS];
-    call[0] = grid, call[1] = E->block;
-    for (Py_ssize_t i = 0; i <= m; ++i) call[2 + i] = arrays[i];
-    call[3 + m] = size;
-    Py_INCREF(launcher); /* (held: Python code run by the call may replace the armed plan) */
-    out = launcher_call(launcher, call, (size_t)(m + 4), NULL);
-    Py_DECREF(launcher);
-    Py_DECREF(grid);
-    if (out == NULL) return NULL;
-    Py_DECREF(out);
-    return Py_NewRef(dst);
-python:
-    if (cleared()) return NULL;
-    return PyObject_Vectorcall(E->python, args, nargsf, kwnames);
-}
-
-static PyObject *elementwise_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    PyObject *python, *name, *armed, *block;
-    Py_ssize_t inputs;
-    if (kwargs != NULL && PyDict_GET_SIZE(kwargs)) {
-        PyErr_SetString(PyExc_TypeError, "Elementwise takes positional arguments only");
-        return NULL;
-    }
-    if (!PyArg_ParseTuple(args, "OUO!O!n:Elementwise", &python, &name, &PyDict_Type, &armed, &PyTuple_Type, &block,
-                          &inputs))
-        return NULL;
-    if (!PyCallable_Check(python) || inputs < 1 || inputs > MAX_PARAMS - 4 || PyTuple_GET_SIZE(block) != 3) {
-        PyErr_SetString(PyExc_ValueError, "Elementwise takes the op, its kernel's name, the armed plans, a 3-tuple block and 1.. inputs");
-        return NULL;
-    }
-    Elementwise *E = (Elementwise *)type->tp_alloc(type, 0);
-    if (E == NULL) return NULL;
-    E->vectorcall = elementwise_call;
-    E->python = Py_NewRef(python), E->name = Py_NewRef(name), E->armed = Py_NewRef(armed), E->block = Py_NewRef(block);
-    E->inputs = inputs;
-    return (PyObject *)E;
-}
-
-static int elementwise_traverse(Elementwise *E, visitproc visit, void *arg) {
-    Py_VISIT(E->python);
-    Py_VISIT(E->name);
-    Py_VISIT(E->armed);
-    Py_VISIT(E->block);
-    Py_VISIT(E->dict);
-    return 0;
-}
-
-static int elementwise_clear(Elementwise *E) {
-    Py_CLEAR(E->python);
-    Py_CLEAR(E->name);
-    Py_CLEAR(E->armed);
-    Py_CLEAR(E->block);
-    Py_CLEAR(E->dict);
-    return 0;
-}
-
-static void elementwise_dealloc(Elementwise *E) {
-    PyObject_GC_UnTrack(E);
-    elementwise_clear(E);
-    Py_TYPE(E)->tp_free((PyObject *)E);
-}
-
-static PyGetSetDef elementwise_getset[] = {
-    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
-
-static PyTypeObject ElementwiseType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cudagraphs._fastcall.Elementwise",
-    .tp_basicsize = sizeof(Elementwise),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "Elementwise(op, kernel_name, armed, block, inputs): a built-in op's repeat path in C.",
-    .tp_new = elementwise_new,
-    .tp_dealloc = (destructor)elementwise_dealloc,
-    .tp_traverse = (traverseproc)elementwise_traverse,
-    .tp_clear = (inquiry)elementwise_clear,
-    .tp_call = PyVectorcall_Call,
-    .tp_vectorcall_offset = offsetof(Elementwise, vectorcall),
-    .tp_dictoffset = offsetof(Elementwise, dict),
-    .tp_getset = elementwise_getset,
-};
 
 static PyObject *replay_active; /* the captures in progress ({device: [Recording]}) */
 
@@ -2112,6 +1600,16 @@ static int api_graph_launch(uintptr_t exec, uintptr_t stream) {
     return err;
 }
 
+/* A piece of work's issue(stream, arg) made in C where `issue` is a Packer's issue method: the
+   CUresult (0: queued), else CG_UNBOUND (the caller calls issue itself, which also reports a
+   driver error) or CG_ERROR (an exception that is not an Exception, left set). */
+static int api_issue(PyObject *issue, uintptr_t stream, PyObject *arg) {
+    if (!PyCFunction_Check(issue) || ((PyCFunctionObject *)issue)->m_ml != &packer_methods[0]) return CG_UNBOUND;
+    PyObject *self = PyCFunction_GET_SELF(issue);
+    if (self == NULL || Py_TYPE(self) != &PackerType || ((Packer *)self)->fallback == NULL) return CG_UNBOUND;
+    return packer_launch((Packer *)self, stream, arg);
+}
+
 static int api_take(PyObject *lock, int blocking, double timeout) { return lock_take((Lock *)lock, blocking, timeout); }
 static int api_give(PyObject *lock) { return lock_give((Lock *)lock); }
 
@@ -2122,6 +1620,7 @@ static cg_api_t api = {
     .lock_take = api_take,
     .lock_give = api_give,
     .graph_launch = api_graph_launch,
+    .issue = api_issue,
 };
 
 /* bind(name, address): the driver entry point to call for `name` (0 unbinds). */
@@ -2187,9 +1686,7 @@ static PyMethodDef methods[] = {
      "graphed_method(GraphedCallable, python_call, Lease, Entry, GraphOutput): a graphed call's repeat path, in C"},
     {"graphed_calls", graphed_calls, METH_NOARGS, "graphed_calls(): graphed calls made in C so far"},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL,
-     "configure(array_type, stream_type, current_streams): the classes Launchers read."},
-    {"configure_capture", (PyCFunction)(void (*)(void))configure_capture, METH_FASTCALL,
-     "configure_capture(Recording, NodeRecord, KernelLaunch): captured launches recorded in C."},
+     "configure(array_type, stream_type, current_streams, array_offsets, stream_offsets): the classes the graphed call reads."},
     {"cuLaunchKernel", (PyCFunction)(void (*)(void))launch, METH_FASTCALL, NULL},
     {"cuGraphLaunch", (PyCFunction)(void (*)(void))graph_launch, METH_FASTCALL, NULL},
     {"cuMemcpyDtoDAsync", (PyCFunction)(void (*)(void))copy_dd, METH_FASTCALL, NULL},
@@ -2213,16 +1710,12 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__fastcall(void) {
-    if (PyType_Ready(&LauncherType) < 0 || PyType_Ready(&ElementwiseType) < 0 ||
-        PyType_Ready(&LockType) < 0)
-        return NULL;
+    if (PyType_Ready(&PackerType) < 0 || PyType_Ready(&LockType) < 0) return NULL;
     str_stream = PyUnicode_InternFromString("stream");
-    str_shared_mem = PyUnicode_InternFromString("shared_mem");
     str_alive = PyUnicode_InternFromString("alive");
     str_handle = PyUnicode_InternFromString("handle");
     str_fast = PyUnicode_InternFromString("fast");
-    str_out = PyUnicode_InternFromString("out");
-    if (str_fast == NULL || str_out == NULL) return NULL;
+    if (str_stream == NULL || str_alive == NULL || str_handle == NULL || str_fast == NULL) return NULL;
     PyObject **hot_names[] = {&str_hot,                       &str_data_ptr,   &str_get_device, &str_is_contiguous,
                               &str_shape,       &str_dtype,   &str_acquire,    &str_release,    &str_moved,
                               &str_replay};
@@ -2230,19 +1723,11 @@ PyMODINIT_FUNC PyInit__fastcall(void) {
                                "dtype", "acquire", "release", "_moved", "replay"};
     for (size_t i = 0; i < sizeof hot_texts / sizeof hot_texts[0]; ++i)
         if ((*hot_names[i] = PyUnicode_InternFromString(hot_texts[i])) == NULL) return NULL;
-    PyObject **names_[] = {&str_thread, &str_invalid, &str_frees, &str_memory, &str_owners, &str_keep,
-                           &str_nodes, &str_owner, &str_name, &str_view_spec, &str_kernel};
-    const char *texts[] = {"thread", "invalid", "frees", "memory", "owners", "keep",
-                           "nodes", "owner", "name", "_view_spec", "kernel"};
-    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; ++i)
-        if ((*names_[i] = PyUnicode_InternFromString(texts[i])) == NULL) return NULL;
     one = PyLong_FromLong(1);
     if (one == NULL) return NULL;
-    if (str_stream == NULL || str_shared_mem == NULL || str_alive == NULL || str_handle == NULL) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    if (PyModule_AddObjectRef(m, "Launcher", (PyObject *)&LauncherType) < 0 ||
-        PyModule_AddObjectRef(m, "Elementwise", (PyObject *)&ElementwiseType) < 0 ||
+    if (PyModule_AddObjectRef(m, "Packer", (PyObject *)&PackerType) < 0 ||
         PyModule_AddObjectRef(m, "Lock", (PyObject *)&LockType) < 0 ||
         PyModule_AddObject(m, "api", PyCapsule_New(&api, CG_API_CAPSULE, NULL)) < 0) {
         Py_DECREF(m);

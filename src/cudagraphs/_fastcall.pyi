@@ -15,15 +15,14 @@ class (given to C by)                attributes, slots and methods C reads
 ``Stream`` (``configure``)           fields ``device handle _recording _finalizer``
                                      (at the offsets ``_fields`` gives where
                                      compiled, else slots)
-``Recording``                        ``thread invalid frees memory owners keep nodes
-(``configure_capture``)              stream``; a block's ``owner``; records of kind
-                                     ``kernel`` or ``memcpy`` with the kernel's
-                                     ``name``; ``Kernel.fast``; a function's ``handle``
+``KernelLaunch`` (``Packer.issue``)  its six items; its function's ``handle``
+node records (``patch_kernels``)     records of kind ``kernel`` or ``memcpy``;
+                                     ``Kernel.fast`` (a ``Packer``)
 ``GraphedCallable``                  ``_hot``, ``_moved()``, ``replay()``; ``Lease``
 (``graphed_method``)                 slots ``calls made``; ``Entry`` slot ``hits``;
                                      ``GraphOutput`` slots ``_lease _call``
 other libraries' tensors             ``data_ptr get_device is_contiguous shape dtype``
-keyword arguments                    ``stream out shared_mem``
+keyword arguments                    ``stream``
 the standard library                 ``time.monotonic``; ``weakref.finalize``'s
                                      ``_registry`` and ``alive``; a lock's ``acquire
                                      release locked`` (``blocking``, ``timeout``,
@@ -39,22 +38,11 @@ them with one implementation.
 from collections.abc import Callable, Sequence
 from typing import Any
 
-class Launcher:
-    """A kernel's launch plan; called as ``Kernel.launch``."""
+class Packer:
+    """A kernel's argument layout: ``issue`` packs a checked launch's values and queues it."""
 
-    def __init__(self, slow: Callable[..., None], layout: Sequence[Any], record: Any = None) -> None: ...
-    def __call__(self, *args: Any, **kwargs: Any) -> None: ...
-    def add(self, device: Any, function: Any, stream: Any, loaded: Any = None) -> None: ...
-    def counts(self) -> tuple[int, int]: ...
+    def __init__(self, layout: Sequence[tuple[str, int, int]], fallback: Callable[[Any, Any], Any]) -> None: ...
     def issue(self, stream: Any, launch: Any) -> None: ...
-
-class Elementwise:
-    """A built-in op's repeat path."""
-
-    def __init__(
-        self, op: Callable[..., Any], kernel_name: str, armed: Any, block: Any, inputs: int
-    ) -> None: ...
-    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
 class Lock:
     """A lock as ``threading.Lock`` (``threading.RLock`` if reentrant) that C takes without a call."""
@@ -79,7 +67,6 @@ def configure(
     array_offsets: dict[str, int] | None,
     stream_offsets: dict[str, int] | None,
 ) -> None: ...
-def configure_capture(recording_type: type, record_type: type, launch_type: type) -> None: ...
 def patch_kernels(
     exec_: Any, records: list[Any], hits: list[int], key: Any, spec: Any, ptr: int
 ) -> list[int]: ...

@@ -33,6 +33,9 @@ typedef struct {
     int (*lock_give)(PyObject *lock);
     /* cuGraphLaunch(exec, stream), the GIL released */
     int (*graph_launch)(uintptr_t exec, uintptr_t stream);
+    /* a Work's issue(stream, arg) where `issue` is a kernel's Packer's issue: packed and launched
+       (cuLaunchKernel, the GIL released); CG_UNBOUND for any other issue, or what this cannot do */
+    int (*issue)(PyObject *issue, uintptr_t stream, PyObject *arg);
 } cg_api_t;
 
 #ifndef CUDAGRAPHS_FASTCALL_PROVIDER /* (the compiled modules' side) */
@@ -70,6 +73,10 @@ static inline int cg_lock_give(PyObject *lock) {
 
 static inline int cg_graph_launch(size_t exec, size_t stream) {
     return cg_api == NULL ? CG_UNBOUND : cg_api->graph_launch((uintptr_t)exec, (uintptr_t)stream);
+}
+
+static inline int cg_issue(PyObject *issue, size_t stream, PyObject *arg) {
+    return cg_api == NULL ? CG_UNBOUND : cg_api->issue(issue, (uintptr_t)stream, arg);
 }
 
 #endif /* CUDAGRAPHS_FASTCALL_PROVIDER */

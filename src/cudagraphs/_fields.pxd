@@ -9,7 +9,8 @@ cdef public class StreamFields [object CgStream, type CgStreamType]:
 cdef class DeviceFields:
     cdef dict __dict__
     cdef object __weakref__
-    cdef public object allocator, stream
+    cdef public object allocator, backend, stream
+    cdef public dict kernels
 
 cdef extern from *:
     """

@@ -43,10 +43,12 @@ class DeviceFields:
 
     # (compiled, an extension type whose fields _fields.pxd declares; a Device keeps the rest
     # in its __dict__)
-    __slots__ = ("__dict__", "__weakref__", "allocator", "stream")
+    __slots__ = ("__dict__", "__weakref__", "allocator", "backend", "kernels", "stream")
 
     stream: Any  # (a _device.Stream, a layer above)
     allocator: Any  # (a _allocator.CachingAllocator, a layer above)
+    backend: Any  # (a backends.base.Backend)
+    kernels: dict[Any, Any]  # (a _kernel.Kernel's loaded kernel on the device, by kernel)
 
 
 if not cython.compiled:  # (compiled, _fields.pxd's: the offsets of the extension type's fields)

@@ -114,14 +114,7 @@ _ACTIVE = _recording._ACTIVE  # the captures in progress, by device (changed in 
 _get_ident = threading.get_ident
 
 if not cython.compiled:  # (compiled, _capi.pxd's C functions: the C part's cuGraphLaunch)
-
-    def cg_api_load(capsule: Any) -> None:
-        """Take the C part's functions from its capsule (compiled only)."""
-
-    def cg_graph_launch(exec_: int, stream: int) -> int:
-        """Never called as plain Python: a graph's ``_fast_exec`` is 0 without the C part."""
-        raise AssertionError("the C part's cuGraphLaunch is compiled code only")
-
+    from ._capi import cg_api_load, cg_graph_launch
 
 _fastcall = compiled_part()
 if cython.compiled and _fastcall is not None:

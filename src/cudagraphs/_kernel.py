@@ -18,6 +18,13 @@ loading and a launch inside a capture, in all three modes, replay fine), so a
 kernel compiles on first use wherever that is; :func:`preload` pays the cost
 early. A launch is one :class:`~cudagraphs._recording.Work` handed to
 :func:`~cudagraphs._recording.submit`, which applies the capture rules.
+
+This module is compiled by Cython from this source where the package is
+built (``_kernel.pxd`` declares :class:`Kernel` and the argument checks,
+:class:`_Arg`, extension types: docs/architecture.md, "The compiled part"),
+and runs as plain Python where not. Where the C part is built, a kernel's
+recorded launches are issued by its ``Packer`` (its arguments' byte layout:
+packing, and the driver's ``cuLaunchKernel``; nothing decided there).
 """
 
 from __future__ import annotations
@@ -26,21 +33,29 @@ import re
 import struct
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from types import MethodType
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
+try:
+    import cython
+except ImportError:  # (run as Python where Cython is not installed: nothing is compiled)
+    cython = SimpleNamespace(compiled=False)
+
 from . import _nvrtc
 from ._config import compiled_part
-from ._device import _CURRENT, Device, Stream, as_device, current_device, resolve_stream
+from ._device import _CURRENT, Device, Stream, _current_stream_of, as_device, current_device, resolve_stream
 from ._dtypes import SUPPORTED
 from ._errors import BackendUnavailableError, CudaError
-from ._recording import BY_VALUE, NodeRecord, Recording, Work, submit
+from ._recording import BY_VALUE, new_work, submit
 from .backends.base import CUDA_ERROR_NOT_FOUND, ERROR_NAMES, KernelLaunch, Param, param_offsets
 
-# the optional C part: Kernel.launch's repeat path (see Kernel._arm), node updates
-# (None: every launch takes the Python path)
+if not cython.compiled:  # (compiled, _capi.pxd's C functions)
+    from ._capi import cg_tuple_new
+
+# the optional C part: packs and issues a kernel's launches (see Kernel._arm), node updates
+# (None: the backend's launch packs them)
 fastcall = compiled_part()
 
 __all__ = ["Kernel", "fast_array_class", "fastcall", "normalize_dims", "preload"]
@@ -51,21 +66,14 @@ _FAST_ARRAY: list[type] = []  # the array class the C launch path reads, once na
 def fast_array_class(
     cls: type, offsets: dict[str, int] | None = None, stream_offsets: dict[str, int] | None = None
 ) -> None:
-    """Name the array class whose instances the C launch path reads from their fields.
+    """Name the array class whose instances the C graphed call reads from their fields.
 
-    The class (cudagraphs' DeviceArray, named by its module) keeps ``ptr``,
-    ``device``, ``dtype`` and ``is_contiguous`` in ``__slots__``, or, compiled,
-    in the fields of its extension type at ``offsets`` (name to byte offset; a
-    Stream's at ``stream_offsets``); its
-    subclasses are read the same way unless they override one of those or
-    ``_view_spec`` (a graph output checks it is still valid there), in which
-    case their launches take the Python path.
+    The class (cudagraphs' DeviceArray, named by its module) keeps its fields
+    in ``__slots__``, or, compiled, in the fields of its extension type at
+    ``offsets`` (name to byte offset; a Stream's at ``stream_offsets``).
     """
     if fastcall is not None and not _FAST_ARRAY:
         fastcall.configure(cls, Stream, _CURRENT, offsets, stream_offsets)
-        # a launch on a stream a Recording captures is recorded in C as enqueue() and
-        # Recording.record() record it, in the common case (see Launcher.add)
-        fastcall.configure_capture(Recording, NodeRecord, KernelLaunch)
         _FAST_ARRAY.append(cls)
 
 
@@ -294,11 +302,13 @@ class Kernel:
             self.params = parse_params(source, name)
         else:
             self.params = [_param_from_spec(i, s, name) for i, s in enumerate(signature)]
-        self._convert = [_converter(p, name) for p in self.params]
+        self._convert = [_Arg(p, name) for p in self.params]
         self._lock = threading.Lock()
         self.fixed: frozenset[str] = frozenset()  # parameters set_arg may not change
-        self.fast: Any = None  # the C launch path, once armed (see _arm); also self.launch then
-        self._issue: dict[Device, Callable[[Any, KernelLaunch], Any]] = {}  # its issue(), per device
+        self.fast: Any = None  # the C part's Packer of the arguments, once armed (see _arm)
+        # per device it was loaded on: (the loaded kernel, what issues its launches, whether a
+        # launch describes its arrays' views even uncaptured: the simulator runs on them)
+        self._plans: dict[Device, tuple[Any, Callable[[Any, KernelLaunch], Any], bool]] = {}
         # the last (grid, block) objects given and their normalized form: a hot
         # loop passes the same objects, recognised by identity (1.0 is not 1)
         self._dims: tuple[Any, Any, tuple[int, int, int], tuple[int, int, int]] = (
@@ -360,8 +370,10 @@ class Kernel:
                     if exc.code != CUDA_ERROR_NOT_FOUND:
                         raise
                     raise self._not_exported(exc) from exc
-                if backend.fastcall:  # (its kernels launch from C: see _arm)
-                    self._arm(device, int(fn), param_offsets(self.params), fn)
+                issue = backend.launch
+                if backend.fastcall:  # (its launches are packed and issued by the C part: see _arm)
+                    issue = self._arm(device, param_offsets(self.params))
+                self._plans[device] = (fn, issue, backend.capabilities.runs_host_code)
                 device.kernels[self] = fn
         return fn
 
@@ -376,35 +388,22 @@ class Kernel:
             f'`extern "C" __global__ void {self.name}(...)`',
         )
 
-    def _arm(self, device: Device, function: int, offsets: tuple[int, ...], loaded: Any = None) -> None:
-        """Let the C launch path launch this kernel on ``device`` (a no-op without it).
+    def _arm(self, device: Device, offsets: tuple[int, ...]) -> Callable[[Any, KernelLaunch], Any]:
+        """What issues this kernel's launches on ``device``: the C part's ``Packer``, where it can.
 
-        The instance's ``launch`` becomes a ``_fastcall.Launcher``: it makes
-        the checks of :meth:`launch` in C on the arguments it can read for
-        sure (plain arrays, ints, floats, None) and launches; on a captured
-        stream it gives the checked launch to :meth:`enqueue`, which records
-        it, and issues recorded launches in C (``Launcher.issue``, which falls
-        back on the backend's ``launch``). Given ``loaded`` (the backend's
-        loaded kernel, ``function`` being its CUfunction), the common captured
-        launch (on the stream a :class:`~cudagraphs._recording.Recording`
-        captures, from its thread, nothing pending) is recorded in C too, with
-        the NodeRecord and keep list that enqueue and ``Recording.record``
-        make. It calls this class's :meth:`launch` with anything else,
-        unchanged.
+        The kernel's ``Packer`` (made once: the byte layout of its
+        parameters) queues a launch :meth:`launch` checked and converted, as
+        the backend's ``launch`` does, and falls back on that ``launch`` for
+        anything it cannot pack or the driver refuses (which raises).
+        Kernels with a parameter it does not pack (float16, structs by value)
+        are issued by the backend.
         """
         if self.fast is None:
             layout = _fast_layout(self.params, offsets)
-            if layout is None or not _FAST_ARRAY:
-                return
-            cls = type(self)
-            if cls.launch is not Kernel.launch or cls.enqueue is not Kernel.enqueue:
-                return  # a subclass's own launch or enqueue runs as written
-            self.fast = fastcall.Launcher(
-                MethodType(Kernel.launch, self), layout, self.enqueue, device.backend.launch
-            )
-            self.__dict__["launch"] = self.fast
-        self.fast.add(device, function, device.stream, loaded)
-        self._issue[device] = self.fast.issue
+            if layout is None:
+                return device.backend.launch  # type: ignore[no-any-return]
+            self.fast = fastcall.Packer(layout, device.backend.launch)
+        return self.fast.issue  # type: ignore[no-any-return]
 
     # launching ------------------------------------------------------------
     def launch(
@@ -427,29 +426,38 @@ class Kernel:
             If an argument does not fit its parameter (count, type, range,
             array dtype, layout or device), or ``stream`` is not a Stream.
         """
-        if len(args) != len(self.params):
-            names = ", ".join(p.name for p in self.params)
-            raise TypeError(
-                f"kernel {self.name!r} takes {len(self.params)} arguments ({names}), got {len(args)}"
-            )
+        self._launch(grid, block, args, stream, shared_mem, device)
+
+    def _launch(
+        self, grid: Any, block: Any, args: tuple[Any, ...], stream: Any, shared_mem: Any, device: Any
+    ) -> None:
+        """:meth:`launch`, its arguments as a tuple (compiled: a C method, called without a lookup)."""
+        convert = self._convert
+        n = len(convert)
+        if len(args) != n:
+            names = ", ".join([p.name for p in self.params])  # (compiled: no closure in a cpdef)
+            raise TypeError(f"kernel {self.name!r} takes {n} arguments ({names}), got {len(args)}")
         if device is not None and type(device) is not Device:
             device = as_device(device)
         if stream is None:
             if device is None:
                 device = _device_of(args)
-            stream = device.current_stream()
+            stream = _current_stream_of(device)
         else:
             if device is None:
                 device = stream.device if type(stream) is Stream else _device_of(args)
             stream = resolve_stream(stream, device)
-        values = tuple([conv(a, device) for conv, a in zip(self._convert, args)])
+        values = []
+        for i in range(n):
+            arg = convert[i]  # (compiled: typed, its check a C call)
+            values.append(arg.convert(args[i], device))
         last_grid, last_block, g3, b3 = self._dims
         if grid is not last_grid or block is not last_block:
             g3, b3 = normalize_dims(grid, "grid"), normalize_dims(block, "block")
             self._dims = (grid, block, g3, b3)
         if type(shared_mem) is not int or not 0 <= shared_mem <= 0xFFFFFFFF:  # (the driver's unsigned)
             raise ValueError(f"shared_mem must be an int in 0..2**32-1 (bytes), got {shared_mem!r}")
-        self.enqueue(device, stream, g3, b3, shared_mem, values, args)
+        self._enqueue(device, stream, g3, b3, shared_mem, tuple(values), args, None)
 
     def enqueue(
         self,
@@ -469,28 +477,39 @@ class Kernel:
         passed as a pointer); the first ``writes`` arguments are written and
         the rest read (None: all of them may be written).
         """
-        fn = device.kernels.get(self)
-        if fn is None:
-            fn = self.function(device)
-        backend = device.backend
-        rec = stream._recording
-        if stream._finalizer is not None:
+        self._enqueue(device, stream, grid, block, shared_mem, tuple(values), args, writes)
+
+    def _enqueue(
+        self,
+        device: Device,
+        stream: Stream,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        shared_mem: int,
+        values: tuple[Any, ...],
+        args: Sequence[Any],
+        writes: int | None,
+    ) -> None:
+        """:meth:`enqueue` (compiled: a C method, called without a lookup)."""
+        plan = self._plans.get(device)
+        if plan is None:
+            self.function(device)
+            plan = self._plans[device]
+        fn, issue, describe = plan
+        on = stream  # (compiled: typed, its fields read as C fields)
+        rec = on._recording
+        if on._finalizer is not None:
             stream._live()
         views: tuple[Any, ...] = ()
-        if rec is not None or backend.capabilities.runs_host_code:
+        if rec is not None or describe:
             # each argument's view, for arrays: what the simulator runs on, what a capture
             # records (an uncaptured launch on a GPU reads only the packed values)
             views = tuple([_view(a) for a in args])
         # what is written comes first (submit skips the values passed by value)
         written, reads = (tuple(args), ()) if writes is None else (tuple(args[:writes]), tuple(args[writes:]))
-        launch = _tuple_new(KernelLaunch, (fn, grid, block, shared_mem, values, views))
-        # (issued in C once the kernel is armed; the launch tuple is built in C, not by
-        # the NamedTuple's __new__)
-        issue = self._issue.get(device) or backend.launch
-        submit(
-            stream,
-            _tuple_new(Work, ("kernel", issue, launch, reads, written, (), self.name, (self, launch), None)),
-        )
+        # (made without the NamedTuple's __new__, a Python call, and without Work's argument parsing)
+        launch = cg_tuple_new(KernelLaunch, (fn, grid, block, shared_mem, values, views))
+        submit(stream, new_work("kernel", issue, launch, reads, written, (), self.name, (self, launch)))
 
 
 def _view(a: Any) -> Any:
@@ -499,23 +518,19 @@ def _view(a: Any) -> Any:
     return spec if spec is None else spec()
 
 
-_tuple_new = tuple.__new__
+def _fast_layout(params: Sequence[Param], offsets: Sequence[int]) -> list[tuple[str, int, int]] | None:
+    """Each parameter as the C part's Packer packs it: (kind, bytes, offset).
 
-
-def _fast_layout(params: Sequence[Param], offsets: Sequence[int]) -> list[tuple[str, int, int, Any]] | None:
-    """Each parameter as the C launch path packs it: (kind, bytes, offset, pointee dtype).
-
-    None when one of them is packed only by the Python path (float16,
-    structs by value, bfloat16).
+    None when one of them is packed only by the backend (float16, structs by
+    value, bfloat16).
     """
     layout = []
     for p, offset in zip(params, offsets):
         dt = p.dtype
         if p.pointer:
-            any_data = p.pointee is None or p.pointee.name in _BYTE_POINTEES
-            layout.append(("p", 8, offset, None if any_data else p.pointee))
+            layout.append(("p", 8, offset))
         elif dt.kind in "iub" or (dt.kind == "f" and dt.itemsize in (4, 8)):
-            layout.append((dt.kind, dt.itemsize, offset, None))
+            layout.append((dt.kind, dt.itemsize, offset))
         else:
             return None
     return layout
@@ -529,18 +544,51 @@ def _device_of(args: Iterable[Any]) -> Device:
     return current_device()
 
 
-def _converter(p: Param, kernel: str) -> Callable[[Any, Device], Any]:
-    """The function that checks one argument and returns the value the kernel gets."""
-    where = f"kernel {kernel!r} parameter {p.name!r}"
-    if p.pointer:
-        pointee = p.pointee
+class _Arg:
+    """One parameter of a kernel: the check of a launch argument, and what the kernel gets.
 
-        def pointer(a: Any, device: Device) -> Any:
-            spec = getattr(a, "_view_spec", None)
-            if spec is not None:
+    ``convert(a, device)`` returns the value passed: a pointer parameter an
+    address (an array's, checked to be on the launch's device, of the
+    declared data and dense; an int; None as 0; another library's array
+    through ``__cuda_array_interface__``), a number parameter the number
+    checked against its C type, a struct parameter its bytes.
+    """
+
+    # (compiled, an extension type whose fields _kernel.pxd declares: a check is a C call)
+    __slots__ = ("by_bytes", "dtype", "high", "kind", "low", "narrow", "pointee", "where")
+
+    def __init__(self, p: Param, kernel: str) -> None:
+        self.where = f"kernel {kernel!r} parameter {p.name!r}"
+        dt = self.dtype = p.dtype
+        self.pointee = None
+        self.narrow = None
+        self.low = self.high = 0
+        self.by_bytes = False
+        if p.pointer:
+            self.kind = "p"
+            if p.pointee is not None and p.pointee.name not in _BYTE_POINTEES:
+                self.pointee = p.pointee
+            return
+        self.kind = dt.kind
+        if dt.kind == "V" or dt.name == "bfloat16":
+            self.by_bytes = True
+        elif dt.kind in "iu":
+            info = np.iinfo(dt)
+            self.low, self.high = int(info.min), int(info.max)
+        elif dt.kind == "f" and dt.itemsize < 8:
+            # a float32 or float16 parameter refuses what rounds to infinity (as C's packing does)
+            self.narrow = struct.Struct({4: "<f", 2: "<e"}[dt.itemsize])
+
+    def convert(self, a: Any, device: Device) -> Any:
+        """The value the kernel gets for argument ``a`` of a launch on ``device``; or raise."""
+        kind = self.kind
+        if kind == "p":
+            if hasattr(type(a), "_view_spec"):  # an array (of this library: its class's method)
+                where = self.where
                 if a.device is not device:
                     raise ValueError(f"{where}: array is on {a.device}, the launch on {device}")
-                if pointee is not None and a.dtype != pointee and pointee.name not in _BYTE_POINTEES:
+                pointee = self.pointee
+                if pointee is not None and a.dtype != pointee:
                     raise TypeError(f"{where} expects {pointee} data, got a {a.dtype} array")
                 if not a.is_contiguous:
                     raise ValueError(
@@ -549,12 +597,12 @@ def _converter(p: Param, kernel: str) -> Callable[[Any, Device], Any]:
                         "pass a contiguous array (.copy() makes one), or pass x.ptr and the "
                         "strides as arguments of your own"
                     )
-                return spec().ptr  # (the view's own check runs: an expired graph output raises)
+                return a.ptr  # (the array's own check runs: an expired graph output raises)
             if a is None:
                 return 0
             if _is_int(a):
                 if not 0 <= int(a) < 1 << 64:
-                    raise ValueError(f"{where}: address {a} is out of range")
+                    raise ValueError(f"{self.where}: address {a} is out of range")
                 return int(a)
             cai = (
                 getattr(a, "__cuda_array_interface__", None)
@@ -564,58 +612,47 @@ def _converter(p: Param, kernel: str) -> Callable[[Any, Device], Any]:
             if cai is not None:
                 if cai.get("strides") is not None:
                     raise ValueError(
-                        f"{where}: a strided {type(a).__name__} cannot be passed as a "
+                        f"{self.where}: a strided {type(a).__name__} cannot be passed as a "
                         "pointer; make it contiguous first"
                     )
                 return int(cai["data"][0])
             raise TypeError(
-                f"{where} is a pointer: pass a cudagraphs array, an object with "
+                f"{self.where} is a pointer: pass a cudagraphs array, an object with "
                 f"__cuda_array_interface__, an int address or None; got {type(a).__name__}"
             )
-
-        return pointer
-    dt = p.dtype
-    if dt.kind == "V" or dt.name == "bfloat16":
-        size = dt.itemsize
-
-        def by_bytes(a: Any, device: Device) -> Any:
-            if isinstance(a, (bytes, bytearray, memoryview)):
-                data = bytes(a)
-            else:
-                try:
-                    data = np.asarray(a, dtype=dt).tobytes()
-                except (TypeError, ValueError) as exc:
-                    raise TypeError(f"{where} expects {dt}, got {a!r}: {exc}") from None
-            if len(data) != size:
-                raise ValueError(f"{where} expects {size} bytes, got {len(data)}")
-            return data
-
-        return by_bytes
-    kind = dt.kind
-    info = np.iinfo(dt) if kind in "iu" else None
-    # a float32 or float16 parameter refuses what rounds to infinity (as C's packing does)
-    narrow = struct.Struct({4: "<f", 2: "<e"}[dt.itemsize]) if kind == "f" and dt.itemsize < 8 else None
-
-    def number(a: Any, device: Device) -> Any:
-        if kind in "iu":
+        if self.by_bytes:
+            return self._bytes(a)
+        if kind == "i" or kind == "u":
             if not _is_int(a):
-                raise TypeError(f"{where} is {dt}: expected an integer, got {a!r}")
-            if not info.min <= a <= info.max:  # type: ignore[union-attr]
-                raise ValueError(f"{where}: {a} does not fit in {dt}")
+                raise TypeError(f"{self.where} is {self.dtype}: expected an integer, got {a!r}")
+            if not self.low <= a <= self.high:
+                raise ValueError(f"{self.where}: {a} does not fit in {self.dtype}")
             return int(a)
         if kind == "b":
             return bool(a)
         if not isinstance(a, (int, float, np.integer, np.floating)) or isinstance(a, bool):
-            raise TypeError(f"{where} is {dt}: expected a real number, got {a!r}")
+            raise TypeError(f"{self.where} is {self.dtype}: expected a real number, got {a!r}")
         v = float(a)
-        if narrow is not None:
+        if self.narrow is not None:
             try:
-                narrow.pack(v)
+                self.narrow.pack(v)
             except OverflowError:
-                raise ValueError(f"{where}: {a!r} does not fit in {dt}") from None
+                raise ValueError(f"{self.where}: {a!r} does not fit in {self.dtype}") from None
         return v
 
-    return number
+    def _bytes(self, a: Any) -> bytes:
+        """A struct (or bfloat16) parameter's value: its bytes."""
+        dt = self.dtype
+        if isinstance(a, (bytes, bytearray, memoryview)):
+            data = bytes(a)
+        else:
+            try:
+                data = np.asarray(a, dtype=dt).tobytes()
+            except (TypeError, ValueError) as exc:
+                raise TypeError(f"{self.where} expects {dt}, got {a!r}: {exc}") from None
+        if len(data) != dt.itemsize:
+            raise ValueError(f"{self.where} expects {dt.itemsize} bytes, got {len(data)}")
+        return data
 
 
 def preload(kernels: Iterable[Kernel], device: Device | int | None = None) -> None:

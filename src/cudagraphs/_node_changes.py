@@ -495,7 +495,7 @@ def set_arg(graph: Any, exec_: Any, node: Any, arg: int | str, value: Any) -> No
             )
         raw: Any = value.ptr
     else:
-        raw, view = kernel._convert[j](value, graph.device), None
+        raw, view = kernel._convert[j].convert(value, graph.device), None
     values = (*launch.values[:j], raw, *launch.values[j + 1 :])
     views = (*launch.views[:j], view, *launch.views[j + 1 :])
     new_launch = KernelLaunch(launch.function, launch.grid, launch.block, launch.shared_mem, values, views)

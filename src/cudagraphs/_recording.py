@@ -25,6 +25,12 @@ streams only by duck type (``device.backend``, ``stream._raw``,
 ``stream.handle``, ``stream.device``, and the ``stream._recording`` slot
 where a stream's :class:`Recording` lives while it is captured).
 
+It is compiled by Cython from this source where the package is built
+(``_recording.pxd`` declares :class:`Recording` an extension type with typed
+fields, so that :func:`submit` and :meth:`Recording.record`, run for every
+piece of work, read them as C fields: docs/architecture.md, "The compiled
+part"), and runs as plain Python where not.
+
 Deferred release
 ----------------
 Destroying an executable graph, or freeing device or pinned memory, while a
@@ -51,16 +57,26 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 import numpy as np
 
+try:
+    import cython
+except ImportError:  # (run as Python where Cython is not installed: nothing is compiled)
+    cython = SimpleNamespace(compiled=False)
+
+from ._config import compiled_part
 from ._errors import CaptureError, CaptureInvalidatedError, CudaError
 from .backends.base import (
     CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
     CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
     ArrayArg,
 )
+
+if not cython.compiled:  # (compiled, _capi.pxd's C functions)
+    from ._capi import cg_api_load, cg_issue, cg_tuple_new
 
 __all__ = [
     "EXPIRING",
@@ -76,6 +92,7 @@ __all__ = [
     "instantiate_blocked",
     "later",
     "mark",
+    "new_work",
     "quiet",
     "refuse_beside_capture",
     "release",
@@ -89,11 +106,14 @@ __all__ = [
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
 BY_VALUE = (int, float, complex, bytes, str, np.generic, type(None))  # passed by value, never kept
+_BY_VALUE = BY_VALUE  # (the same, for the hot paths: compiled, a C global, no name lookup)
 
 
 def user_line() -> str:
     """``file:line`` of the innermost caller outside cudagraphs."""
-    frame = sys._getframe(1)
+    # (from this frame: compiled, the functions of compiled modules have none, and the innermost
+    # Python frame may already be the caller's)
+    frame = sys._getframe(0)
     while frame is not None:
         path = os.path.abspath(frame.f_code.co_filename)
         if not path.startswith(_PACKAGE):
@@ -102,7 +122,7 @@ def user_line() -> str:
     return "<unknown>"  # type: ignore[unreachable]  # (a frame chain ends in None)
 
 
-class Work(NamedTuple):
+class Work:
     """A typed description of one piece of work for :func:`submit`.
 
     Attributes
@@ -133,15 +153,54 @@ class Work(NamedTuple):
         Why the work cannot be recorded in a graph (None: it can).
     """
 
+    # (compiled, an extension type whose fields _recording.pxd declares: submit reads them as C
+    # fields; the hot paths make one with new_work, without the call's argument parsing)
+    __slots__ = ("arg", "issue", "keep", "kind", "name", "patch", "reads", "refuse", "writes")
+
     kind: str
     issue: Callable[[Any, Any], Any]
-    arg: Any = None
-    reads: tuple[Any, ...] = ()
-    writes: tuple[Any, ...] = ()
-    keep: tuple[Any, ...] = ()
-    name: str = ""
-    patch: Any = None
-    refuse: str | None = None
+    arg: Any
+    reads: tuple[Any, ...]
+    writes: tuple[Any, ...]
+    keep: tuple[Any, ...]
+    name: str
+    patch: Any
+    refuse: str | None
+
+    def __init__(
+        self,
+        kind: str,
+        issue: Callable[[Any, Any], Any],
+        arg: Any = None,
+        reads: tuple[Any, ...] = (),
+        writes: tuple[Any, ...] = (),
+        keep: tuple[Any, ...] = (),
+        name: str = "",
+        patch: Any = None,
+        refuse: str | None = None,
+    ) -> None:
+        self.kind, self.issue, self.arg, self.reads, self.writes = kind, issue, arg, reads, writes
+        self.keep, self.name, self.patch, self.refuse = keep, name, patch, refuse
+
+    def __repr__(self) -> str:
+        return f"Work({self.kind!r}, {self.name!r}, reads={len(self.reads)}, writes={len(self.writes)})"
+
+
+def new_work(
+    kind: str,
+    issue: Callable[[Any, Any], Any],
+    arg: Any,
+    reads: tuple[Any, ...],
+    writes: tuple[Any, ...],
+    keep: tuple[Any, ...],
+    name: str,
+    patch: Any,
+) -> Work:
+    """``Work(kind, issue, arg, reads, writes, keep, name, patch)``, made at C's cost where compiled."""
+    w = Work.__new__(Work)
+    w.kind, w.issue, w.arg, w.reads, w.writes = kind, issue, arg, reads, writes
+    w.keep, w.name, w.patch, w.refuse = keep, name, patch, None
+    return w
 
 
 class NodeRecord(NamedTuple):
@@ -194,6 +253,28 @@ class Recording:
         Why the capture can no longer succeed.
     """
 
+    # (compiled, an extension type whose fields _recording.pxd declares)
+    __slots__ = (
+        "__weakref__",
+        "active",
+        "before",
+        "conditions",
+        "device",
+        "devices",
+        "frees",
+        "invalid",
+        "joined",
+        "keep",
+        "loops",
+        "memory",
+        "mode",
+        "nodes",
+        "plain",
+        "stream",
+        "streams",
+        "thread",
+    )
+
     def __init__(self, device: Any, stream: Any, mode: str, memory: Any) -> None:
         self.device = device
         self.stream = stream
@@ -224,7 +305,8 @@ class Recording:
 
     def record(self, stream: Any, work: Work) -> Any:
         """Apply the capture rules to ``work`` on ``stream`` (one of ours) and record it."""
-        kind, issue, arg, reads, writes, kept, name, patch, refuse = work  # (runs per node)
+        kind, issue, arg, reads, writes = work.kind, work.issue, work.arg, work.reads, work.writes
+        kept, name, patch, refuse = work.keep, work.name, work.patch, work.refuse
         if self.thread != _get_ident():
             raise CaptureError(
                 f"{kind or 'work'} {name}".rstrip() + f" queued at {user_line()} on "
@@ -238,8 +320,8 @@ class Recording:
             self.fail(refuse)
         if self.frees:
             self.flush_frees()
-        try:
-            node = issue(stream._raw, arg)
+        try:  # (a kernel's Packer: packed and queued in C; anything else, or a refusal, by issue)
+            node = None if cg_issue(issue, stream.handle, arg) == 0 else issue(stream._raw, arg)
         except CudaError as err:
             if err.code in (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED):
                 what = f"{kind} {name}".strip()
@@ -255,14 +337,14 @@ class Recording:
             if block is not None:  # an array: kept unless the capture owns its memory
                 if block.owner not in owners:
                     keep.append(o)
-            elif not isinstance(o, BY_VALUE):  # numbers and structs are copied into the graph
+            elif not isinstance(o, _BY_VALUE):  # numbers and structs are copied into the graph
                 keep.append(o)
         if kind:  # (the record is built in C)
             views = () if kind == "kernel" else _views(reads + writes)
             top = stream is self.stream or stream in self.joined
             if node is not None or not top:
                 self.plain = False
-            self.nodes.append(_tuple_new(NodeRecord, (node, kind, name, views, patch, top)))
+            self.nodes.append(cg_tuple_new(NodeRecord, (node, kind, name, views, patch, top)))
         return node
 
     def join(self, stream: Any) -> None:
@@ -457,6 +539,7 @@ captures, holding that lock and after checking under it (:func:`_issue_guarded`)
 so the check and the queued read are one step for the thread that makes the
 array stale (a call of the callable holds the lock).
 """
+_EXPIRING = EXPIRING  # (the same, for the hot paths: compiled, a C global, no name lookup)
 
 
 def submit(stream: Any, work: Work) -> Any:
@@ -465,11 +548,20 @@ def submit(stream: Any, work: Work) -> Any:
     Returns the node the work added when ``stream`` is captured, else what
     the backend call returned.
     """
-    rec = stream._recording
+    on = stream  # (compiled: typed, its fields read as C fields)
+    rec = on._recording
     if rec is None:
-        if EXPIRING.isdisjoint(map(type, work.reads)) and EXPIRING.isdisjoint(map(type, work.writes)):
-            return work.issue(stream._raw, work.arg)
-        return _issue_guarded(stream, work)
+        # (a loop, not sets of types: the work uses one to four arrays)
+        for a in work.reads:
+            if type(a) in _EXPIRING:
+                return _issue_guarded(stream, work)
+        for a in work.writes:
+            if type(a) in _EXPIRING:
+                return _issue_guarded(stream, work)
+        issue, arg = work.issue, work.arg
+        if cg_issue(issue, on.handle, arg) == 0:  # (a kernel's Packer: packed and queued in C)
+            return None
+        return issue(on._raw, arg)
     return rec.record(stream, work)
 
 
@@ -635,7 +727,6 @@ def forbid(device: Any, stream: Any, what: str, *, device_wide: bool = False, hi
 # deferred release -----------------------------------------------------------------------
 _lock = threading.RLock()
 _ACTIVE: dict[Any, list[Recording]] = {}
-_tuple_new = tuple.__new__
 _get_ident = threading.get_ident
 
 _QUEUE: collections.deque[tuple[Any, Callable[..., Any], tuple[Any, ...]]] = collections.deque()
@@ -776,3 +867,8 @@ def drain() -> None:
     finally:
         _QUEUE.extend(held)
         _draining.on = False
+
+
+_fastcall = compiled_part()
+if cython.compiled and _fastcall is not None:  # (the C part's functions: _capi.pxd)
+    cg_api_load(_fastcall.api)

@@ -1,0 +1,14 @@
+# The compiled form of _builtin_kernels.py (Cython's pure-Python mode: the .py is the one source):
+# run(), the launch of every built-in op, compiled with its module.
+# docs/architecture.md, "The compiled part", says what may be declared here and why.
+
+cimport cython
+
+# (module globals the hot paths read: C globals, read without a dictionary lookup, which Python
+# 3.12 and later make compiled code do for every global it reads)
+cdef object _PLAIN, _BLOCK
+
+from cudagraphs._kernel cimport Kernel
+
+@cython.locals(kernel=Kernel)
+cpdef run(str name, object dtype, object device, object stream, object n, object args, object writes=*)

@@ -1,0 +1,55 @@
+"""The plain-Python forms of ``_capi.pxd``'s C functions, for the modules run as Python.
+
+A compiled module calls the C part's trampolines and a few C primitives
+through ``_capi.pxd`` (docs/architecture.md, "The compiled part"); where the
+same module runs as plain Python (no compiler, or ``scripts/plain_tree.py``)
+it imports these instead (``if not cython.compiled: from ._capi import ...``).
+Each does what its C form does, at Python's cost; a trampoline answers
+:data:`CG_UNBOUND` (no driver entry point here), and its caller then takes
+the backend's primitive.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "CG_UNBOUND",
+    "cg_api_load",
+    "cg_graph_launch",
+    "cg_issue",
+    "cg_lock_give",
+    "cg_lock_take",
+    "cg_tuple_new",
+]
+
+CG_UNBOUND = -2  # what a trampoline answers where no driver entry point is bound
+
+
+def cg_api_load(capsule: Any) -> None:
+    """Take the C part's functions from its capsule (compiled modules only)."""
+
+
+def cg_lock_take(lock: Any, blocking: bool) -> bool:
+    """``lock.acquire(blocking)``."""
+    return lock.acquire(blocking)  # type: ignore[no-any-return]
+
+
+def cg_lock_give(lock: Any) -> None:
+    """``lock.release()``."""
+    lock.release()
+
+
+def cg_graph_launch(exec_: int, stream: int) -> int:
+    """The C part's cuGraphLaunch: not here (the backend's launch runs instead)."""
+    return CG_UNBOUND
+
+
+def cg_issue(issue: Any, stream: int, arg: Any) -> int:
+    """The C part's issue of a kernel's launch: not here (the caller calls ``issue`` itself)."""
+    return CG_UNBOUND
+
+
+def cg_tuple_new(cls: type, items: tuple[Any, ...]) -> Any:
+    """``tuple.__new__(cls, items)``: a NamedTuple made without its ``__new__``."""
+    return tuple.__new__(cls, items)

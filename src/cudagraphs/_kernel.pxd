@@ -1,0 +1,33 @@
+# The compiled form of _kernel.py (Cython's pure-Python mode: the .py is the one source; this file
+# declares Kernel and its argument checks, _Arg, extension types with typed fields, and types the
+# launch's path). docs/architecture.md, "The compiled part", says what may be declared here and why.
+
+cimport cython
+from cudagraphs._capi cimport cg_tuple_new
+from cudagraphs._device cimport _current_stream_of
+from cudagraphs._fields cimport StreamFields
+from cudagraphs._recording cimport new_work, submit
+
+@cython.final
+cdef class _Arg:
+    cdef public object dtype, high, kind, low, narrow, pointee, where
+    cdef public bint by_bytes
+
+    cpdef object convert(self, object a, object device)
+    cpdef bytes _bytes(self, object a)
+
+cdef class Kernel:
+    cdef dict __dict__
+    cdef object __weakref__
+    cdef public list _convert
+    cdef public tuple _dims
+    cdef public dict _plans
+    cdef public object fast
+
+    @cython.locals(convert=list, n=Py_ssize_t, i=Py_ssize_t, arg=_Arg, values=list)
+    cdef _launch(self, object grid, object block, tuple args, object stream, object shared_mem, object device)
+    @cython.locals(on=StreamFields, plan=tuple)
+    cdef _enqueue(self, object device, object stream, object grid, object block, object shared_mem,
+                  tuple values, object args, object writes)
+
+cpdef object _device_of(tuple args)

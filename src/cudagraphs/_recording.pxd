@@ -1,0 +1,32 @@
+# The compiled form of _recording.py (Cython's pure-Python mode: the .py is the one source; this
+# file declares Recording an extension type with typed fields, and types submit's path).
+# docs/architecture.md, "The compiled part", says what may be declared here and why.
+
+cimport cython
+from cudagraphs._capi cimport cg_api_load, cg_issue, cg_tuple_new
+from cudagraphs._fields cimport StreamFields
+
+# (module globals the hot paths read: C globals, read without a dictionary lookup, which Python
+# 3.12 and later make compiled code do for every global it reads)
+cdef object _get_ident, _BY_VALUE
+cdef set _EXPIRING
+
+cdef class Work:
+    cdef public object arg, issue, kind, name, patch, refuse
+    cdef public tuple keep, reads, writes
+
+@cython.locals(w=Work)
+cpdef Work new_work(object kind, object issue, object arg, tuple reads, tuple writes, tuple keep, object name,
+                    object patch)
+
+cdef class Recording:
+    cdef object __weakref__
+    cdef public object active, before, device, frees, invalid, memory, mode, plain, stream, thread
+    cdef public dict conditions, loops
+    cdef public list devices, joined, keep, nodes, streams
+
+    @cython.locals(keep=list, owners=object)
+    cpdef object record(self, object stream, Work work)
+
+@cython.locals(on=StreamFields, rec=Recording)
+cpdef object submit(object stream, Work work)

@@ -1,0 +1,8 @@
+# The compiled form of ops/_elementwise.py (Cython's pure-Python mode: the .py is the one source):
+# the element-wise ops, compiled with their module.
+# docs/architecture.md, "The compiled part", says what may be declared here and why.
+
+from cudagraphs._builtin_kernels cimport run
+from cudagraphs._device cimport _current_stream_of
+
+cpdef object _arrays(str op, tuple names, tuple arrays)
