@@ -6,28 +6,27 @@ cimport cython
 from cudagraphs._allocator cimport Block, CachingAllocator
 from cudagraphs._device cimport _current_stream_of, as_device
 from cudagraphs._dtypes cimport normalize_dtype
-from cudagraphs._fields cimport DeviceFields
+from cudagraphs._fields cimport ArrayFields, DeviceFields
 
-# (public: its C struct has a name, so that the offsets of its fields can be given to the C part)
-cdef public class DeviceArray [object CgDeviceArray, type CgDeviceArrayType]:
-    cdef object __weakref__
-    cdef public object _arg, _block, _ptr, device, dtype, is_contiguous, shape, size, strides
+# (its fields are ArrayFields', which the layers below read typed)
+cdef class DeviceArray(ArrayFields):
+    pass
 
 cdef extern from *:
     """
-    /* The offsets of DeviceArray's fields, which the C part's launch path reads (a macro: it
-       expands where the struct is known). */
+    /* The offsets of DeviceArray's fields (ArrayFields', at the start of its struct), which the
+       C part's graphed call reads (a macro: it expands where the struct is known). */
     #define _field_offsets() Py_BuildValue( \\
         "{s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n}", \\
-        "_arg", (Py_ssize_t)offsetof(struct CgDeviceArray, _arg), \\
-        "_block", (Py_ssize_t)offsetof(struct CgDeviceArray, _block), \\
-        "device", (Py_ssize_t)offsetof(struct CgDeviceArray, device), \\
-        "dtype", (Py_ssize_t)offsetof(struct CgDeviceArray, dtype), \\
-        "is_contiguous", (Py_ssize_t)offsetof(struct CgDeviceArray, is_contiguous), \\
-        "_ptr", (Py_ssize_t)offsetof(struct CgDeviceArray, _ptr), \\
-        "shape", (Py_ssize_t)offsetof(struct CgDeviceArray, shape), \\
-        "size", (Py_ssize_t)offsetof(struct CgDeviceArray, size), \\
-        "strides", (Py_ssize_t)offsetof(struct CgDeviceArray, strides))
+        "_arg", (Py_ssize_t)offsetof(struct CgArrayFields, _arg), \\
+        "_block", (Py_ssize_t)offsetof(struct CgArrayFields, _block), \\
+        "device", (Py_ssize_t)offsetof(struct CgArrayFields, device), \\
+        "dtype", (Py_ssize_t)offsetof(struct CgArrayFields, dtype), \\
+        "is_contiguous", (Py_ssize_t)offsetof(struct CgArrayFields, is_contiguous), \\
+        "_ptr", (Py_ssize_t)offsetof(struct CgArrayFields, _ptr), \\
+        "shape", (Py_ssize_t)offsetof(struct CgArrayFields, shape), \\
+        "size", (Py_ssize_t)offsetof(struct CgArrayFields, size), \\
+        "strides", (Py_ssize_t)offsetof(struct CgArrayFields, strides))
     """
     dict _field_offsets()
 

@@ -34,7 +34,7 @@ from ._builtin_kernels import c_strides, check_same, copy_view, fill_view
 from ._builtin_kernels import fill_value as _fill_value
 from ._device import Device, Stream, _current_stream_of, as_device, resolve_stream
 from ._dtypes import normalize_dtype
-from ._fields import stream_offsets
+from ._fields import ArrayFields, stream_offsets
 from ._kernel import fast_array_class
 from ._recording import Work, release, submit
 from ._transfer import PendingCopy, to_device, to_host
@@ -126,7 +126,7 @@ def _extent(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> 
     return lo, hi
 
 
-class DeviceArray:
+class DeviceArray(ArrayFields):
     """An n-dimensional array in device memory.
 
     Create arrays with :func:`empty`, :func:`zeros`, :func:`full`,
@@ -153,18 +153,7 @@ class DeviceArray:
     backend only (simulated memory cannot be shared).
     """
 
-    __slots__ = (
-        "__weakref__",
-        "_arg",
-        "_block",
-        "_ptr",
-        "device",
-        "dtype",
-        "is_contiguous",
-        "shape",
-        "size",
-        "strides",
-    )
+    __slots__ = ()  # (its fields: ArrayFields')
 
     _block: Block
     _ptr: int  # (read through ptr, which a graph's output checks)

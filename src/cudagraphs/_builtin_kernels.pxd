@@ -10,5 +10,7 @@ cdef object _PLAIN, _BLOCK
 
 from cudagraphs._kernel cimport Kernel
 
+cpdef tuple grid_of(object n, object cap)
+
 @cython.locals(kernel=Kernel)
 cpdef run(str name, object dtype, object device, object stream, object n, object args, object writes=*)

@@ -13,6 +13,8 @@ cdef extern from "_fastcall_api.h":
     int cg_lock_give(object lock) except -1
     int cg_graph_launch(size_t exec_, size_t stream)
     int cg_issue(object issue, size_t stream, object arg) except? -1
+    int cg_launch(object packer, size_t function, object grid, object block, unsigned shared, size_t stream,
+                  object values) except? -1
 
 cdef extern from *:
     """

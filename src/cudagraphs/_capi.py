@@ -18,6 +18,7 @@ __all__ = [
     "cg_api_load",
     "cg_graph_launch",
     "cg_issue",
+    "cg_launch",
     "cg_lock_give",
     "cg_lock_take",
     "cg_tuple_new",
@@ -47,6 +48,13 @@ def cg_graph_launch(exec_: int, stream: int) -> int:
 
 def cg_issue(issue: Any, stream: int, arg: Any) -> int:
     """The C part's issue of a kernel's launch: not here (the caller calls ``issue`` itself)."""
+    return CG_UNBOUND
+
+
+def cg_launch(
+    packer: Any, function: int, grid: Any, block: Any, shared: int, stream: int, values: tuple[Any, ...]
+) -> int:
+    """The C part's launch of a kernel through its Packer: not here (the caller submits a Work)."""
     return CG_UNBOUND
 
 

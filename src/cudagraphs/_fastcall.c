@@ -709,19 +709,35 @@ static int packer_dims(PyObject **last, unsigned kept[3], PyObject *o, const uns
     return 0;
 }
 
-/* Queue `launch` (a KernelLaunch: function, grid, block, shared_mem, values, views) on the stream
-   at `stream`, its values packed by P: the CUresult (0: queued), or CG_UNBOUND when it cannot be
-   done here (nothing queued, no exception set: the fallback does it), or CG_ERROR (an exception
-   that is not an Exception, left set). */
-static int packer_launch(Packer *P, uintptr_t stream, PyObject *launch) {
+/* Queue a launch of the function at `function` over `grid` x `block` (3-tuples of ints), with
+   `shared` bytes of shared memory, on the stream at `stream`, its `values` packed by P: the
+   CUresult (0: queued), or CG_UNBOUND when it cannot be done here (nothing queued, no exception
+   set: the caller's fallback does it), or CG_ERROR (an exception that is not an Exception, left
+   set). */
+static int packer_launch(Packer *P, uintptr_t function, PyObject *grid_obj, PyObject *block_obj, unsigned shared,
+                         uintptr_t stream, PyObject *values) {
     void *fn = fns[LAUNCH]; /* (read with the GIL held: bind() may change it) */
     unsigned grid[3], block[3];
-    if (fn == NULL || !PyTuple_Check(launch) || PyTuple_GET_SIZE(launch) != 6) return CG_UNBOUND;
-    PyObject *shm = PyTuple_GET_ITEM(launch, 3), *function = PyTuple_GET_ITEM(launch, 0);
-    if (!PyLong_CheckExact(shm) || packer_dims(&P->grid, P->grid_dims, PyTuple_GET_ITEM(launch, 1), GRID, grid) ||
-        packer_dims(&P->block, P->block_dims, PyTuple_GET_ITEM(launch, 2), BLOCK, block))
+    if (fn == NULL) return CG_UNBOUND;
+    if (packer_dims(&P->grid, P->grid_dims, grid_obj, GRID, grid) ||
+        packer_dims(&P->block, P->block_dims, block_obj, BLOCK, block))
         return cleared() ? CG_ERROR : CG_UNBOUND;
-    unsigned long shared = PyLong_AsUnsignedLong(shm);
+    _Alignas(16) unsigned char buf[MAX_BYTES];
+    void *kp[MAX_PARAMS];
+    if (pack_values(P, values, buf, kp)) return cleared() ? CG_ERROR : CG_UNBOUND;
+    CUresult err;
+    Py_BEGIN_ALLOW_THREADS
+    err = ((launch_t)fn)((handle)function, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared,
+                         (handle)stream, P->n ? kp : NULL, NULL);
+    Py_END_ALLOW_THREADS
+    return err;
+}
+
+/* packer_launch of a KernelLaunch (function, grid, block, shared_mem, values, views). */
+static int packer_launch_tuple(Packer *P, uintptr_t stream, PyObject *launch) {
+    if (!PyTuple_Check(launch) || PyTuple_GET_SIZE(launch) != 6) return CG_UNBOUND;
+    PyObject *shm = PyTuple_GET_ITEM(launch, 3), *function = PyTuple_GET_ITEM(launch, 0);
+    unsigned long shared = PyLong_CheckExact(shm) ? PyLong_AsUnsignedLong(shm) : (unsigned long)-1;
     if ((shared == (unsigned long)-1 && PyErr_Occurred()) || shared > 0xFFFFFFFFul)
         return cleared() ? CG_ERROR : CG_UNBOUND;
     if (function != P->function) { /* (the loaded kernel's CUfunction: its handle) */
@@ -733,16 +749,8 @@ static int packer_launch(Packer *P, uintptr_t stream, PyObject *launch) {
         Py_XSETREF(P->function, Py_NewRef(function));
         P->function_address = address;
     }
-    _Alignas(16) unsigned char buf[MAX_BYTES];
-    void *kp[MAX_PARAMS];
-    if (pack_values(P, PyTuple_GET_ITEM(launch, 4), buf, kp)) return cleared() ? CG_ERROR : CG_UNBOUND;
-    uintptr_t f = P->function_address;
-    CUresult err;
-    Py_BEGIN_ALLOW_THREADS
-    err = ((launch_t)fn)((handle)f, grid[0], grid[1], grid[2], block[0], block[1], block[2], (unsigned)shared,
-                         (handle)stream, P->n ? kp : NULL, NULL);
-    Py_END_ALLOW_THREADS
-    return err;
+    return packer_launch(P, P->function_address, PyTuple_GET_ITEM(launch, 1), PyTuple_GET_ITEM(launch, 2),
+                         (unsigned)shared, stream, PyTuple_GET_ITEM(launch, 4));
 }
 
 /* issue(stream, launch): queue a KernelLaunch as the backend's launch() does; anything that does
@@ -755,7 +763,8 @@ static PyObject *packer_issue(PyObject *self, PyObject *const *args, Py_ssize_t 
         return NULL;
     }
     uintptr_t stream;
-    int err = stream_address(args[0], &stream) ? (cleared() ? CG_ERROR : CG_UNBOUND) : packer_launch(P, stream, args[1]);
+    int err = stream_address(args[0], &stream) ? (cleared() ? CG_ERROR : CG_UNBOUND)
+                                                 : packer_launch_tuple(P, stream, args[1]);
     if (err == 0) Py_RETURN_NONE;
     if (err == CG_ERROR) return NULL;
     return PyObject_Vectorcall(P->fallback, args, 2, NULL);
@@ -1607,7 +1616,14 @@ static int api_issue(PyObject *issue, uintptr_t stream, PyObject *arg) {
     if (!PyCFunction_Check(issue) || ((PyCFunctionObject *)issue)->m_ml != &packer_methods[0]) return CG_UNBOUND;
     PyObject *self = PyCFunction_GET_SELF(issue);
     if (self == NULL || Py_TYPE(self) != &PackerType || ((Packer *)self)->fallback == NULL) return CG_UNBOUND;
-    return packer_launch((Packer *)self, stream, arg);
+    return packer_launch_tuple((Packer *)self, stream, arg);
+}
+
+/* A kernel's launch through its Packer, its values converted (see packer_launch). */
+static int api_launch(PyObject *packer, uintptr_t function, PyObject *grid, PyObject *block, unsigned shared,
+                      uintptr_t stream, PyObject *values) {
+    if (Py_TYPE(packer) != &PackerType || ((Packer *)packer)->fallback == NULL) return CG_UNBOUND;
+    return packer_launch((Packer *)packer, function, grid, block, shared, stream, values);
 }
 
 static int api_take(PyObject *lock, int blocking, double timeout) { return lock_take((Lock *)lock, blocking, timeout); }
@@ -1621,6 +1637,7 @@ static cg_api_t api = {
     .lock_give = api_give,
     .graph_launch = api_graph_launch,
     .issue = api_issue,
+    .launch = api_launch,
 };
 
 /* bind(name, address): the driver entry point to call for `name` (0 unbinds). */

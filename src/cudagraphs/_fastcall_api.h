@@ -36,6 +36,10 @@ typedef struct {
     /* a Work's issue(stream, arg) where `issue` is a kernel's Packer's issue: packed and launched
        (cuLaunchKernel, the GIL released); CG_UNBOUND for any other issue, or what this cannot do */
     int (*issue)(PyObject *issue, uintptr_t stream, PyObject *arg);
+    /* a kernel's launch through its Packer: the function at `function` over grid x block (3-tuples
+       of ints), `values` (its converted arguments) packed; CG_UNBOUND where this cannot do it */
+    int (*launch)(PyObject *packer, uintptr_t function, PyObject *grid, PyObject *block, unsigned shared,
+                  uintptr_t stream, PyObject *values);
 } cg_api_t;
 
 #ifndef CUDAGRAPHS_FASTCALL_PROVIDER /* (the compiled modules' side) */
@@ -77,6 +81,12 @@ static inline int cg_graph_launch(size_t exec, size_t stream) {
 
 static inline int cg_issue(PyObject *issue, size_t stream, PyObject *arg) {
     return cg_api == NULL ? CG_UNBOUND : cg_api->issue(issue, (uintptr_t)stream, arg);
+}
+
+static inline int cg_launch(PyObject *packer, size_t function, PyObject *grid, PyObject *block, unsigned shared,
+                            size_t stream, PyObject *values) {
+    return cg_api == NULL ? CG_UNBOUND
+                          : cg_api->launch(packer, (uintptr_t)function, grid, block, shared, (uintptr_t)stream, values);
 }
 
 #endif /* CUDAGRAPHS_FASTCALL_PROVIDER */

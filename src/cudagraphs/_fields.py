@@ -1,10 +1,13 @@
-"""The fields of a Stream and a Device, in the layer below everything that reads them.
+"""The fields of a Stream, a Device and an array, in the layer below everything that reads them.
 
-:class:`cudagraphs.Stream` and :class:`cudagraphs.Device` (``_device``)
-derive from :class:`StreamFields` and :class:`DeviceFields`: the allocator,
-the array constructors, the capture machinery and the C part read these
-fields (a stream's device, driver handle and capture; a device's default
-stream and allocator) on every allocation and launch. Compiled
+:class:`cudagraphs.Stream`, :class:`cudagraphs.Device` (``_device``) and
+:class:`cudagraphs.DeviceArray` (``_array``) derive from
+:class:`StreamFields`, :class:`DeviceFields` and :class:`ArrayFields`: the
+allocator, the array constructors, kernel launches, the capture machinery
+and the C part read these fields (a stream's device, driver handle and
+capture; a device's default stream, allocator, backend and loaded kernels;
+an array's address, device, dtype and layout) on every allocation and
+launch. Compiled
 (``_fields.pxd``), they are the fields of extension types that compiled code
 reads directly and whose offsets the C part is given; as plain Python,
 ``__slots__``.
@@ -21,7 +24,7 @@ except ImportError:  # (run as Python where Cython is not installed: nothing is 
 
     cython = SimpleNamespace(compiled=False)
 
-__all__ = ["DeviceFields", "StreamFields", "stream_offsets"]
+__all__ = ["ArrayFields", "DeviceFields", "StreamFields", "stream_offsets"]
 
 
 class StreamFields:
@@ -49,6 +52,38 @@ class DeviceFields:
     allocator: Any  # (a _allocator.CachingAllocator, a layer above)
     backend: Any  # (a backends.base.Backend)
     kernels: dict[Any, Any]  # (a _kernel.Kernel's loaded kernel on the device, by kernel)
+
+
+class ArrayFields:
+    """A DeviceArray's fields (see ``_array.DeviceArray``, whose constructor sets them).
+
+    Its address is read through ``DeviceArray.ptr`` (a graph's output checks
+    it is still valid there), never as ``_ptr`` by code outside ``_array``.
+    """
+
+    # (compiled, an extension type whose fields _fields.pxd declares)
+    __slots__ = (
+        "__weakref__",
+        "_arg",
+        "_block",
+        "_ptr",
+        "device",
+        "dtype",
+        "is_contiguous",
+        "shape",
+        "size",
+        "strides",
+    )
+
+    _block: Any  # (an _allocator.Block)
+    _ptr: int
+    _arg: Any  # (its backends.base.ArrayArg, made once)
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    dtype: Any  # (a numpy dtype)
+    device: Any  # (a _device.Device)
+    is_contiguous: bool
+    size: int
 
 
 if not cython.compiled:  # (compiled, _fields.pxd's: the offsets of the extension type's fields)

@@ -5,14 +5,19 @@
 cimport cython
 from cudagraphs._capi cimport cg_tuple_new
 from cudagraphs._device cimport _current_stream_of
-from cudagraphs._fields cimport StreamFields
-from cudagraphs._recording cimport new_work, submit
+from cudagraphs._fields cimport ArrayFields, DeviceFields, StreamFields
+
+# (module globals the hot paths read: C globals, read without a dictionary lookup, which Python
+# 3.12 and later make compiled code do for every global it reads)
+cdef object _DEVICE, _STREAM
+from cudagraphs._recording cimport issue_launch, new_work, submit
 
 @cython.final
 cdef class _Arg:
     cdef public object dtype, high, kind, low, narrow, pointee, where
     cdef public bint by_bytes
 
+    @cython.locals(arr=ArrayFields)
     cpdef object convert(self, object a, object device)
     cpdef bytes _bytes(self, object a)
 
@@ -30,4 +35,5 @@ cdef class Kernel:
     cdef _enqueue(self, object device, object stream, object grid, object block, object shared_mem,
                   tuple values, object args, object writes)
 
+@cython.locals(arr=ArrayFields)
 cpdef object _device_of(tuple args)

@@ -48,11 +48,14 @@ from ._config import compiled_part
 from ._device import _CURRENT, Device, Stream, _current_stream_of, as_device, current_device, resolve_stream
 from ._dtypes import SUPPORTED
 from ._errors import BackendUnavailableError, CudaError
-from ._recording import BY_VALUE, new_work, submit
+from ._fields import ArrayFields, DeviceFields
+from ._recording import BY_VALUE, issue_launch, new_work, submit
 from .backends.base import CUDA_ERROR_NOT_FOUND, ERROR_NAMES, KernelLaunch, Param, param_offsets
 
 if not cython.compiled:  # (compiled, _capi.pxd's C functions)
     from ._capi import cg_tuple_new
+
+_DEVICE, _STREAM = Device, Stream  # (the same, for the hot paths: compiled, C globals, no name lookup)
 
 # the optional C part: packs and issues a kernel's launches (see Kernel._arm), node updates
 # (None: the backend's launch packs them)
@@ -307,8 +310,9 @@ class Kernel:
         self.fixed: frozenset[str] = frozenset()  # parameters set_arg may not change
         self.fast: Any = None  # the C part's Packer of the arguments, once armed (see _arm)
         # per device it was loaded on: (the loaded kernel, what issues its launches, whether a
-        # launch describes its arrays' views even uncaptured: the simulator runs on them)
-        self._plans: dict[Device, tuple[Any, Callable[[Any, KernelLaunch], Any], bool]] = {}
+        # launch describes its arrays' views even uncaptured (the simulator runs on them), the
+        # C part's Packer of its arguments or None, the loaded kernel's CUfunction address)
+        self._plans: dict[Device, tuple[Any, Callable[[Any, KernelLaunch], Any], bool, Any, int]] = {}
         # the last (grid, block) objects given and their normalized form: a hot
         # loop passes the same objects, recognised by identity (1.0 is not 1)
         self._dims: tuple[Any, Any, tuple[int, int, int], tuple[int, int, int]] = (
@@ -370,10 +374,12 @@ class Kernel:
                     if exc.code != CUDA_ERROR_NOT_FOUND:
                         raise
                     raise self._not_exported(exc) from exc
-                issue = backend.launch
+                issue, packer = backend.launch, None
                 if backend.fastcall:  # (its launches are packed and issued by the C part: see _arm)
                     issue = self._arm(device, param_offsets(self.params))
-                self._plans[device] = (fn, issue, backend.capabilities.runs_host_code)
+                    packer = self.fast
+                address = int(fn) if packer is not None else 0
+                self._plans[device] = (fn, issue, backend.capabilities.runs_host_code, packer, address)
                 device.kernels[self] = fn
         return fn
 
@@ -437,7 +443,7 @@ class Kernel:
         if len(args) != n:
             names = ", ".join([p.name for p in self.params])  # (compiled: no closure in a cpdef)
             raise TypeError(f"kernel {self.name!r} takes {n} arguments ({names}), got {len(args)}")
-        if device is not None and type(device) is not Device:
+        if device is not None and type(device) is not _DEVICE:
             device = as_device(device)
         if stream is None:
             if device is None:
@@ -445,7 +451,7 @@ class Kernel:
             stream = _current_stream_of(device)
         else:
             if device is None:
-                device = stream.device if type(stream) is Stream else _device_of(args)
+                device = stream.device if type(stream) is _STREAM else _device_of(args)
             stream = resolve_stream(stream, device)
         values = []
         for i in range(n):
@@ -495,11 +501,13 @@ class Kernel:
         if plan is None:
             self.function(device)
             plan = self._plans[device]
-        fn, issue, describe = plan
+        fn, issue, describe, packer, function = plan
         on = stream  # (compiled: typed, its fields read as C fields)
-        rec = on._recording
         if on._finalizer is not None:
             stream._live()
+        if packer is not None and issue_launch(stream, packer, function, grid, block, shared_mem, values, args):
+            return  # (queued as submit would queue it: uncaptured, through the C part's Packer)
+        rec = on._recording
         views: tuple[Any, ...] = ()
         if rec is not None or describe:
             # each argument's view, for arrays: what the simulator runs on, what a capture
@@ -537,10 +545,15 @@ def _fast_layout(params: Sequence[Param], offsets: Sequence[int]) -> list[tuple[
 
 
 def _device_of(args: Iterable[Any]) -> Device:
+    """The device of the first argument that has one (an array's), else the current device."""
     for a in args:
-        dev = getattr(a, "device", None)
-        if isinstance(dev, Device):
-            return dev
+        if isinstance(a, ArrayFields):
+            arr = a  # (compiled: typed, its fields read as C fields)
+            dev = arr.device
+        else:
+            dev = getattr(a, "device", None)
+        if isinstance(dev, DeviceFields):  # (a Device: compiled, a C type check)
+            return dev  # type: ignore[return-value]
     return current_device()
 
 
@@ -583,14 +596,15 @@ class _Arg:
         """The value the kernel gets for argument ``a`` of a launch on ``device``; or raise."""
         kind = self.kind
         if kind == "p":
-            if hasattr(type(a), "_view_spec"):  # an array (of this library: its class's method)
+            if isinstance(a, ArrayFields):  # an array of this library
+                arr = a  # (compiled: typed, its fields read as C fields)
                 where = self.where
-                if a.device is not device:
-                    raise ValueError(f"{where}: array is on {a.device}, the launch on {device}")
+                if arr.device is not device:
+                    raise ValueError(f"{where}: array is on {arr.device}, the launch on {device}")
                 pointee = self.pointee
-                if pointee is not None and a.dtype != pointee:
-                    raise TypeError(f"{where} expects {pointee} data, got a {a.dtype} array")
-                if not a.is_contiguous:
+                if pointee is not None and arr.dtype != pointee:
+                    raise TypeError(f"{where} expects {pointee} data, got a {arr.dtype} array")
+                if not arr.is_contiguous:
                     raise ValueError(
                         f"{where} is a pointer, and the kernel indexes it as dense memory, but "
                         f"the array is a strided view (shape {a.shape}, strides {a.strides}): "

@@ -3,7 +3,7 @@
 # docs/architecture.md, "The compiled part", says what may be declared here and why.
 
 cimport cython
-from cudagraphs._capi cimport cg_api_load, cg_issue, cg_tuple_new
+from cudagraphs._capi cimport cg_api_load, cg_issue, cg_launch, cg_tuple_new
 from cudagraphs._fields cimport StreamFields
 
 # (module globals the hot paths read: C globals, read without a dictionary lookup, which Python
@@ -30,3 +30,7 @@ cdef class Recording:
 
 @cython.locals(on=StreamFields, rec=Recording)
 cpdef object submit(object stream, Work work)
+
+@cython.locals(on=StreamFields)
+cpdef bint issue_launch(object stream, object packer, size_t function, object grid, object block,
+                        unsigned shared_mem, tuple values, object args) except -1

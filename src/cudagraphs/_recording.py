@@ -76,7 +76,7 @@ from .backends.base import (
 )
 
 if not cython.compiled:  # (compiled, _capi.pxd's C functions)
-    from ._capi import cg_api_load, cg_issue, cg_tuple_new
+    from ._capi import cg_api_load, cg_issue, cg_launch, cg_tuple_new
 
 __all__ = [
     "EXPIRING",
@@ -90,6 +90,7 @@ __all__ = [
     "forbid",
     "holding",
     "instantiate_blocked",
+    "issue_launch",
     "later",
     "mark",
     "new_work",
@@ -563,6 +564,35 @@ def submit(stream: Any, work: Work) -> Any:
             return None
         return issue(on._raw, arg)
     return rec.record(stream, work)
+
+
+def issue_launch(
+    stream: Any,
+    packer: Any,
+    function: int,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    shared_mem: int,
+    values: tuple[Any, ...],
+    args: Any,
+) -> bool:
+    """Queue a kernel launch as :func:`submit` issues it, where nothing records it: True if done.
+
+    What ``submit`` does with a kernel's Work on a stream no capture records,
+    without making the Work: the launch's ``values`` (its arguments ``args``,
+    checked and converted) packed by the kernel's ``packer`` (the C part's
+    ``Packer``) and launched. False, with nothing queued, where that is not
+    the case (the stream is captured, an argument is an array that expires,
+    the C part is not here or refused): the caller then submits the Work,
+    which applies the rules, records it, or reports the driver's error.
+    """
+    on = stream  # (compiled: typed, its fields read as C fields)
+    if on._recording is not None:
+        return False
+    for a in args:
+        if type(a) in _EXPIRING:
+            return False
+    return cg_launch(packer, function, grid, block, shared_mem, on.handle, values) == 0
 
 
 def _issue_guarded(stream: Any, work: Work) -> Any:

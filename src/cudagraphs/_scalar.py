@@ -18,6 +18,7 @@ import numpy as np
 from ._array import DeviceArray, Shape, _prod, _shape, empty
 from ._device import Device, Stream, as_device, resolve_stream
 from ._dtypes import normalize_dtype
+from ._fields import ArrayFields
 from ._host import hold, pinned_array
 from ._recording import Work, submit
 from ._transfer import to_device
@@ -70,7 +71,7 @@ class DeviceScalar(DeviceArray):
 
     def __init__(self, value: Any, dtype: Any = "float32", *, device: Device | int | None = None) -> None:
         a = empty((), dtype, device=device)
-        for name in DeviceArray.__slots__:  # (its fields, set in place: this is __init__)
+        for name in ArrayFields.__slots__:  # (its fields, set in place: this is __init__)
             if name != "__weakref__":
                 setattr(self, name, getattr(a, name))
         self.set(value)

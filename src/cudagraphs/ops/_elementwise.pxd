@@ -5,4 +5,8 @@
 from cudagraphs._builtin_kernels cimport run
 from cudagraphs._device cimport _current_stream_of
 
+cimport cython
+from cudagraphs._fields cimport ArrayFields
+
+@cython.locals(head=ArrayFields, arr=ArrayFields)
 cpdef object _arrays(str op, tuple names, tuple arrays)

@@ -27,20 +27,34 @@ _ARITH_DTYPES = frozenset(np.dtype(n) for n in ARITH)
 def _arrays(op: str, names: tuple[str, ...], arrays: tuple[Any, ...]) -> Device:
     """Check that ``arrays`` (the arguments ``names``) are device arrays of one shape, dtype, device."""
     first = arrays[0]
-    for a in arrays:  # the common case first, cheaply: plain arrays that match
+    if type(first) is not DeviceArray:
+        return _checked(op, names, arrays)
+    head = first  # (compiled: typed, its fields read as C fields)
+    for a in arrays:  # the common case, cheaply: plain arrays that match (identity first)
+        if type(a) is not DeviceArray:
+            return _checked(op, names, arrays)
+        arr = a
         if (
-            type(a) is not DeviceArray
-            or a.device is not first.device
-            or a.shape != first.shape
-            or a.dtype != first.dtype
+            arr.device is not head.device
+            or (arr.shape is not head.shape and arr.shape != head.shape)
+            or (arr.dtype is not head.dtype and arr.dtype != head.dtype)
         ):
-            named = dict(zip(names, arrays))
-            if not isinstance(a, DeviceArray):
-                name = names[[v is a for v in arrays].index(True)]  # (compiled: no closure in a cpdef)
-                raise TypeError(f"{op}: {name} must be a cudagraphs DeviceArray, got {type(a).__name__}")
-            a._view_spec()  # a subclass's own check (an expired graph output raises here)
-            check_same(op, **named)  # raises the error that names the mismatch
-    return first.device  # type: ignore[no-any-return]
+            return _checked(op, names, arrays)
+    return head.device  # type: ignore[no-any-return]
+
+
+def _checked(op: str, names: tuple[str, ...], arrays: tuple[Any, ...]) -> Device:
+    """:func:`_arrays` where they are not all plain matching arrays: their device, or the error.
+
+    (Subclasses run their own checks: an expired graph output raises here.)
+    """
+    named = dict(zip(names, arrays))
+    for a in arrays:
+        if not isinstance(a, DeviceArray):
+            name = names[[v is a for v in arrays].index(True)]  # (compiled: no closure in a cpdef)
+            raise TypeError(f"{op}: {name} must be a cudagraphs DeviceArray, got {type(a).__name__}")
+        a._view_spec()  # a subclass's own check (an expired graph output raises here)
+    return check_same(op, **named)  # type: ignore[no-any-return]  # (raises the error naming a mismatch)
 
 
 def _arith(op: str, dtype: np.dtype) -> None:
