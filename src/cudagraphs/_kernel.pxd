@@ -9,7 +9,7 @@ from cudagraphs._fields cimport ArrayFields, DeviceFields, StreamFields
 
 # (module globals the hot paths read: C globals, read without a dictionary lookup, which Python
 # 3.12 and later make compiled code do for every global it reads)
-cdef object _DEVICE, _STREAM
+cdef object _DEVICE, _STREAM, _KERNEL_LAUNCH
 from cudagraphs._recording cimport issue_launch, new_work, submit
 
 @cython.final
@@ -27,7 +27,7 @@ cdef class Kernel:
     cdef public list _convert
     cdef public tuple _dims
     cdef public dict _plans
-    cdef public object fast
+    cdef public object fast, name
 
     @cython.locals(convert=list, n=Py_ssize_t, i=Py_ssize_t, arg=_Arg, values=list)
     cdef _launch(self, object grid, object block, tuple args, object stream, object shared_mem, object device)
@@ -37,3 +37,4 @@ cdef class Kernel:
 
 @cython.locals(arr=ArrayFields)
 cpdef object _device_of(tuple args)
+cpdef object _view(object a)

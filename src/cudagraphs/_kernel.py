@@ -55,7 +55,8 @@ from .backends.base import CUDA_ERROR_NOT_FOUND, ERROR_NAMES, KernelLaunch, Para
 if not cython.compiled:  # (compiled, _capi.pxd's C functions)
     from ._capi import cg_tuple_new
 
-_DEVICE, _STREAM = Device, Stream  # (the same, for the hot paths: compiled, C globals, no name lookup)
+# (the same, for the hot paths: compiled, C globals, no name lookup)
+_DEVICE, _STREAM, _KERNEL_LAUNCH = Device, Stream, KernelLaunch
 
 # the optional C part: packs and issues a kernel's launches (see Kernel._arm), node updates
 # (None: the backend's launch packs them)
@@ -516,12 +517,14 @@ class Kernel:
         # what is written comes first (submit skips the values passed by value)
         written, reads = (tuple(args), ()) if writes is None else (tuple(args[:writes]), tuple(args[writes:]))
         # (made without the NamedTuple's __new__, a Python call, and without Work's argument parsing)
-        launch = cg_tuple_new(KernelLaunch, (fn, grid, block, shared_mem, values, views))
+        launch = cg_tuple_new(_KERNEL_LAUNCH, (fn, grid, block, shared_mem, values, views))
         submit(stream, new_work("kernel", issue, launch, reads, written, (), self.name, (self, launch)))
 
 
 def _view(a: Any) -> Any:
     """The view of ``a`` a launch describes (None: a value passed by value, or no array)."""
+    if isinstance(a, ArrayFields):  # (compiled: a C type check; most arguments are arrays)
+        return a._view_spec()
     spec = None if isinstance(a, BY_VALUE) else getattr(a, "_view_spec", None)
     return spec if spec is None else spec()
 

@@ -4,7 +4,7 @@
 
 cimport cython
 from cudagraphs._capi cimport cg_api_load, cg_issue, cg_launch, cg_tuple_new
-from cudagraphs._fields cimport StreamFields
+from cudagraphs._fields cimport ArrayFields, StreamFields
 
 # (module globals the hot paths read: C globals, read without a dictionary lookup, which Python
 # 3.12 and later make compiled code do for every global it reads)
@@ -25,7 +25,7 @@ cdef class Recording:
     cdef public dict conditions, loops
     cdef public list devices, joined, keep, nodes, streams
 
-    @cython.locals(keep=list, owners=object)
+    @cython.locals(keep=list, owners=object, arr=ArrayFields)
     cpdef object record(self, object stream, Work work)
 
 @cython.locals(on=StreamFields, rec=Recording)

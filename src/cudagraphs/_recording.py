@@ -69,6 +69,7 @@ except ImportError:  # (run as Python where Cython is not installed: nothing is 
 
 from ._config import compiled_part
 from ._errors import CaptureError, CaptureInvalidatedError, CudaError
+from ._fields import ArrayFields
 from .backends.base import (
     CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
     CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
@@ -334,7 +335,11 @@ class Recording:
             raise
         owners, keep = self.memory.owners, self.keep
         for o in reads + writes + kept:
-            block = getattr(o, "_block", None)
+            if isinstance(o, ArrayFields):  # (compiled: typed, the field read as a C field)
+                arr = o
+                block = arr._block
+            else:  # (others: another library's array, a scratch buffer, a number)
+                block = getattr(o, "_block", None)
             if block is not None:  # an array: kept unless the capture owns its memory
                 if block.owner not in owners:
                     keep.append(o)
