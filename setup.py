@@ -37,6 +37,8 @@ COMPILED = [
     "_builtin_kernels",
     "_array",
     "ops/_elementwise",
+    "_node_changes",
+    "_update",
     "_graph",
 ]
 

@@ -15,6 +15,10 @@ cdef extern from "_fastcall_api.h":
     int cg_issue(object issue, size_t stream, object arg) except? -1
     int cg_launch(object packer, size_t function, object grid, object block, unsigned shared, size_t stream,
                   object values) except? -1
+    object cg_nodes_new(size_t exec_, Py_ssize_t expected)
+    int cg_nodes_add(object batch, object packer, size_t node, size_t function, object grid, object block,
+                     unsigned shared, object values) except? -1
+    Py_ssize_t cg_nodes_set(object batch)
 
 cdef extern from *:
     """

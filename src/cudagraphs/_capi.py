@@ -21,6 +21,9 @@ __all__ = [
     "cg_launch",
     "cg_lock_give",
     "cg_lock_take",
+    "cg_nodes_add",
+    "cg_nodes_new",
+    "cg_nodes_set",
     "cg_tuple_new",
 ]
 
@@ -56,6 +59,23 @@ def cg_launch(
 ) -> int:
     """The C part's launch of a kernel through its Packer: not here (the caller submits a Work)."""
     return CG_UNBOUND
+
+
+def cg_nodes_new(exec_: int, expected: int) -> Any:
+    """The C part's batch of kernel nodes' parameters: none here (the caller sets each node itself)."""
+    return None
+
+
+def cg_nodes_add(
+    batch: Any, packer: Any, node: int, function: int, grid: Any, block: Any, shared: int, values: tuple[Any, ...]
+) -> int:
+    """A kernel node's parameters packed into the C part's batch: not here (the backend sets the node)."""
+    return CG_UNBOUND
+
+
+def cg_nodes_set(batch: Any) -> int:
+    """The C part's cuGraphExecKernelNodeSetParams of a batch: none set here."""
+    return 0
 
 
 def cg_tuple_new(cls: type, items: tuple[Any, ...]) -> Any:

@@ -352,7 +352,7 @@ static PyTypeObject *finalize_type;
 static PyObject *finalize_registry;
 static Py_ssize_t a_ptr, a_device, a_dtype, a_contig, s_device, s_handle, s_recording, s_finalizer;
 static Py_ssize_t a_shape = -1, a_size = -1;
-static PyObject *str_stream, *str_alive, *str_handle, *str_fast, *one;
+static PyObject *str_stream, *str_alive, *str_handle, *one;
 
 #define SLOT(o, offset) (*(PyObject **)((char *)(o) + (offset)))
 
@@ -545,35 +545,6 @@ static int pack_values(const Packer *P, PyObject *values, unsigned char *buf, vo
         if (pack(&P->params[i], PyTuple_GET_ITEM(values, i), kp[i])) return -1;
     }
     return 0;
-}
-
-/* A tuple of `type` (a NamedTuple) from n items, as tuple.__new__(type, items) makes it. */
-static PyObject *tuple_of(PyTypeObject *type, PyObject *items) {
-    PyObject *args = PyTuple_Pack(1, items);
-    if (args == NULL) return NULL;
-    PyObject *out = PyTuple_Type.tp_new(type, args, NULL);
-    Py_DECREF(args);
-    return out;
-}
-
-/* The same from 6 items, without the temporary tuples (per recorded launch and patched node):
-   a subclass of tuple with no fields of its own (a NamedTuple) is allocated and filled as
-   tuple.__new__ fills it; any other type goes through tuple_of. */
-static PyObject *tuple6(PyTypeObject *type, PyObject *a, PyObject *b, PyObject *c, PyObject *d, PyObject *e,
-                        PyObject *f) {
-    PyObject *items[6] = {a, b, c, d, e, f};
-    if (type->tp_basicsize != PyTuple_Type.tp_basicsize || type->tp_itemsize != PyTuple_Type.tp_itemsize ||
-        type->tp_dictoffset != 0 || !PyType_IsSubtype(type, &PyTuple_Type)) {
-        PyObject *packed = PyTuple_Pack(6, a, b, c, d, e, f);
-        if (packed == NULL) return NULL;
-        PyObject *out = tuple_of(type, packed);
-        Py_DECREF(packed);
-        return out;
-    }
-    PyObject *out = type->tp_alloc(type, 6);
-    if (out == NULL) return NULL;
-    for (int i = 0; i < 6; ++i) PyTuple_SET_ITEM(out, i, Py_NewRef(items[i]));
-    return out;
 }
 
 /* This thread's current stream of `device`, as Device.current_stream finds it: *found is
@@ -788,50 +759,15 @@ static PyTypeObject PackerType = {
     .tp_methods = packer_methods,
 };
 
-/* ---- Node updates: the repeat path of Graph.rebind ------------------------------------- */
-
-/* The views a NodeRecord (handle, kind, name, views, patch, top) uses: a kernel's are in its
-   patch, (kernel, KernelLaunch(function, grid, block, shared_mem, values, views)). */
-static PyObject *record_views(PyObject *r) {
-    if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 6) return NULL;
-    PyObject *kind = PyTuple_GET_ITEM(r, 1), *patch = PyTuple_GET_ITEM(r, 4);
-    if (patch != Py_None && PyUnicode_Check(kind) && PyUnicode_CompareWithASCIIString(kind, "kernel") == 0) {
-        if (!PyTuple_Check(patch) || PyTuple_GET_SIZE(patch) != 2) return NULL;
-        PyObject *launch = PyTuple_GET_ITEM(patch, 1);
-        if (!PyTuple_Check(launch) || PyTuple_GET_SIZE(launch) != 6) return NULL;
-        return PyTuple_GET_ITEM(launch, 5);
-    }
-    return PyTuple_GET_ITEM(r, 3);
-}
-
-/* users(records, key): the indices of the records whose node uses the view `key`. */
-static PyObject *users(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2 || !PyList_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "users takes a list of node records and a view");
-        return NULL;
-    }
-    PyObject *out = PyList_New(0);
-    if (out == NULL) return NULL;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(args[0]); ++i) {
-        PyObject *views = record_views(PyList_GET_ITEM(args[0], i));
-        int hit = views == NULL || !PyTuple_Check(views) ? -2 : PySequence_Contains(views, args[1]);
-        if (hit == -2) PyErr_Format(PyExc_TypeError, "record %zd is not a node record", i);
-        if (hit < 0) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        if (hit) {
-            PyObject *index = PyLong_FromSsize_t(i);
-            if (index == NULL || PyList_Append(out, index)) {
-                Py_XDECREF(index);
-                Py_DECREF(out);
-                return NULL;
-            }
-            Py_DECREF(index);
-        }
-    }
-    return out;
-}
+/* ---- Node updates: kernel nodes' parameters, packed by their Packer ---------------------------
+ *
+ * Graph.rebind (_node_changes, compiled) decides which nodes change and what their arguments
+ * become; a kernel node whose kernel has a Packer it hands here (the API's nodes_new, nodes_add,
+ * nodes_set): its new values packed as a launch of that kernel packs them, and the node set with
+ * cuGraphExecKernelNodeSetParams, a batch of nodes to one release of the GIL. Nothing here
+ * decides: what does not pack, or a node the driver refuses, the caller sets through the
+ * backend's graph_update (which reports the driver's error).
+ */
 
 typedef struct { /* CUDA_KERNEL_NODE_PARAMS_v2 */
     handle func;
@@ -840,281 +776,91 @@ typedef struct { /* CUDA_KERNEL_NODE_PARAMS_v2 */
     handle kern, ctx;
 } node_params_t;
 
-/* One kernel node's change, prepared with the GIL held and set with it released: its parameters
-   (packed into buf), its record's new values and views, and what the new record is built from. */
-typedef struct {
+#define NODES_MAX 64 /* the nodes a batch holds: set to one release of the GIL */
+
+typedef struct { /* one node's new parameters, packed */
     _Alignas(16) unsigned char buf[MAX_BYTES];
     void *kp[MAX_PARAMS];
     node_params_t p;
     uintptr_t node;
-    Py_ssize_t index, at; /* the record's index in records; the hit's position in hits */
-    PyObject *r, *nvalues, *nviews; /* (held) the old record; its launch's new values and views */
-} prepared_t;
+} node_slot_t;
 
-static void prepared_clear(prepared_t *q) {
-    Py_CLEAR(q->r);
-    Py_CLEAR(q->nvalues);
-    Py_CLEAR(q->nviews);
+typedef struct {
+    PyObject_HEAD
+    uintptr_t exec;        /* the executable graph whose nodes are set */
+    Py_ssize_t n, capacity; /* nodes added since the last set; room */
+    node_slot_t *slots;
+} Nodes;
+
+static void nodes_dealloc(Nodes *B) {
+    PyMem_Free(B->slots);
+    Py_TYPE(B)->tp_free((PyObject *)B);
 }
 
-/* Prepare record r's node to move: `key`'s arguments point at `ptr` (their views: `spec`), the
-   function's address read through `function` (the kernel function object's, cached by the
-   caller for the last object seen). 0, or -1 with an exception. */
-static int patch_prepare(Packer *L, PyObject *r, PyObject *key, PyObject *spec, PyObject *ptr, PyObject **last_fn,
-                         uintptr_t *function, prepared_t *q) {
-    PyObject *launch = PyTuple_GET_ITEM(PyTuple_GET_ITEM(r, 4), 1);
-    PyObject *values = PyTuple_GET_ITEM(launch, 4), *views = PyTuple_GET_ITEM(launch, 5);
-    memset(&q->p, 0, sizeof q->p);
-    if (!PyTuple_CheckExact(values) || !PyTuple_Check(views) || PyTuple_GET_SIZE(values) != L->n ||
-        PyTuple_GET_SIZE(views) != L->n) {
-        PyErr_SetString(PyExc_TypeError, "a kernel record with other arguments than its Packer's");
-        return -1;
+static PyTypeObject NodesType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cudagraphs._fastcall.Nodes",
+    .tp_basicsize = sizeof(Nodes),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A batch of kernel nodes' new parameters (the API's nodes_new; not made from Python).",
+    .tp_dealloc = (destructor)nodes_dealloc,
+};
+
+/* A batch for the executable graph at `exec`, room for `expected` nodes (at most NODES_MAX): a new
+   reference, None where no cuGraphExecKernelNodeSetParams is bound, NULL with an exception. */
+static PyObject *api_nodes_new(uintptr_t exec, Py_ssize_t expected) {
+    if (fns[NODE_SET] == NULL) Py_RETURN_NONE;
+    Py_ssize_t capacity = expected < 1 ? 1 : expected > NODES_MAX ? NODES_MAX : expected;
+    Nodes *B = PyObject_New(Nodes, &NodesType);
+    if (B == NULL) return NULL;
+    B->exec = exec, B->n = 0, B->capacity = capacity;
+    B->slots = PyMem_Malloc((size_t)capacity * sizeof(node_slot_t));
+    if (B->slots == NULL) {
+        Py_DECREF(B);
+        return PyErr_NoMemory();
     }
-    unsigned long shared = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(launch, 3));
-    if ((shared == (unsigned long)-1 && PyErr_Occurred()) || shared > 0xFFFFFFFFul ||
-        dims(PyTuple_GET_ITEM(launch, 1), GRID, q->p.grid) || dims(PyTuple_GET_ITEM(launch, 2), BLOCK, q->p.block)) {
-        PyErr_SetString(PyExc_ValueError, "a kernel record with another launch shape");
-        return -1;
-    }
-    PyObject *fn = PyTuple_GET_ITEM(launch, 0);
-    if (fn != *last_fn) { /* (the nodes of one kernel share its function object) */
-        PyObject *h = PyObject_GetAttr(fn, str_handle);
-        int bad = h == NULL || as_address(h, function);
-        Py_XDECREF(h);
-        if (bad) return -1;
-        Py_XSETREF(*last_fn, Py_NewRef(fn));
-    }
-    if (as_address(PyTuple_GET_ITEM(r, 0), &q->node)) return -1;
-    if ((q->nvalues = PyTuple_New(L->n)) == NULL || (q->nviews = PyTuple_New(L->n)) == NULL) return -1;
-    for (Py_ssize_t j = 0; j < L->n; ++j) {
-        PyObject *v = PyTuple_GET_ITEM(views, j);
-        int moved = v == key ? 1 : v == Py_None ? 0 : PyObject_RichCompareBool(v, key, Py_EQ);
-        if (moved < 0) return -1;
-        PyObject *value = moved ? ptr : PyTuple_GET_ITEM(values, j);
-        PyTuple_SET_ITEM(q->nvalues, j, Py_NewRef(value));
-        PyTuple_SET_ITEM(q->nviews, j, Py_NewRef(moved ? spec : v));
-        q->kp[j] = q->buf + L->params[j].offset;
-        if (pack(&L->params[j], value, q->kp[j])) {
-            PyErr_Clear();
-            PyErr_Format(PyExc_ValueError, "argument %zd of a kernel record does not pack", j);
-            return -1;
-        }
-    }
-    q->p.func = (handle)*function;
-    q->p.shared = (unsigned)shared;
-    q->p.params = L->n ? q->kp : NULL;
-    q->r = Py_NewRef(r);
-    return 0;
+    return (PyObject *)B;
 }
 
-/* The new record of a prepared node that the driver took (a new reference), or NULL. */
-static PyObject *patch_record(prepared_t *q) {
-    PyObject *r = q->r, *patch = PyTuple_GET_ITEM(r, 4), *launch = PyTuple_GET_ITEM(patch, 1);
-    PyObject *nlaunch = tuple6(Py_TYPE(launch), PyTuple_GET_ITEM(launch, 0), PyTuple_GET_ITEM(launch, 1),
-                               PyTuple_GET_ITEM(launch, 2), PyTuple_GET_ITEM(launch, 3), q->nvalues, q->nviews);
-    PyObject *npatch = nlaunch == NULL ? NULL : PyTuple_Pack(2, PyTuple_GET_ITEM(patch, 0), nlaunch);
-    Py_XDECREF(nlaunch);
-    if (npatch == NULL) return NULL;
-    PyObject *out = tuple6(Py_TYPE(r), PyTuple_GET_ITEM(r, 0), PyTuple_GET_ITEM(r, 1), PyTuple_GET_ITEM(r, 2),
-                           PyTuple_GET_ITEM(r, 3), npatch, PyTuple_GET_ITEM(r, 5));
-    Py_DECREF(npatch);
-    return out;
+/* Node `node`'s new parameters into the batch: the function at `function` over grid x block,
+   `shared` bytes, `values` packed by the kernel's Packer. 0 added, 1 added and the batch full,
+   CG_UNBOUND when not added (no exception set), CG_ERROR (an exception that is not an Exception,
+   left set). */
+static int api_nodes_add(PyObject *batch, PyObject *packer, uintptr_t node, uintptr_t function, PyObject *grid,
+                         PyObject *block, unsigned shared, PyObject *values) {
+    if (Py_TYPE(batch) != &NodesType || Py_TYPE(packer) != &PackerType || ((Packer *)packer)->fallback == NULL)
+        return CG_UNBOUND;
+    Nodes *B = (Nodes *)batch;
+    Packer *P = (Packer *)packer;
+    if (B->n >= B->capacity) return CG_UNBOUND;
+    node_slot_t *s = &B->slots[B->n];
+    memset(&s->p, 0, sizeof s->p);
+    if (packer_dims(&P->grid, P->grid_dims, grid, GRID, s->p.grid) ||
+        packer_dims(&P->block, P->block_dims, block, BLOCK, s->p.block) || pack_values(P, values, s->buf, s->kp))
+        return cleared() ? CG_ERROR : CG_UNBOUND;
+    s->p.func = (handle)function;
+    s->p.shared = shared;
+    s->p.params = P->n ? s->kp : NULL;
+    s->node = node;
+    return ++B->n == B->capacity;
 }
 
-/* The record that `hit` (an index) names in `records`, borrowed, with the index in *i; NULL with
-   an exception for an index out of range or an item that is not a node record. */
-static PyObject *hit_record(PyObject *records, PyObject *hit, Py_ssize_t *i) {
-    *i = PyLong_AsSsize_t(hit);
-    if (*i == -1 && PyErr_Occurred()) return NULL;
-    if (*i < 0 || *i >= PyList_GET_SIZE(records)) {
-        PyErr_SetString(PyExc_IndexError, "a hit is not an index of records");
-        return NULL;
-    }
-    PyObject *r = PyList_GET_ITEM(records, *i);
-    if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 6)
-        return PyErr_Format(PyExc_TypeError, "record %zd is not a node record", *i);
-    return r;
-}
-
-/* patch_kernels(exec, records, hits, key, spec, ptr): for each index in hits that is a kernel
-   record whose kernel has a Packer, the node's arguments that use the view `key` set to `ptr`
-   and the record replaced. Returns the hits it left to the caller, in order: the other records,
-   and from one it could not prepare or the driver refused on (the caller redoes that one its own
-   way, which raises). Nodes are prepared in chunks with the GIL held and set with it released
-   once per chunk (cuGraphExecKernelNodeSetParams for each); the records are replaced after. */
-#define PATCH_CHUNK 64
-static PyObject *patch_kernels(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    uintptr_t exec, function = 0;
-    if (nargs != 6 || !PyList_Check(args[1]) || !PyList_Check(args[2]) || !PyLong_CheckExact(args[5])) {
-        PyErr_SetString(PyExc_TypeError, "patch_kernels takes exec, records, hits, key, spec and an address");
-        return NULL;
-    }
-    if (as_address(args[0], &exec)) return NULL;
-    PyObject *records = args[1], *last_fn = NULL, *last_kernel = NULL, *last_fast = NULL;
-    PyObject *hits = PyList_AsTuple(args[2]); /* (a snapshot: Python code may run below) */
-    PyObject *rest = hits == NULL ? NULL : PyList_New(0);
-    prepared_t *chunk = rest == NULL ? NULL : PyMem_Malloc(PATCH_CHUNK * sizeof(prepared_t));
-    if (chunk == NULL) {
-        if (rest != NULL) PyErr_NoMemory();
-        Py_XDECREF(hits);
-        Py_XDECREF(rest);
-        return NULL;
-    }
-    int m = 0, failed = 0;
-    /* from the first hit this cannot patch for sure (unbound entry point, a record it cannot
-       read, a driver refusal), it and every later one go back to the caller's Python loop */
-    Py_ssize_t refused_at = fns[NODE_SET] == NULL ? 0 : -1, k = 0, nh = PyTuple_GET_SIZE(hits);
-    while (refused_at < 0 && !failed && k <= nh) {
-        /* phase 1 (GIL): prepare consecutive patchable hits; a hit it leaves ends the chunk */
-        PyObject *left = NULL; /* (a hit for the caller, appended after the chunk is done) */
-        for (; k < nh && m < PATCH_CHUNK; ++k) {
-            Py_ssize_t i;
-            PyObject *views = NULL, *r = Py_XNewRef(hit_record(records, PyTuple_GET_ITEM(hits, k), &i));
-            if (r == NULL || (views = record_views(r)) == NULL) {
-                if (r != NULL) PyErr_Format(PyExc_TypeError, "record %zd is not a node record", i);
-                Py_XDECREF(r);
-                failed = 1;
-                break;
-            }
-            /* (r held: reading an attribute below may run Python code that changes records) */
-            PyObject *fast = NULL;
-            if (views != PyTuple_GET_ITEM(r, 3)) { /* a kernel record: has it a Packer? */
-                PyObject *kernel = PyTuple_GET_ITEM(PyTuple_GET_ITEM(r, 4), 0);
-                if (kernel != last_kernel) {
-                    PyObject *f = PyObject_GetAttr(kernel, str_fast);
-                    if (f == NULL) {
-                        Py_DECREF(r);
-                        failed = 1;
-                        break;
-                    }
-                    Py_XSETREF(last_fast, Py_TYPE(f) == &PackerType ? f : NULL);
-                    if (last_fast != f) Py_DECREF(f);
-                    Py_XSETREF(last_kernel, Py_NewRef(kernel));
-                }
-                fast = last_fast;
-            }
-            if (fast == NULL) { /* not a kernel record with a Packer: the caller's */
-                Py_DECREF(r);
-                left = Py_NewRef(PyTuple_GET_ITEM(hits, k++));
-                break;
-            }
-            prepared_t *q = &chunk[m];
-            q->r = q->nvalues = q->nviews = NULL;
-            q->index = i, q->at = k;
-            Py_INCREF(fast); /* (held while it packs: last_fast may be replaced) */
-            int bad = patch_prepare((Packer *)fast, r, args[3], args[4], args[5], &last_fn, &function, q);
-            Py_DECREF(fast);
-            Py_DECREF(r);
-            if (bad) {
-                prepared_clear(q);
-                if (cleared()) failed = 1;
-                else refused_at = k; /* the caller redoes this one and the rest, and raises */
-                break;
-            }
-            m++;
-        }
-        /* phase 2 (no GIL): the driver calls; the first refusal ends them */
-        int done = 0;
-        CUresult err = 0;
-        void *set = fns[NODE_SET]; /* (read with the GIL held: bind() may change it) */
-        if (m && set != NULL && !failed) { /* (after an error nothing is set: records stay true) */
-            Py_BEGIN_ALLOW_THREADS
-            for (; done < m; ++done)
-                if ((err = ((node_set_t)set)((handle)exec, (handle)chunk[done].node, &chunk[done].p)) != 0) break;
-            Py_END_ALLOW_THREADS
-        }
-        if (done < m && refused_at < 0 && !failed) refused_at = chunk[done].at;
-        /* phase 3 (GIL): the records of the nodes set */
-        for (int j = 0; j < m; ++j) {
-            prepared_t *q = &chunk[j];
-            PyObject *moved = j < done && !failed ? patch_record(q) : NULL;
-            if (j < done && !failed && moved == NULL) failed = 1;
-            if (moved != NULL) {
-                Py_ssize_t i = q->index;
-                if (i < PyList_GET_SIZE(records) && PyList_GET_ITEM(records, i) == q->r) {
-                    PyList_SET_ITEM(records, i, moved); /* (steals moved) */
-                    Py_DECREF(q->r);                    /* (the list's reference to the old record) */
-                } else {
-                    Py_DECREF(moved); /* the list changed meanwhile: its new record stands */
-                }
-            }
-            prepared_clear(q);
-        }
-        m = 0;
-        if (left != NULL) {
-            if (!failed && refused_at < 0 && PyList_Append(rest, left)) failed = 1;
-            Py_DECREF(left);
-        }
-        if (k >= nh) break;
-    }
-    PyMem_Free(chunk);
-    Py_XDECREF(last_fn);
-    Py_XDECREF(last_kernel);
-    Py_XDECREF(last_fast);
-    if (!failed && refused_at >= 0) { /* the refused hit and every later one, in order */
-        for (Py_ssize_t j = refused_at; j < nh && !failed; ++j)
-            if (PyList_Append(rest, PyTuple_GET_ITEM(hits, j))) failed = 1;
-    }
-    Py_DECREF(hits);
-    if (failed) {
-        Py_DECREF(rest);
-        return NULL;
-    }
-    return rest;
-}
-
-/* unpatchable(records, hits, copy_type): the first hit whose record cannot be changed node by
-   node (no patch, or a "memcpy" record whose patch is not a copy_type), or -1; what Graph.rebind
-   checks before it changes anything. */
-static PyObject *unpatchable(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3 || !PyList_Check(args[0]) || !PyList_Check(args[1]) || !PyType_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "unpatchable takes a list of records, a list of hits and the Copy class");
-        return NULL;
-    }
-    PyObject *records = args[0], *hits = args[1];
-    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(hits); ++k) {
-        Py_ssize_t i;
-        PyObject *r = hit_record(records, PyList_GET_ITEM(hits, k), &i);
-        if (r == NULL) return NULL;
-        PyObject *kind = PyTuple_GET_ITEM(r, 1), *patch = PyTuple_GET_ITEM(r, 4);
-        int memcpy_ = PyUnicode_Check(kind) && PyUnicode_CompareWithASCIIString(kind, "memcpy") == 0;
-        if (patch == Py_None || (memcpy_ && !PyObject_TypeCheck(patch, (PyTypeObject *)args[2])))
-            return PyLong_FromSsize_t(i);
-    }
-    return PyLong_FromLong(-1);
-}
-
-/* same_nodes(a, b): whether two lists of node records describe the same nodes, (kind, name) by
-   (kind, name), as Graph.update needs; returns (the index of the first record that differs, or
-   -1 when none does, a list being shorter counting as a difference at its end; the number of
-   records of b that carry a driver handle). */
-static PyObject *same_nodes(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2 || !PyList_Check(args[0]) || !PyList_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "same_nodes takes two lists of node records");
-        return NULL;
-    }
-    PyObject *a = args[0], *b = args[1];
-    Py_ssize_t na = PyList_GET_SIZE(a), nb = PyList_GET_SIZE(b), first = -1, handles = 0;
-    for (Py_ssize_t i = 0; i < nb; ++i) {
-        PyObject *r = PyList_GET_ITEM(b, i);
-        if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) < 3) return PyErr_Format(PyExc_TypeError, "record %zd is not a node record", i);
-        handles += PyTuple_GET_ITEM(r, 0) != Py_None;
-        if (first >= 0) continue;
-        if (i >= na) {
-            first = na;
-            continue;
-        }
-        PyObject *q = PyList_GET_ITEM(a, i);
-        if (!PyTuple_Check(q) || PyTuple_GET_SIZE(q) < 3) return PyErr_Format(PyExc_TypeError, "record %zd is not a node record", i);
-        for (int j = 1; j < 3 && first < 0; ++j) {
-            PyObject *x = PyTuple_GET_ITEM(q, j), *y = PyTuple_GET_ITEM(r, j);
-            int same = x == y ? 1 : PyObject_RichCompareBool(x, y, Py_EQ);
-            if (same < 0) return NULL;
-            if (!same) first = i;
-        }
-    }
-    if (first < 0 && na != nb) first = nb;
-    return Py_BuildValue("(nn)", first, handles);
+/* cuGraphExecKernelNodeSetParams for each node added since the last set, in order, the GIL released
+   once: how many it set before the driver refused one (all of them when none was refused; none
+   when no entry point is bound). The batch is empty after. */
+static Py_ssize_t api_nodes_set(PyObject *batch) {
+    if (Py_TYPE(batch) != &NodesType) return 0;
+    Nodes *B = (Nodes *)batch;
+    Py_ssize_t n = B->n, done = 0;
+    void *set = fns[NODE_SET]; /* (read with the GIL held: bind() may change it) */
+    B->n = 0;
+    if (set == NULL || n == 0) return 0;
+    uintptr_t exec = B->exec;
+    node_slot_t *slots = B->slots;
+    Py_BEGIN_ALLOW_THREADS
+    for (; done < n; ++done)
+        if (((node_set_t)set)((handle)exec, (handle)slots[done].node, &slots[done].p) != 0) break;
+    Py_END_ALLOW_THREADS
+    return done;
 }
 
 static PyObject *replay_active; /* the captures in progress ({device: [Recording]}) */
@@ -1638,6 +1384,9 @@ static cg_api_t api = {
     .graph_launch = api_graph_launch,
     .issue = api_issue,
     .launch = api_launch,
+    .nodes_new = api_nodes_new,
+    .nodes_add = api_nodes_add,
+    .nodes_set = api_nodes_set,
 };
 
 /* bind(name, address): the driver entry point to call for `name` (0 unbinds). */
@@ -1691,14 +1440,6 @@ static PyMethodDef methods[] = {
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "bind(name, address)"},
     {"bound", bound, METH_O, "bound(name): the address bound to name (0: none)."},
     {"names", names, METH_NOARGS, "The driver functions this module calls, in bind() names."},
-    {"unpatchable", (PyCFunction)(void (*)(void))unpatchable, METH_FASTCALL,
-     "unpatchable(records, hits, Copy): the first hit that cannot be changed node by node, or -1"},
-    {"same_nodes", (PyCFunction)(void (*)(void))same_nodes, METH_FASTCALL,
-     "same_nodes(a, b): (first index where two record lists differ in (kind, name) or -1, b's handles)"},
-    {"users", (PyCFunction)(void (*)(void))users, METH_FASTCALL,
-     "users(records, key): indices of the node records that use the view key"},
-    {"patch_kernels", (PyCFunction)(void (*)(void))patch_kernels, METH_FASTCALL,
-     "patch_kernels(exec, records, hits, key, spec, ptr): move kernel nodes' arguments; returns the rest"},
     {"graphed_method", (PyCFunction)(void (*)(void))graphed_method, METH_FASTCALL,
      "graphed_method(GraphedCallable, python_call, Lease, Entry, GraphOutput): a graphed call's repeat path, in C"},
     {"graphed_calls", graphed_calls, METH_NOARGS, "graphed_calls(): graphed calls made in C so far"},
@@ -1727,12 +1468,12 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__fastcall(void) {
-    if (PyType_Ready(&PackerType) < 0 || PyType_Ready(&LockType) < 0) return NULL;
+    if (PyType_Ready(&PackerType) < 0 || PyType_Ready(&LockType) < 0 || PyType_Ready(&NodesType) < 0)
+        return NULL;
     str_stream = PyUnicode_InternFromString("stream");
     str_alive = PyUnicode_InternFromString("alive");
     str_handle = PyUnicode_InternFromString("handle");
-    str_fast = PyUnicode_InternFromString("fast");
-    if (str_stream == NULL || str_alive == NULL || str_handle == NULL || str_fast == NULL) return NULL;
+    if (str_stream == NULL || str_alive == NULL || str_handle == NULL) return NULL;
     PyObject **hot_names[] = {&str_hot,                       &str_data_ptr,   &str_get_device, &str_is_contiguous,
                               &str_shape,       &str_dtype,   &str_acquire,    &str_release,    &str_moved,
                               &str_replay};

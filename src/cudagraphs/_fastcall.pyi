@@ -16,8 +16,6 @@ class (given to C by)                attributes, slots and methods C reads
                                      (at the offsets ``_fields`` gives where
                                      compiled, else slots)
 ``KernelLaunch`` (``Packer.issue``)  its six items; its function's ``handle``
-node records (``patch_kernels``)     records of kind ``kernel`` or ``memcpy``;
-                                     ``Kernel.fast`` (a ``Packer``)
 ``GraphedCallable``                  ``_hot``, ``_moved()``, ``replay()``; ``Lease``
 (``graphed_method``)                 slots ``calls made``; ``Entry`` slot ``hits``;
                                      ``GraphOutput`` slots ``_lease _call``
@@ -67,12 +65,6 @@ def configure(
     array_offsets: dict[str, int] | None,
     stream_offsets: dict[str, int] | None,
 ) -> None: ...
-def patch_kernels(
-    exec_: Any, records: list[Any], hits: list[int], key: Any, spec: Any, ptr: int
-) -> list[int]: ...
-def unpatchable(records: list[Any], hits: list[int], copy_type: type) -> int: ...
-def users(records: list[Any], key: Any) -> list[int]: ...
-def same_nodes(a: list[Any], b: list[Any]) -> tuple[int, list[Any]]: ...
 def graphed_method(
     callable_type: type,
     python_call: Callable[..., Any],

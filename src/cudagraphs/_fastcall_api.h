@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #define CG_API_CAPSULE "cudagraphs._fastcall.api"
-#define CG_API_VERSION 1
+#define CG_API_VERSION 2
 
 /* What a trampoline returns besides a CUresult (>= 0): no entry point bound, or a Python error
    set (an argument that does not pack) */
@@ -40,6 +40,19 @@ typedef struct {
        of ints), `values` (its converted arguments) packed; CG_UNBOUND where this cannot do it */
     int (*launch)(PyObject *packer, uintptr_t function, PyObject *grid, PyObject *block, unsigned shared,
                   uintptr_t stream, PyObject *values);
+    /* kernel nodes of the executable graph at `exec` set to new parameters, a batch of them to one
+       release of the GIL: nodes_new makes a batch (room for `expected` nodes, or fewer: a new
+       reference; None where no entry point is bound; NULL with an exception); nodes_add packs one
+       node's parameters into it through the kernel's Packer (the function at `function` over grid x
+       block, `values` its converted arguments): 0 added, 1 added and the batch full (set it before
+       adding more), CG_UNBOUND not added (the caller sets that node its own way), CG_ERROR;
+       nodes_set calls cuGraphExecKernelNodeSetParams for each node added since, in order, and
+       returns how many it set before the driver refused one (the caller sets that one its own way,
+       which reports the error) */
+    PyObject *(*nodes_new)(uintptr_t exec, Py_ssize_t expected);
+    int (*nodes_add)(PyObject *batch, PyObject *packer, uintptr_t node, uintptr_t function, PyObject *grid,
+                     PyObject *block, unsigned shared, PyObject *values);
+    Py_ssize_t (*nodes_set)(PyObject *batch);
 } cg_api_t;
 
 #ifndef CUDAGRAPHS_FASTCALL_PROVIDER /* (the compiled modules' side) */
@@ -88,6 +101,20 @@ static inline int cg_launch(PyObject *packer, size_t function, PyObject *grid, P
     return cg_api == NULL ? CG_UNBOUND
                           : cg_api->launch(packer, (uintptr_t)function, grid, block, shared, (uintptr_t)stream, values);
 }
+
+static inline PyObject *cg_nodes_new(size_t exec, Py_ssize_t expected) {
+    if (cg_api == NULL) Py_RETURN_NONE;
+    return cg_api->nodes_new((uintptr_t)exec, expected);
+}
+
+static inline int cg_nodes_add(PyObject *batch, PyObject *packer, size_t node, size_t function, PyObject *grid,
+                               PyObject *block, unsigned shared, PyObject *values) {
+    return cg_api == NULL ? CG_UNBOUND
+                          : cg_api->nodes_add(batch, packer, (uintptr_t)node, (uintptr_t)function, grid, block,
+                                              shared, values);
+}
+
+static inline Py_ssize_t cg_nodes_set(PyObject *batch) { return cg_api == NULL ? 0 : cg_api->nodes_set(batch); }
 
 #endif /* CUDAGRAPHS_FASTCALL_PROVIDER */
 #endif /* CUDAGRAPHS_FASTCALL_API_H */

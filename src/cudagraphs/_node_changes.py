@@ -5,6 +5,13 @@ Nodes are found by the handle the driver returned when they were recorded
 the same graph do not shift anything. Every change is checked before any
 node is patched: a refused change leaves the graph as it was. Graphs are
 known here by duck type (``graph._records``, ``graph._res``, ``graph.nodes``).
+
+This module is compiled by Cython from this source where the package is
+built (``_node_changes.pxd`` types the repeat path of :func:`rebind`: which
+nodes use an array, and their new arguments, for a thousand nodes a call;
+the kernel nodes' new parameters are packed and set through the C part's
+``nodes_*`` trampolines: docs/architecture.md, "The compiled part"), and runs
+as plain Python where not.
 """
 
 from __future__ import annotations
@@ -12,15 +19,34 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any
 
+try:
+    import cython
+except ImportError:  # (run as Python where Cython is not installed: nothing is compiled)
+    cython = SimpleNamespace(compiled=False)
+
 from ._array import _extent
+from ._config import compiled_part
 from ._errors import UpdateError
-from ._kernel import fastcall
-from ._recording import resolve_handles
+from ._recording import NodeRecord, resolve_handles
 from .backends.base import ArrayArg, Copy, KernelLaunch
 
+if not cython.compiled:  # (compiled, _capi.pxd's C functions: the C part's kernel node updates)
+    from ._capi import cg_api_load, cg_nodes_add, cg_nodes_new, cg_nodes_set, cg_tuple_new
+
+_fastcall = compiled_part()
+if cython.compiled and _fastcall is not None:
+    cg_api_load(_fastcall.api)
+
 __all__ = ["point_copy", "rebind", "repoint", "set_arg"]
+
+# (for the repeat path of rebind: compiled, C globals; a record's and a launch's items read by
+# position, a C call where a field's name is an attribute lookup)
+_COPY, _KERNEL_LAUNCH = Copy, KernelLaunch
+_HANDLE, _KIND, _VIEWS, _PATCH = (NodeRecord._fields.index(f) for f in ("handle", "kind", "views", "patch"))
+_LAUNCH_VALUES, _LAUNCH_VIEWS = (KernelLaunch._fields.index(f) for f in ("values", "views"))
 
 
 def _index(graph: Any, handle: Any) -> int | None:
@@ -44,28 +70,30 @@ def _spec(a: Any) -> ArrayArg:
 
 
 def _users(records: list[Any], key: ArrayArg) -> list[int]:
-    """The indices of the records whose node uses the view ``key`` (``_fastcall.users``)."""
-    return [i for i, r in enumerate(records) if key in _used(r)]
+    """The indices of the records whose node uses the view ``key``."""
+    out = []
+    for i in range(len(records)):
+        if key in _used(records[i]):
+            out.append(i)
+    return out
 
 
 def _unpatchable(records: list[Any], hits: list[int]) -> int:
-    """The first hit that cannot be changed node by node, or -1 (``_fastcall.unpatchable``)."""
+    """The first hit whose node cannot be changed node by node, or -1."""
     for i in hits:
         r = records[i]
-        if r.patch is None or (r.kind == "memcpy" and not isinstance(r.patch, Copy)):
+        patch = r[_PATCH]
+        if patch is None or (r[_KIND] == "memcpy" and not isinstance(patch, _COPY)):
             return i
     return -1
 
 
 def _used(r: Any) -> tuple[Any, ...]:
     """The views a record's node uses (with None for arguments that are not arrays)."""
-    if r.kind == "kernel" and r.patch is not None:
-        return r.patch[1].views  # type: ignore[no-any-return]
-    return r.views  # type: ignore[no-any-return]
-
-
-_tuple_new = tuple.__new__
-_KIND = operator.itemgetter(1)  # a NodeRecord's kind
+    patch = r[_PATCH]
+    if patch is not None and r[_KIND] == "kernel":
+        return patch[1][_LAUNCH_VIEWS]  # type: ignore[no-any-return]
+    return r[_VIEWS]  # type: ignore[no-any-return]
 
 
 def _device_name(device: Any) -> str:
@@ -110,7 +138,7 @@ def rebind(graph: Any, exec_: Any, old: Any, new: Any) -> None:
     _check_pair("rebind", old, new)
     key, spec = _spec(old), _spec(new)
     records = _records(graph)
-    hits = fastcall.users(records, key) if fastcall is not None else _users(records, key)
+    hits = _users(records, key)
     if not hits:
         raise ValueError("rebind: this graph does not use that array")
     _refuse_bodies(graph, lambda r: key in _used(r))
@@ -122,7 +150,7 @@ def rebind(graph: Any, exec_: Any, old: Any, new: Any) -> None:
             "array: use repoint(), which moves it there too",
             unseen[0],
         )
-    bad = fastcall.unpatchable(records, hits, Copy) if fastcall is not None else _unpatchable(records, hits)
+    bad = _unpatchable(records, hits)
     if bad >= 0:
         r = records[bad]
         where = _index(graph, r.handle)
@@ -131,31 +159,93 @@ def rebind(graph: Any, exec_: Any, old: Any, new: Any) -> None:
             "arguments can be changed node by node: capture again and use update()",
             where,
         )
-    backend = graph.device.backend
-    if fastcall is not None and getattr(backend, "fastcall", False):
-        # kernel nodes with a C launch path, in C; what it leaves (copies, other kernels, from
-        # a node the driver refused on) is done here
-        hits = fastcall.patch_kernels(exec_, records, hits, key, spec, new.ptr)
+    _move(graph.device.backend, exec_, records, hits, key, spec, new.ptr)
+    graph._res.keep.append(new)
+    graph._patched = True
+
+
+def _move(backend: Any, exec_: Any, records: list[Any], hits: list[int], key: ArrayArg, spec: ArrayArg, ptr: int) -> None:
+    """Point the arguments of the hits' nodes that use the view ``key`` at ``ptr`` (its view ``spec``).
+
+    Each hit's record is replaced once its node is set. A kernel node whose
+    kernel has the C part's Packer (see :meth:`cudagraphs.Kernel._arm`) is
+    packed and set by the C part, a batch of nodes to one release of the
+    GIL; the others, and every node from one the C part cannot set on, are
+    set by the backend's ``graph_update`` (which reports a driver's error).
+    """
+    batch: Any = None  # the C part's batch of kernel nodes, made for the first such node
+    fast = True  # (until a node the C part cannot set: the backend sets it and the rest)
+    pending: list[tuple[int, Any, Any]] = []  # the batch's nodes: (index, record, its replacement)
+    last_kernel: Any = None
+    last_fn: Any = None
+    packer: Any = None
+    function = 0
     for i in hits:
         r = records[i]
-        if isinstance(r.patch, Copy):
+        patch = r[_PATCH]
+        if isinstance(patch, _COPY):
             src_view, dst_view = r.views
-            copy = r.patch._replace(
-                src=new.ptr if src_view == key else r.patch.src,
-                dst=new.ptr if dst_view == key else r.patch.dst,
+            copy = patch._replace(
+                src=ptr if src_view == key else patch.src, dst=ptr if dst_view == key else patch.dst
             )
             backend.graph_update(exec_, r.handle, copy)
             records[i] = r._replace(patch=copy, views=tuple(spec if v == key else v for v in r.views))
             continue
-        kernel, launch = r.patch
-        fn, grid, block, shared_mem, values, views = launch
-        values = tuple([new.ptr if v == key else x for x, v in zip(values, views)])
-        views = tuple([spec if v == key else v for v in views])
-        launch = _tuple_new(KernelLaunch, (fn, grid, block, shared_mem, values, views))
-        backend.graph_update(exec_, r.handle, launch)
-        records[i] = _tuple_new(type(r), (*r[:4], (kernel, launch), r[5]))  # patch replaced
-    graph._res.keep.append(new)
-    graph._patched = True
+        kernel, launch = patch
+        views = launch[_LAUNCH_VIEWS]
+        moved_values, moved_views = list(launch[_LAUNCH_VALUES]), list(views)
+        for j in range(len(views)):
+            v = views[j]
+            if v is key or (v is not None and v == key):  # (mostly the same object: the array's)
+                moved_values[j] = ptr
+                moved_views[j] = spec
+        values = tuple(moved_values)
+        launch = cg_tuple_new(
+            _KERNEL_LAUNCH, (launch[0], launch[1], launch[2], launch[3], values, tuple(moved_views))
+        )
+        # (handle, kind, name, views, patch, top), the patch replaced
+        moved = cg_tuple_new(type(r), (r[0], r[1], r[2], r[3], (kernel, launch), r[5]))
+        if kernel is not last_kernel:
+            last_kernel, packer = kernel, kernel.fast
+        if packer is not None and fast:
+            if batch is None:
+                batch = cg_nodes_new(int(exec_), len(hits))
+                fast = batch is not None
+            if fast:
+                if launch[0] is not last_fn:
+                    last_fn = launch[0]
+                    function = int(last_fn)  # (the loaded function's address)
+                got = cg_nodes_add(
+                    batch, packer, int(r[_HANDLE]), function, launch[1], launch[2], launch[3], values
+                )
+                if got >= 0:
+                    pending.append((i, r, moved))
+                    if got == 1:  # (full)
+                        fast = _set(backend, exec_, records, batch, pending)
+                    continue
+                fast = False
+                _set(backend, exec_, records, batch, pending)  # (the nodes before this one first)
+        backend.graph_update(exec_, r[_HANDLE], launch)
+        records[i] = moved
+    if pending:
+        _set(backend, exec_, records, batch, pending)
+
+
+def _set(backend: Any, exec_: Any, records: list[Any], batch: Any, pending: list[tuple[int, Any, Any]]) -> bool:
+    """Set the nodes of the C part's batch, each record replaced once its node is; whether all were.
+
+    From a node the driver refused on, the backend sets them (it raises the
+    driver's error where the driver refuses again).
+    """
+    done = cg_nodes_set(batch)
+    for k in range(len(pending)):
+        i, r, moved = pending[k]
+        if k >= done:
+            backend.graph_update(exec_, r[_HANDLE], moved[_PATCH][1])
+        records[i] = moved
+    refused = done < len(pending)
+    pending.clear()
+    return not refused
 
 
 def _refuse_bodies(graph: Any, uses: Any) -> None:
@@ -180,7 +270,11 @@ def _unrecorded_users(
     res = graph._res
     # one record per node: every node is ours when the records, children aside, count them
     # all (the common case: no scan, no set of handles)
-    if len(records) - operator.countOf(map(_KIND, records), "child") == _node_count(graph):
+    children = 0
+    for r in records:
+        if r[_KIND] == "child":
+            children += 1
+    if len(records) - children == _node_count(graph):
         return []
     ours = {int(r.handle) for r in records if r.kind != "child"}
     if res.params_graph is not None:
@@ -267,8 +361,8 @@ def _moved(r: Any, ranges: list[_Range]) -> tuple[bool, Any]:
                         views2[j] = view._replace(ptr=view.ptr + delta)
         if not moved:
             return used, None
-        launch = _tuple_new(KernelLaunch, (fn, grid, block, shared_mem, tuple(values2), tuple(views2)))
-        return used, _tuple_new(type(r), (*r[:4], (kernel, launch), r[5]))  # patch replaced
+        launch = cg_tuple_new(KernelLaunch, (fn, grid, block, shared_mem, tuple(values2), tuple(views2)))
+        return used, cg_tuple_new(type(r), (*r[:4], (kernel, launch), r[5]))  # patch replaced
     if isinstance(r.patch, Copy):  # a device-to-device copy (its source view may be unknown)
         copy = r.patch
         hits = [_shift(ranges, a, a + copy.nbytes) for a in (copy.src, copy.dst)]

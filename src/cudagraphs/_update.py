@@ -1,33 +1,38 @@
 """Whole-graph update: a ready graph takes over the parameters of a topology-identical one.
 
-:func:`update` compares the two graphs' nodes (type and kernel of each, in
-C where the compiled part is built), asks the driver to update the
-executable, finds where the graphs differ when the driver refuses without
-saying, and moves what the source's parameters use into the executable's
+:func:`update` compares the two graphs' nodes (type and kernel of each),
+asks the driver to update the executable, finds where the graphs differ
+when the driver refuses without saying, and moves what the source's
+parameters use into the executable's
 :class:`~cudagraphs._executable.Resources`, releasing what the previous
 parameters used at the next safe point. :meth:`cudagraphs.Graph.update`
 checks its arguments and moves the graphs' states around this.
+
+This module is compiled by Cython from this source where the package is
+built (``_update.pxd`` types the comparison of a thousand nodes' records:
+docs/architecture.md, "The compiled part"), and runs as plain Python where
+not.
 """
 
 from __future__ import annotations
 
-import operator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from . import _recording
 from ._errors import UpdateError
 from ._executable import Resources, release_resources
-from ._kernel import fastcall
+from ._recording import NodeRecord
 
 if TYPE_CHECKING:
     import weakref
 
     from ._device import Device
-    from ._recording import NodeRecord
 
 __all__ = ["Updatable", "update"]
 
-_HANDLE = operator.itemgetter(0)  # a NodeRecord's driver handle
+# where a NodeRecord's driver handle and (node type, kernel name) are (compiled: C globals, read
+# by position, a C call where a field's name is an attribute lookup)
+_HANDLE, _KIND, _NAME = (NodeRecord._fields.index(f) for f in ("handle", "kind", "name"))
 
 
 class Updatable(Protocol):
@@ -49,18 +54,41 @@ class Updatable(Protocol):
     def _signature(self) -> list[tuple[str, str]]: ...
 
 
+def _first_difference(mine: list[Any], theirs: list[Any], kind: int, name: int) -> int:
+    """The first index where two graphs' nodes differ, or -1; a list that ends first differs there.
+
+    Each item describes a node: its items ``kind`` and ``name`` are the
+    node's type and kernel name (a trace's pairs, a record's fields).
+    """
+    n = min(len(mine), len(theirs))
+    for i in range(n):
+        a, b = mine[i], theirs[i]
+        if a[kind] != b[kind] or a[name] != b[name]:
+            return i
+    return -1 if len(mine) == len(theirs) else n
+
+
 def _difference(mine: list[tuple[str, str]], theirs: list[tuple[str, str]]) -> tuple[str, int] | None:
     """Why two traces of (node type, kernel name) are not topology-identical, and where."""
-    for i, ((kind_a, name_a), (kind_b, name_b)) in enumerate(zip(mine, theirs)):
-        if kind_a != kind_b:
-            return f"node {i} is a {kind_a} node in this graph and a {kind_b} node in the source", i
-        if name_a != name_b:
-            return f"node {i} runs kernel {name_a!r} in this graph and {name_b!r} in the source", i
-    if len(mine) != len(theirs):
+    i = _first_difference(mine, theirs, 0, 1)
+    if i < 0:
+        return None
+    if i == len(mine) or i == len(theirs):
         return (
             f"the topology changed: this graph recorded {len(mine)} nodes, the source {len(theirs)}"
-        ), min(len(mine), len(theirs))
-    return None
+        ), i
+    (kind_a, name_a), (kind_b, name_b) = mine[i], theirs[i]
+    if kind_a != kind_b:
+        return f"node {i} is a {kind_a} node in this graph and a {kind_b} node in the source", i
+    return f"node {i} runs kernel {name_a!r} in this graph and {name_b!r} in the source", i
+
+
+def _has_handles(records: list[Any]) -> bool:
+    """Whether a record carries a driver handle."""
+    for r in records:
+        if r[_HANDLE] is not None:
+            return True
+    return False
 
 
 def _edge_difference(mine: list[tuple[int, int]], theirs: list[tuple[int, int]]) -> tuple[str, int] | None:
@@ -89,13 +117,8 @@ def update(graph: Updatable, exec_: Any, source: Updatable) -> list[NodeRecord]:
         (node count, node type, kernel, dependencies) or the driver refuses.
     """
     records = source._records
-    if fastcall is not None:  # (in C: 1000 records compared in microseconds, no trace built)
-        first, handles = fastcall.same_nodes(graph._records, records)
-        differ = first >= 0
-    else:
-        differ = len(graph._records) != len(records) or graph._trace() != source._trace()
-        handles = len(records) - operator.countOf(map(_HANDLE, records), None)
-    if differ:
+    # (the records compared where they are: a thousand of them in microseconds, no trace built)
+    if _first_difference(graph._records, records, _KIND, _NAME) >= 0:
         why = _difference(graph._trace(), source._trace())
         if why is not None:
             raise UpdateError(*why)
@@ -138,6 +161,6 @@ def update(graph: Updatable, exec_: Any, source: Updatable) -> list[NodeRecord]:
     # graph's, found on first use (records of a finished capture carry none)
     # (a source that was rebound or repointed carries handles of its own graph's
     # nodes: they are not this executable's, so they are found again on first use)
-    if handles:
+    if _has_handles(records):
         records = [r if r.handle is None else r._replace(handle=None) for r in records]
     return records
