@@ -171,7 +171,8 @@ def _instructions(names: list[str]) -> None:
                 capture_output=True,
                 text=True,
                 check=True,
-                env={**os.environ, "PYTHONHASHSEED": "0"},  # (the same dictionaries in both runs)
+                # (the same dictionaries in both runs; numpy's BLAS threads, which spin, off)
+                env={**os.environ, "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1"},
             ).stderr
             counts.append(int(re.search(r"Collected : (\d+)", out).group(1)))  # type: ignore[union-attr]
         per = (counts[1] - counts[0]) / (many - few) / (100 if name.startswith("capture") else 1)
@@ -189,7 +190,7 @@ def _annotated(name: str, calls: int, inclusive: bool) -> dict[str, int]:
             + [name, str(calls)],
             capture_output=True,
             check=True,
-            env={**os.environ, "PYTHONHASHSEED": "0"},
+            env={**os.environ, "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1"},
         )
         text = subprocess.run(
             ["callgrind_annotate", f"--inclusive={'yes' if inclusive else 'no'}", "--threshold=100", out],

@@ -261,8 +261,21 @@ _PLAIN = frozenset((int, float, bytes))  # values passed as they are; anything e
 
 
 def grid_of(n: int, cap: int) -> tuple[int, int, int]:
-    """The grid of a built-in kernel over ``n`` elements (at most ``cap`` blocks)."""
-    return (min(-(-n // _BLOCK[0]), cap), 1, 1)
+    """The grid of a built-in kernel over ``n`` elements (at most ``cap`` blocks).
+
+    The last one made is made once (a loop launches over arrays of one size:
+    the launch then meets the same tuple, which it has read already).
+    """
+    last = _LAST_GRID[0]
+    if last[0] == n and last[1] == cap:
+        return last[2]  # type: ignore[no-any-return]
+    grid = (min(-(-n // _BLOCK[0]), cap), 1, 1)
+    _LAST_GRID[0] = (n, cap, grid)
+    return grid
+
+
+_LAST_GRID: list[tuple[Any, Any, Any]] = [(None, None, None)]  # (n, cap, grid) of the last grid_of
+_RUNS: dict[tuple[str, Any, Any], tuple[Kernel, int]] = {}  # (name, dtype, device) -> (kernel, grid cap)
 
 
 def run(
@@ -273,9 +286,13 @@ def run(
     ``args`` were validated by the caller; arrays among them are passed as
     their address, with their (possibly strided) view for the simulator.
     """
-    kernel = builtin_kernel(name, dtype)
-    grid = grid_of(n, device.properties.multiprocessors * 32)
-    values = tuple([a if type(a) in _PLAIN else a.ptr for a in args])
+    key = (name, dtype, device)
+    plan = _RUNS.get(key)
+    if plan is None:  # (its kernel, and the grid's cap: blocks enough to fill the device)
+        plan = _RUNS[key] = (builtin_kernel(name, dtype), device.properties.multiprocessors * 32)
+    kernel, cap = plan
+    grid = grid_of(n, cap)
+    values = [a if type(a) in _PLAIN else a.ptr for a in args]
     kernel._enqueue(device, stream, grid, _BLOCK, 0, values, args, writes)
 
 

@@ -512,8 +512,18 @@ static int pack(const param_t *p, PyObject *v, unsigned char *dst) {
         return -1;
     }
     if (p->kind == 'p' || p->kind == 'u' || p->kind == 'b') {
-        unsigned long long u = PyLong_AsUnsignedLongLong(v);
+        /* (an address or an unsigned value the converters checked: in range, not negative; the
+           mask reads it without the general conversion's byte array) */
+        if (_PyLong_Sign(v) < 0) {
+            PyErr_SetString(PyExc_OverflowError, "an unsigned parameter's value is negative");
+            return -1;
+        }
+        unsigned long long u = PyLong_AsUnsignedLongLongMask(v);
         if (u == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+        if (p->size == 8 && _PyLong_NumBits(v) > 64) {
+            PyErr_SetString(PyExc_OverflowError, "an unsigned parameter's value does not fit its size");
+            return -1;
+        }
         if (p->size < 8 && u >> (8 * p->size)) {
             PyErr_SetString(PyExc_OverflowError, "an unsigned parameter's value does not fit its size");
             return -1;
@@ -536,13 +546,17 @@ static int pack(const param_t *p, PyObject *v, unsigned char *dst) {
 /* The values (a tuple of the kernel's parameters' converted values) packed into buf, kp pointing
    at each: 0, or -1 with an exception. */
 static int pack_values(const Packer *P, PyObject *values, unsigned char *buf, void **kp) {
-    if (!PyTuple_Check(values) || PyTuple_GET_SIZE(values) != P->n) {
+    /* (a tuple, or the list the launch path converted them into) */
+    PyObject **items = PyTuple_Check(values) ? &PyTuple_GET_ITEM(values, 0)
+                       : PyList_Check(values) ? PySequence_Fast_ITEMS(values)
+                                              : NULL;
+    if (items == NULL || Py_SIZE(values) != P->n) {
         PyErr_Format(PyExc_TypeError, "a launch of %zd parameters with other values", P->n);
         return -1;
     }
     for (Py_ssize_t i = 0; i < P->n; ++i) {
         kp[i] = buf + P->params[i].offset;
-        if (pack(&P->params[i], PyTuple_GET_ITEM(values, i), kp[i])) return -1;
+        if (pack(&P->params[i], items[i], kp[i])) return -1;
     }
     return 0;
 }

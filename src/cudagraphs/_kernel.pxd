@@ -33,7 +33,7 @@ cdef class Kernel:
     cdef _launch(self, object grid, object block, tuple args, object stream, object shared_mem, object device)
     @cython.locals(on=StreamFields, plan=tuple)
     cdef _enqueue(self, object device, object stream, object grid, object block, object shared_mem,
-                  tuple values, object args, object writes)
+                  object values, object args, object writes)
 
 @cython.locals(arr=ArrayFields)
 cpdef object _device_of(tuple args)

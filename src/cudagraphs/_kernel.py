@@ -464,7 +464,7 @@ class Kernel:
             self._dims = (grid, block, g3, b3)
         if type(shared_mem) is not int or not 0 <= shared_mem <= 0xFFFFFFFF:  # (the driver's unsigned)
             raise ValueError(f"shared_mem must be an int in 0..2**32-1 (bytes), got {shared_mem!r}")
-        self._enqueue(device, stream, g3, b3, shared_mem, tuple(values), args, None)
+        self._enqueue(device, stream, g3, b3, shared_mem, values, args, None)
 
     def enqueue(
         self,
@@ -484,7 +484,7 @@ class Kernel:
         passed as a pointer); the first ``writes`` arguments are written and
         the rest read (None: all of them may be written).
         """
-        self._enqueue(device, stream, grid, block, shared_mem, tuple(values), args, writes)
+        self._enqueue(device, stream, grid, block, shared_mem, values, args, writes)
 
     def _enqueue(
         self,
@@ -493,11 +493,11 @@ class Kernel:
         grid: tuple[int, int, int],
         block: tuple[int, int, int],
         shared_mem: int,
-        values: tuple[Any, ...],
+        values: Sequence[Any],
         args: Sequence[Any],
         writes: int | None,
     ) -> None:
-        """:meth:`enqueue` (compiled: a C method, called without a lookup)."""
+        """:meth:`enqueue` (compiled: a C method, called without a lookup); ``values`` a list or tuple."""
         plan = self._plans.get(device)
         if plan is None:
             self.function(device)
@@ -517,7 +517,7 @@ class Kernel:
         # what is written comes first (submit skips the values passed by value)
         written, reads = (tuple(args), ()) if writes is None else (tuple(args[:writes]), tuple(args[writes:]))
         # (made without the NamedTuple's __new__, a Python call, and without Work's argument parsing)
-        launch = cg_tuple_new(_KERNEL_LAUNCH, (fn, grid, block, shared_mem, values, views))
+        launch = cg_tuple_new(_KERNEL_LAUNCH, (fn, grid, block, shared_mem, tuple(values), views))
         submit(stream, new_work("kernel", issue, launch, reads, written, (), self.name, (self, launch)))
 
 

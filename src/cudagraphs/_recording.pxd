@@ -33,4 +33,4 @@ cpdef object submit(object stream, Work work)
 
 @cython.locals(on=StreamFields)
 cpdef bint issue_launch(object stream, object packer, size_t function, object grid, object block,
-                        unsigned shared_mem, tuple values, object args) except -1
+                        unsigned shared_mem, object values, object args) except -1

@@ -578,7 +578,7 @@ def issue_launch(
     grid: tuple[int, int, int],
     block: tuple[int, int, int],
     shared_mem: int,
-    values: tuple[Any, ...],
+    values: Any,
     args: Any,
 ) -> bool:
     """Queue a kernel launch as :func:`submit` issues it, where nothing records it: True if done.

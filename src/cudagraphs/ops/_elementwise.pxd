@@ -10,3 +10,4 @@ from cudagraphs._fields cimport ArrayFields
 
 @cython.locals(head=ArrayFields, arr=ArrayFields)
 cpdef object _arrays(str op, tuple names, tuple arrays)
+cpdef _arith(str op, object dtype)
