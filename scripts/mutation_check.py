@@ -53,8 +53,8 @@ MUTATIONS = [
     (
         "dead blocks released under any lock",
         "src/cudagraphs/_allocator.py",
-        "        if not _lock_take(lock, False):  # (never waits: the lock may be this thread's own)",
-        "        if not _lock_take(lock, True):",
+        "        if not cg_lock_take(lock, False):  # (never waits: the lock may be this thread's own)",
+        "        if not cg_lock_take(lock, True):",
     ),
     (
         "capture keeps nothing alive",
