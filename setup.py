@@ -25,8 +25,20 @@ WARNINGS = ["-Wall", "-Wextra", "-Wno-unused-parameter", "-Werror"]
 STRICT = WARNINGS if os.environ.get("CUDAGRAPHS_WERROR") == "1" else []
 REQUIRED = os.environ.get("CUDAGRAPHS_REQUIRE_C") == "1"
 
-# the modules compiled from their Python source (each has a .pxd beside it)
-COMPILED = ["_config", "_dtypes", "_fields", "_device", "_allocator", "_array", "_graph"]
+# the modules compiled from their Python source (each has a .pxd beside it; a dot: a subpackage's)
+COMPILED = [
+    "_config",
+    "_dtypes",
+    "_fields",
+    "_device",
+    "_allocator",
+    "_array",
+    "_graph",
+    "_argtree",
+    "_staging",
+    "_graphed_callable",
+    "interop.torch",
+]
 
 
 def compiled_modules() -> list[Extension]:
@@ -41,7 +53,7 @@ def compiled_modules() -> list[Extension]:
         # (include_dirs: _fastcall_api.h, the C part's functions that _capi.pxd declares)
         Extension(
             f"cudagraphs.{name}",
-            [f"src/cudagraphs/{name}.py"],
+            [f"src/cudagraphs/{name.replace('.', '/')}.py"],
             include_dirs=["src/cudagraphs"],
             optional=not REQUIRED,
         )

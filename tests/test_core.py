@@ -899,8 +899,9 @@ def test_each_compiled_module_has_its_declarations_and_runs_in_the_mode_asked() 
     root = Path(cg.__file__).resolve().parent
     assert names, "setup.py compiles no module"
     for name in names:
-        assert (root / f"{name}.py").is_file(), name
-        assert (root / f"{name}.pxd").is_file(), f"{name} is compiled without its declarations"
+        path = root / name.replace(".", "/")
+        assert path.with_suffix(".py").is_file(), name
+        assert path.with_suffix(".pxd").is_file(), f"{name} is compiled without its declarations"
     files = {name: importlib.import_module(f"cudagraphs.{name}").__file__ or "" for name in names}
     if os.environ.get("CUDAGRAPHS_EXPECT_PLAIN") == "1":
         assert all(f.endswith(".py") for f in files.values()), files

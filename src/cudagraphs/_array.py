@@ -487,8 +487,9 @@ def _new_array(
     size: int,
 ) -> DeviceArray:
     """An instance of ``cls`` (DeviceArray or a subclass) with every field set: the one place."""
-    # (the class named as such: compiled, its allocation is then a C call, not a method call)
-    a = DeviceArray.__new__(DeviceArray) if cls is DeviceArray else DeviceArray.__new__(cls)
+    # (the class named as such: compiled, its allocation is then a C call, not a method call; a
+    # subclass allocates itself: one compiled from a .pxd initializes fields of its own there)
+    a = DeviceArray.__new__(DeviceArray) if cls is DeviceArray else cls.__new__(cls)
     a._block = block
     a._ptr = ptr
     a.shape = shape

@@ -19,15 +19,11 @@ class (given to C by)                attributes, slots and methods C reads
 (``configure_capture``)              stream``; a block's ``owner``; records of kind
                                      ``kernel`` or ``memcpy`` with the kernel's
                                      ``name``; ``Kernel.fast``; a function's ``handle``
-``GraphedCallable``                  ``_hot``, ``_moved()``, ``replay()``; ``Lease``
-(``graphed_method``)                 slots ``calls made``; ``Entry`` slot ``hits``;
-                                     ``GraphOutput`` slots ``_lease _call``
-other libraries' tensors             ``data_ptr get_device is_contiguous shape dtype``
 keyword arguments                    ``stream out shared_mem``
 the standard library                 ``time.monotonic``; ``weakref.finalize``'s
-                                     ``_registry`` and ``alive``; a lock's ``acquire
-                                     release locked`` (``blocking``, ``timeout``,
-                                     ``reentrant``)
+                                     ``_registry`` and ``alive``
+its own ``Lock``                     ``acquire release locked`` (``blocking``,
+                                     ``timeout``, ``reentrant``)
 compiled modules (``api``)           nothing: _fastcall_api.h declares what they call
 ===================================  ==============================================
 
@@ -86,15 +82,6 @@ def patch_kernels(
 def unpatchable(records: list[Any], hits: list[int], copy_type: type) -> int: ...
 def users(records: list[Any], key: Any) -> list[int]: ...
 def same_nodes(a: list[Any], b: list[Any]) -> tuple[int, list[Any]]: ...
-def graphed_method(
-    callable_type: type,
-    python_call: Callable[..., Any],
-    lease_type: type,
-    entry_type: type,
-    output_type: type,
-    active: dict[Any, Any],
-) -> Callable[..., Any]: ...
-def graphed_calls() -> int: ...
 def cuLaunchKernel(*args: Any) -> Any: ...
 def cuGraphLaunch(*args: Any) -> Any: ...
 def cuEventRecord(*args: Any) -> Any: ...
