@@ -40,6 +40,10 @@ COMPILED = [
     "_node_changes",
     "_update",
     "_graph",
+    "_argtree",
+    "_staging",
+    "_graphed_callable",
+    "interop/torch",
 ]
 
 

@@ -260,6 +260,42 @@ MUTATIONS = [
         "# patch replaced\n",
     ),
     (
+        "a graphed call repeated on another stream",
+        "src/cudagraphs/_graphed_callable.py",
+        "        if (source is not armed.source and source != armed.source) or stream._recording is not None:",
+        "        if stream._recording is not None:",
+    ),
+    (
+        "a graphed call repeated on a captured stream",
+        "src/cudagraphs/_graphed_callable.py",
+        "        if (source is not armed.source and source != armed.source) or stream._recording is not None:",
+        "        if source is not armed.source and source != armed.source:",
+    ),
+    (
+        "a graphed call repeated for another shape or dtype",
+        "src/cudagraphs/_graphed_callable.py",
+        "            if (shape is not i.shape and shape != i.shape) or (dtype is not i.dtype and dtype != i.dtype):",
+        "            if False:",
+    ),
+    (
+        "a graphed call repeated with the last call's inputs",
+        "src/cudagraphs/_graphed_callable.py",
+        "            if x is not i.obj or (ptr is not i.ptr and ptr != i.ptr) or contiguous != i.contiguous:",
+        "            if contiguous != i.contiguous:",
+    ),
+    (
+        "a graphed call repeated for another type of input",
+        "src/cudagraphs/_graphed_callable.py",
+        "            if type(x) is not type(i.obj):\n                return _MISSED\n",
+        "",
+    ),
+    (
+        "a graphed call that raised stays armed",
+        "src/cudagraphs/_graphed_callable.py",
+        "                self._armed = None  # (until this call is made: a call that raises leaves it so)\n",
+        "",
+    ),
+    (
         "graph outputs never expire",
         "src/cudagraphs/_graphed_callable.py",
         "        if lease.calls != self._call:",

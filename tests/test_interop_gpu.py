@@ -256,11 +256,9 @@ def test_graphs_of_torch_work_dropped_as_the_next_capture_begins(cuda: cg.Device
     assert done.stdout.strip() == "ok"
 
 
-def test_graphed_torch_calls_are_repeated_in_c(cuda: cg.Device) -> None:
-    """Tensors in, tensors out: the repeat call reads tensors and PyTorch's stream from C."""
+def test_graphed_torch_calls_are_repeated(cuda: cg.Device) -> None:
+    """Tensors in, tensors out: a call of the last call's key repeats it (GraphedCallable._repeat)."""
     torch = pytest.importorskip("torch")
-    fast = pytest.importorskip("cudagraphs._fastcall")
-    from cudagraphs import _graphed_callable
 
     def fn(a: Any, b: Any) -> Any:
         return a * 2 + b, b - a
@@ -269,40 +267,48 @@ def test_graphed_torch_calls_are_repeated_in_c(cuda: cg.Device) -> None:
     xs = [torch.randn(8, 256, device="cuda", generator=gen) for _ in range(3)]
     y = torch.randn(8, 256, device="cuda", generator=gen)
     runs = []
-    for call in (None, _graphed_callable.PYTHON_CALL):
+    for made in ("repeated", "whole"):
         f = cg.graphed(fn)
-        before = fast.graphed_calls()
         got = []
         side = torch.cuda.Stream()
         for k in range(8):
+            if made == "whole":
+                f._armed = None  # (every call the whole call: the reference)
             x = xs[k % 3]  # moved inputs: the copy node is pointed again
-            if k == 5:  # another PyTorch stream: the Python call, which waits for the last one
+            if k == 5:  # another PyTorch stream: the whole call, which waits for the last one
                 side.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(side):
-                    out = f(x, y) if call is None else call(f, x, y)
+                    out = f(x, y)
                     got.append([o.clone() for o in out])
                 torch.cuda.current_stream().wait_stream(side)
             else:
-                out = f(x, y) if call is None else call(f, x, y)
+                out = f(x, y)
                 got.append([o.clone() for o in out])
             assert all(type(o) is torch.Tensor for o in out)
             torch.testing.assert_close(got[-1][0], x * 2 + y)
             torch.testing.assert_close(got[-1][1], y - x)
-        made = fast.graphed_calls() - before
-        runs.append(([[o.cpu().numpy() for o in g] for g in got], f.stats(), made))
-    (got_c, stats_c, made_c), (got_py, stats_py, made_py) = runs
-    # calls 1-4 and 7 in C (0 captures; 5 is on another stream, 6 comes back from it)
-    assert made_c == 5
-    assert made_py == 0
-    assert stats_c == stats_py
-    for a, b in zip(got_c, got_py):
+        runs.append(([[o.cpu().numpy() for o in g] for g in got], f.stats(), f._repeats))
+    (got_r, stats_r, made_r), (got_w, stats_w, made_w) = runs
+    # calls 1-4 and 7 repeated (0 captures; 5 is on another stream, 6 comes back from it)
+    assert made_r == 5
+    assert made_w == 0
+    assert stats_r == stats_w
+    for a, b in zip(got_r, got_w):
         for u, v in zip(a, b):
             np.testing.assert_array_equal(u, v)
     f = cg.graphed(lambda a: a * 3)
     t = torch.randn(16, 16, device="cuda", generator=gen)
     p = torch.nn.Parameter(t.clone(), requires_grad=False)
-    before = fast.graphed_calls()
-    for _ in range(3):  # not a plain tensor / not contiguous: the Python call
+    for _ in range(3):  # a subclass of Tensor, a strided view: results as the whole call's
         torch.testing.assert_close(f(p), p * 3)
         torch.testing.assert_close(f(t.t()), t.t() * 3)
-    assert fast.graphed_calls() == before
+    f = cg.graphed(lambda a: a * 3)
+    s = t.clone()
+    torch.testing.assert_close(f(s), s * 3)
+    torch.testing.assert_close(f(s), s * 3)
+    assert f._repeats == 1
+    s.t_()  # the same tensor, transposed in place (square: the same key, another layout)
+    torch.testing.assert_close(f(s), s * 3)
+    cpu = t.cpu()
+    with pytest.raises((TypeError, ValueError)):
+        f(cpu)  # (a CPU tensor of the armed type: refused as by the whole call)

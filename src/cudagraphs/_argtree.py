@@ -7,11 +7,14 @@ tree with each array replaced by :data:`LEAF` and every other leaf kept as
 it is (it must be hashable: the spec is part of the graph's key).
 :func:`unflatten` builds the tree again from a spec and arrays (the static
 inputs a function is captured on, the outputs it returned).
+
+This module is compiled by Cython from this source where the package is
+built (``_argtree.pxd``: a graphed call's spec and its result's tree are C
+calls), and runs as plain Python where not.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,6 +34,7 @@ __all__ = [
 ]
 
 LEAF = ("array",)  # the place of an array in a flattened argument tree
+_LEAF = LEAF  # (compiled, a C global: unflatten reads it on every call)
 
 
 def _is_array(obj: Any) -> bool:
@@ -72,10 +76,17 @@ def foreign_view_possible(obj: Any) -> bool:
 ARRAY_TYPES: set[type] = set()  # types seen to be device arrays (a fast path for calls)
 
 
-@functools.cache
 def positional_spec(n: int) -> Any:
-    """What :func:`flatten` gives for ``n`` positional arrays and no keyword."""
-    return flatten((tuple([_SPEC_ARRAY] * n), {}), [])
+    """What :func:`flatten` gives for ``n`` positional arrays and no keyword (the same object each time)."""
+    global _POSITIONAL
+    specs = _POSITIONAL
+    if n >= len(specs):  # (two threads may both extend it: one's is kept, equal to the other's)
+        more = [flatten((tuple([_SPEC_ARRAY] * k), {}), []) for k in range(len(specs), n + 1)]
+        specs = _POSITIONAL = specs + tuple(more)
+    return specs[n]
+
+
+_POSITIONAL: tuple[Any, ...] = ()  # positional_spec's answers, by n
 
 
 class _SpecArray:  # a stand-in array, only for positional_spec
@@ -108,16 +119,22 @@ def flatten(obj: Any, leaves: list[Any]) -> Any:
     return ("static", t, obj)
 
 
-def unflatten(spec: Any, leaves: Iterator[Any]) -> Any:
+def unflatten(spec: Any, leaves: list[Any]) -> Any:
     """The tree of ``spec`` with its arrays taken from ``leaves``, in order."""
-    if spec is LEAF:
+    if spec is _LEAF:  # (the common result: one array)
+        return leaves[0]
+    return _tree(spec, iter(leaves))
+
+
+def _tree(spec: Any, leaves: Iterator[Any]) -> Any:
+    if spec is _LEAF:
         return next(leaves)
     kind = spec[0]
     if kind == "static":
         return spec[2]
     if kind is dict:
-        return dict(zip(spec[1], [unflatten(s, leaves) for s in spec[2]]))
-    items = [unflatten(s, leaves) for s in spec[1]]
+        return dict(zip(spec[1], [_tree(s, leaves) for s in spec[2]]))
+    items = [_tree(s, leaves) for s in spec[1]]
     if kind is tuple or kind is list:
         return kind(items)
     return kind(*items)  # a named tuple

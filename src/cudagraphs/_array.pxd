@@ -12,24 +12,6 @@ from cudagraphs._fields cimport ArrayFields, DeviceFields
 cdef class DeviceArray(ArrayFields):
     pass
 
-cdef extern from *:
-    """
-    /* The offsets of DeviceArray's fields (ArrayFields', at the start of its struct), which the
-       C part's graphed call reads (a macro: it expands where the struct is known). */
-    #define _field_offsets() Py_BuildValue( \\
-        "{s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n}", \\
-        "_arg", (Py_ssize_t)offsetof(struct CgArrayFields, _arg), \\
-        "_block", (Py_ssize_t)offsetof(struct CgArrayFields, _block), \\
-        "device", (Py_ssize_t)offsetof(struct CgArrayFields, device), \\
-        "dtype", (Py_ssize_t)offsetof(struct CgArrayFields, dtype), \\
-        "is_contiguous", (Py_ssize_t)offsetof(struct CgArrayFields, is_contiguous), \\
-        "_ptr", (Py_ssize_t)offsetof(struct CgArrayFields, _ptr), \\
-        "shape", (Py_ssize_t)offsetof(struct CgArrayFields, shape), \\
-        "size", (Py_ssize_t)offsetof(struct CgArrayFields, size), \\
-        "strides", (Py_ssize_t)offsetof(struct CgArrayFields, strides))
-    """
-    dict _field_offsets()
-
 # (module globals the hot path reads: C globals, read without a dictionary lookup, which Python
 # 3.12 and later make compiled code do for every global it reads)
 cdef tuple _LAST_DIMS

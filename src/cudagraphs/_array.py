@@ -34,8 +34,7 @@ from ._builtin_kernels import c_strides, check_same, copy_view, fill_view
 from ._builtin_kernels import fill_value as _fill_value
 from ._device import Device, Stream, _current_stream_of, as_device, resolve_stream
 from ._dtypes import normalize_dtype
-from ._fields import ArrayFields, stream_offsets
-from ._kernel import fast_array_class
+from ._fields import ArrayFields
 from ._recording import Work, release, submit
 from ._transfer import PendingCopy, to_device, to_host
 from .backends.base import ArrayArg
@@ -453,15 +452,7 @@ def _prod(shape: tuple[int, ...]) -> int:
     return n
 
 
-if not cython.compiled:  # (compiled, _array.pxd's: the offsets of the extension type's fields)
-
-    def _field_offsets() -> dict[str, int] | None:
-        """Where the C part finds a DeviceArray's fields: None, in its ``__slots__``."""
-        return None
-
-
 # constructors ---------------------------------------------------------------
-fast_array_class(DeviceArray, _field_offsets(), stream_offsets())  # kernel launches read them from C
 
 
 def _new_array(
@@ -476,8 +467,9 @@ def _new_array(
     size: int,
 ) -> DeviceArray:
     """An instance of ``cls`` (DeviceArray or a subclass) with every field set: the one place."""
-    # (the class named as such: compiled, its allocation is then a C call, not a method call)
-    a = DeviceArray.__new__(DeviceArray) if cls is DeviceArray else DeviceArray.__new__(cls)
+    # (the class named as such: compiled, its allocation is then a C call, not a method call; a
+    # subclass allocates itself: one compiled from a .pxd initializes fields of its own there)
+    a = DeviceArray.__new__(DeviceArray) if cls is DeviceArray else cls.__new__(cls)
     a._block = block
     a._ptr = ptr
     a.shape = shape

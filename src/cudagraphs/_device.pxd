@@ -28,3 +28,6 @@ cdef extern from *:
 
 @cython.locals(stream=StreamFields)
 cpdef object _current_stream_of(DeviceFields device)
+
+cpdef bint _closed(StreamFields stream) except -1
+cpdef object _live(StreamFields stream)

@@ -196,12 +196,10 @@ class Stream(StreamFields):
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` destroyed (or is about to destroy) the stream."""
-        return self._finalizer is not None and not self._finalizer.alive
+        return _closed(self)
 
     def _live(self) -> Any:
-        if self.closed:
-            raise ValueError("this stream was closed; create a new one with Device.create_stream()")
-        return self._raw
+        return _live(self)
 
     def _check_open(self) -> Stream:
         self._live()
@@ -428,6 +426,9 @@ class Device(DeviceFields):
         TypeError
             For anything else.
         """
+        found = self._external.get(stream) if type(stream) is int else None
+        if found is not None:  # (a handle seen before: a graphed call of tensors asks on each call)
+            return found
         protocol = getattr(stream, "__cuda_stream__", None)
         if protocol is not None:
             stream = protocol()[1]
@@ -618,6 +619,19 @@ if not cython.compiled:  # (compiled, _device.pxd's: the C API's, without a meth
     def _context_get(var: contextvars.ContextVar[tuple[Stream, ...]]) -> tuple[Stream, ...]:
         """``var.get()``."""
         return var.get()
+
+
+def _closed(stream: Stream) -> bool:
+    """``stream.closed`` (compiled, a C function)."""
+    finalizer = stream._finalizer
+    return finalizer is not None and not finalizer.alive
+
+
+def _live(stream: Stream) -> Any:
+    """``stream``'s driver handle, unless it was closed (``Stream._live``; compiled, a C function)."""
+    if _closed(stream):
+        raise ValueError("this stream was closed; create a new one with Device.create_stream()")
+    return stream._raw
 
 
 def _current_stream_of(device: Device) -> Stream:

@@ -14,6 +14,14 @@
  * The GIL is released around every driver call, as cuda.bindings does: a
  * launch can block on a full queue behind a host function that needs the GIL.
  *
+ * Beside these trampolines it holds what must be C to be fast and takes no
+ * decision: a kernel's Packer (its arguments' bytes, packed on the C stack
+ * and launched), batches of kernel nodes' new parameters, and a Lock that
+ * compiled code takes without a call. The Python code (compiled by Cython
+ * where built) decides everything: what to launch, on which stream, whether
+ * a capture records it; it reaches these through the capsule `api`
+ * (_fastcall_api.h). docs/architecture.md, "The compiled part", says why.
+ *
  * Optional: when it cannot be built or imported, or CUDAGRAPHS_FASTCALL=0,
  * the cuda backend calls cuda.bindings instead.
  */
@@ -339,110 +347,10 @@ static PyObject *copy_node_set(PyObject *self, PyObject *const *args, Py_ssize_t
  */
 #include <structmember.h>
 
+static PyObject *str_handle; /* a loaded function's "handle" */
+
 #define MAX_PARAMS 64
 #define MAX_BYTES 4096
-
-/* the classes the graphed call's section reads (configure) */
-static PyTypeObject *array_base;  /* cudagraphs.DeviceArray */
-static PyTypeObject *stream_type; /* cudagraphs.Stream */
-static PyObject *current_var;     /* the ContextVar of the current streams (a tuple) */
-/* weakref.finalize and its registry of live finalizers (`alive` is membership there), read in C
-   where they are as CPython 3.10-3.13 define them; else `alive` is asked */
-static PyTypeObject *finalize_type;
-static PyObject *finalize_registry;
-static Py_ssize_t a_ptr, a_device, a_dtype, a_contig, s_device, s_handle, s_recording, s_finalizer;
-static Py_ssize_t a_shape = -1, a_size = -1;
-static PyObject *str_stream, *str_alive, *str_handle, *one;
-
-#define SLOT(o, offset) (*(PyObject **)((char *)(o) + (offset)))
-
-static Py_ssize_t slot_offset(PyTypeObject *t, const char *name) {
-    PyObject *key = PyUnicode_InternFromString(name);
-    if (key == NULL) return -1;
-    PyObject *d = _PyType_Lookup(t, key);
-    Py_DECREF(key);
-    if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type) ||
-        ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX) {
-        PyErr_Format(PyExc_TypeError, "%.80s.%s is not a __slots__ attribute", t->tp_name, name);
-        return -1;
-    }
-    return ((PyMemberDescrObject *)d)->d_member->offset;
-}
-
-/* The offset of field `name` of the array or stream class: from the offsets its compiled module
-   gave (configure's fourth and fifth arguments: an extension type's fields are no __slots__), else
-   its slot. */
-static PyObject *array_offsets, *stream_offsets; /* {name: offset}, or NULL */
-
-static Py_ssize_t field_at(PyObject *offsets, PyTypeObject *t, const char *name) {
-    if (offsets == NULL) return slot_offset(t, name);
-    PyObject *v = PyDict_GetItemString(offsets, name);
-    Py_ssize_t offset = v == NULL ? -1 : PyLong_AsSsize_t(v);
-    if (offset < (Py_ssize_t)sizeof(PyObject)) {
-        if (!PyErr_Occurred()) PyErr_Format(PyExc_TypeError, "no offset given for %.80s.%s", t->tp_name, name);
-        return -1;
-    }
-    return offset;
-}
-
-static Py_ssize_t array_field(PyTypeObject *t, const char *name) { return field_at(array_offsets, t, name); }
-
-/* The int in __slots__ attribute `slot` of o, += delta (or -= delta); -1 on error. */
-static int slot_add(PyObject *o, Py_ssize_t slot, PyObject *delta, int subtract) {
-    PyObject *v = SLOT(o, slot);
-    if (v == NULL) {
-        PyErr_Format(PyExc_AttributeError, "a counter of %.80s is not set", Py_TYPE(o)->tp_name);
-        return -1;
-    }
-    PyObject *next = subtract ? PyNumber_Subtract(v, delta) : PyNumber_Add(v, delta);
-    if (next == NULL) return -1;
-    Py_SETREF(SLOT(o, slot), next);
-    return 0;
-}
-
-/* configure(array_type, stream_type, current_streams, array_offsets, stream_offsets): the classes
-   the graphed call's section reads. */
-static PyObject *configure(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5 || !PyType_Check(args[0]) || !PyType_Check(args[1]) ||
-        (args[3] != Py_None && !PyDict_CheckExact(args[3])) || (args[4] != Py_None && !PyDict_CheckExact(args[4]))) {
-        PyErr_SetString(PyExc_TypeError,
-                        "configure takes the array class, the stream class, a ContextVar and the array's and the "
-                        "stream's field offsets (None: their __slots__)");
-        return NULL;
-    }
-    Py_XSETREF(array_offsets, args[3] == Py_None ? NULL : Py_NewRef(args[3]));
-    Py_XSETREF(stream_offsets, args[4] == Py_None ? NULL : Py_NewRef(args[4]));
-    if (!PyContextVar_CheckExact(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "configure's third argument must be a ContextVar");
-        return NULL;
-    }
-    PyTypeObject *at = (PyTypeObject *)args[0], *st = (PyTypeObject *)args[1];
-    Py_ssize_t o[10];
-    const char *an[4] = {"_ptr", "device", "dtype", "is_contiguous"};
-    const char *sn[4] = {"device", "handle", "_recording", "_finalizer"};
-    for (int i = 0; i < 4; ++i)
-        if ((o[i] = array_field(at, an[i])) < 0 || (o[4 + i] = field_at(stream_offsets, st, sn[i])) < 0) return NULL;
-    if ((o[8] = array_field(at, "shape")) < 0 || (o[9] = array_field(at, "size")) < 0) return NULL;
-    a_shape = o[8], a_size = o[9];
-    a_ptr = o[0], a_device = o[1], a_dtype = o[2], a_contig = o[3];
-    s_device = o[4], s_handle = o[5], s_recording = o[6], s_finalizer = o[7];
-    PyObject *weakref = PyImport_ImportModule("weakref");
-    PyObject *fin = weakref == NULL ? NULL : PyObject_GetAttrString(weakref, "finalize");
-    PyObject *registry = fin == NULL ? NULL : PyObject_GetAttrString(fin, "_registry");
-    Py_XDECREF(weakref);
-    if (registry != NULL && PyDict_CheckExact(registry) && PyType_Check(fin)) {
-        Py_XSETREF(finalize_type, (PyTypeObject *)Py_NewRef(fin));
-        Py_XSETREF(finalize_registry, Py_NewRef(registry));
-    }
-    Py_XDECREF(fin);
-    Py_XDECREF(registry);
-    if (cleared()) return NULL;
-    Py_INCREF(at), Py_INCREF(st), Py_INCREF(args[2]);
-    Py_XSETREF(array_base, at);
-    Py_XSETREF(stream_type, st);
-    Py_XSETREF(current_var, args[2]);
-    Py_RETURN_NONE;
-}
 
 typedef struct {
     char kind;  /* 'p' pointer, 'i' signed, 'u' unsigned, 'f' float, 'b' bool */
@@ -559,38 +467,6 @@ static int pack_values(const Packer *P, PyObject *values, unsigned char *buf, vo
         if (pack(&P->params[i], items[i], kp[i])) return -1;
     }
     return 0;
-}
-
-/* This thread's current stream of `device`, as Device.current_stream finds it: *found is
-   borrowed from *current (a new reference the caller drops), or NULL where no stream of the
-   device was made current (its default stream then). 0 done, 1 not readable here, -1 error. */
-static int current_of(PyObject *device, PyObject **current, PyObject **found) {
-    *found = NULL;
-    if (PyContextVar_Get(current_var, NULL, current) < 0) return -1;
-    if (*current == NULL) return 0;
-    if (!PyTuple_CheckExact(*current)) return 1;
-    for (Py_ssize_t i = PyTuple_GET_SIZE(*current) - 1; i >= 0; --i) {
-        PyObject *s = PyTuple_GET_ITEM(*current, i);
-        if (Py_TYPE(s) == stream_type && SLOT(s, s_device) == device) {
-            *found = s;
-            break;
-        }
-    }
-    return 0;
-}
-
-/* 1 if `stream` is open: another library's (no finalizer), or an owned one whose finalizer is
-   alive; 0 if closed or not known; -1 if reading it raised. */
-static int stream_open(PyObject *stream) {
-    PyObject *fin = SLOT(stream, s_finalizer);
-    if (fin == NULL) return 0;
-    if (fin == Py_None) return 1;
-    if (finalize_registry != NULL && Py_TYPE(fin) == finalize_type) /* what finalize.alive reads */
-        return PyDict_Contains(finalize_registry, fin);
-    PyObject *alive = PyObject_GetAttr(fin, str_alive);
-    int open = alive == NULL ? -1 : PyObject_IsTrue(alive);
-    Py_XDECREF(alive);
-    return open;
 }
 
 /* Packer(layout, fallback): layout is one (kind, size, offset) per parameter; fallback is the
@@ -877,285 +753,10 @@ static Py_ssize_t api_nodes_set(PyObject *batch) {
     return done;
 }
 
-static PyObject *replay_active; /* the captures in progress ({device: [Recording]}) */
-
-/* ---- Graphed callables' repeat call -----------------------------------------------------------
- *
- * graphed_method(GraphedCallable, python_call, Lease, Entry, GraphOutput) makes a method of
- * GraphedCallable, written in C, to put in place of its __call__. After a call C can repeat, the
- * Python call arms the callable (`_hot`, the tuple GraphedCallable._arm makes): positional
- * inputs, each a plain cudagraphs array or a CUDA torch.Tensor, contiguous, every one copied by
- * the graph's own first nodes; no buckets; outputs not copied. A later call whose inputs have
- * the armed types, shapes, dtypes and devices, on the armed stream (the previous call's), with the
- * callable's lock free, is made here as the Python call makes it: the lock held, the calls
- * counted (earlier outputs go stale), each input held or, where it moved, handed to
- * GraphedCallable._moved (which points its copy node, or copies it where the node cannot move),
- * the graph launched (cuGraphLaunch, or graph.replay where the fast launch cannot), the outputs
- * wrapped. Every other call goes to python_call unchanged.
- */
-enum { H_MODE, H_TYPES, H_SHAPES, H_DTYPES, H_DEVICES, H_STREAM, H_SOURCE, H_SOURCE_ARG, H_HANDLE,
-       H_GRAPH, H_ENTRY, H_SOURCES, H_HELD, H_OUTS, H_TUPLE, H_LEASE, H_LOCK, H_SIZE };
-enum { MODE_FIXED, MODE_TORCH, MODE_CURRENT }; /* where the call's stream comes from */
-#define MAX_INPUTS 16
-
-static int try_lock(PyObject *lock); /* (the allocator's section, below) */
-static int unlock(PyObject *lock);
-static PyObject *graphed_slow;            /* the Python GraphedCallable.__call__ */
-static PyTypeObject *output_type;         /* GraphOutput */
-static Py_ssize_t l_calls, l_made, e_hits, o_lease, o_call;
-static Py_ssize_t array_slots[32];        /* the array class's slots, copied into a GraphOutput */
-static int n_array_slots;
-static unsigned long long graphed_fast;   /* calls made here */
-static PyObject *str_hot, *str_data_ptr, *str_get_device, *str_is_contiguous, *str_shape,
-    *str_dtype, *str_acquire, *str_release, *str_moved, *str_replay;
-
-/* Input i's address (a new reference) if it reads as armed, else NULL (an error maybe set). */
-static PyObject *hot_input(PyObject *hot, Py_ssize_t i, PyObject *obj) {
-    PyObject *want_shape = PyTuple_GET_ITEM(PyTuple_GET_ITEM(hot, H_SHAPES), i);
-    PyObject *want_dtype = PyTuple_GET_ITEM(PyTuple_GET_ITEM(hot, H_DTYPES), i);
-    PyObject *want_device = PyTuple_GET_ITEM(PyTuple_GET_ITEM(hot, H_DEVICES), i);
-    if (Py_TYPE(obj) == array_base) {
-        PyObject *ptr = SLOT(obj, a_ptr), *shape = SLOT(obj, a_shape), *dtype = SLOT(obj, a_dtype);
-        if (ptr == NULL || shape == NULL || dtype == NULL || !PyLong_CheckExact(ptr) ||
-            SLOT(obj, a_contig) != Py_True || SLOT(obj, a_device) != want_device)
-            return NULL;
-        if (dtype != want_dtype && PyObject_RichCompareBool(dtype, want_dtype, Py_EQ) != 1) return NULL;
-        if (shape != want_shape && PyObject_RichCompareBool(shape, want_shape, Py_EQ) != 1) return NULL;
-        return Py_NewRef(ptr);
-    }
-    /* a torch.Tensor (the armed type is exactly torch.Tensor: no Python code runs here) */
-    PyObject *o = PyObject_CallMethodNoArgs(obj, str_get_device);
-    int ok = o != NULL && PyObject_RichCompareBool(o, want_device, Py_EQ) == 1;
-    Py_XDECREF(o);
-    if (!ok) return NULL;
-    o = PyObject_GetAttr(obj, str_dtype);
-    ok = o != NULL && o == want_dtype;
-    Py_XDECREF(o);
-    if (!ok) return NULL;
-    o = PyObject_GetAttr(obj, str_shape);
-    ok = o != NULL && PyObject_RichCompareBool(o, want_shape, Py_EQ) == 1;
-    Py_XDECREF(o);
-    if (!ok) return NULL;
-    o = PyObject_CallMethodNoArgs(obj, str_is_contiguous);
-    ok = o == Py_True;
-    Py_XDECREF(o);
-    if (!ok) return NULL;
-    o = PyObject_CallMethodNoArgs(obj, str_data_ptr);
-    if (o != NULL && !PyLong_CheckExact(o)) Py_CLEAR(o);
-    return o;
-}
-
-/* 1 if the call's stream is the armed one (open, not captured), 0 if not, -1 on error. */
-static int hot_stream(PyObject *hot) {
-    PyObject *stream = PyTuple_GET_ITEM(hot, H_STREAM), *arg = PyTuple_GET_ITEM(hot, H_SOURCE_ARG);
-    long mode = PyLong_AsLong(PyTuple_GET_ITEM(hot, H_MODE));
-    if (Py_TYPE(stream) != stream_type || SLOT(stream, s_recording) != Py_None) return 0;
-    /* a capture in progress: the Python call (graph.replay) embeds in it or refuses, as replay does */
-    if (replay_active == NULL || !PyDict_CheckExact(replay_active) || PyDict_GET_SIZE(replay_active)) return 0;
-    if (mode == MODE_TORCH) { /* PyTorch's current stream of the device, by handle */
-        PyObject *h = PyObject_CallOneArg(PyTuple_GET_ITEM(hot, H_SOURCE), arg);
-        int same = h == NULL ? -1 : PyObject_RichCompareBool(h, PyTuple_GET_ITEM(hot, H_HANDLE), Py_EQ);
-        Py_XDECREF(h);
-        if (same != 1) return same < 0 ? -1 : 0;
-    } else if (mode == MODE_CURRENT) { /* arg: (device, its default stream) */
-        PyObject *current = NULL, *found = NULL;
-        if (!PyTuple_CheckExact(arg) || PyTuple_GET_SIZE(arg) != 2) return 0;
-        int got = current_of(PyTuple_GET_ITEM(arg, 0), &current, &found);
-        int same = got == 0 && (found != NULL ? found : PyTuple_GET_ITEM(arg, 1)) == stream;
-        Py_XDECREF(current);
-        if (got < 0) return -1;
-        if (!same) return 0;
-    } else if (mode != MODE_FIXED) {
-        return PyErr_Occurred() ? -1 : 0;
-    }
-    return stream_open(stream);
-}
-
-/* The call's result from the armed outputs: each cudagraphs array as a GraphOutput of this call
-   (GraphOutput._expiring, in C), anything else as it is; a tuple if the function returned one. */
-static PyObject *hot_outputs(PyObject *hot) {
-    PyObject *outs = PyTuple_GET_ITEM(hot, H_OUTS), *lease = PyTuple_GET_ITEM(hot, H_LEASE);
-    Py_ssize_t n = PyTuple_GET_SIZE(outs);
-    PyObject *result = PyTuple_New(n);
-    if (result == NULL) return NULL;
-    for (Py_ssize_t k = 0; k < n; ++k) {
-        PyObject *o = PyTuple_GET_ITEM(outs, k), *w;
-        if (Py_TYPE(o) == array_base) {
-            w = output_type->tp_alloc(output_type, 0);
-            if (w == NULL) {
-                Py_DECREF(result);
-                return NULL;
-            }
-            for (int j = 0; j < n_array_slots; ++j) SLOT(w, array_slots[j]) = Py_XNewRef(SLOT(o, array_slots[j]));
-            SLOT(w, o_lease) = Py_NewRef(lease);
-            SLOT(w, o_call) = Py_XNewRef(SLOT(lease, l_calls));
-        } else {
-            w = Py_NewRef(o);
-        }
-        PyTuple_SET_ITEM(result, k, w);
-    }
-    if (PyTuple_GET_ITEM(hot, H_TUPLE) == Py_True) return result;
-    PyObject *single = Py_NewRef(PyTuple_GET_ITEM(result, 0));
-    Py_DECREF(result);
-    return single;
-}
-
-/* The call with the lock held: counted, inputs pointed at and held, replayed, outputs made. */
-static PyObject *hot_locked(PyObject *self, PyObject *hot, PyObject *const *args, PyObject **ptrs, Py_ssize_t n) {
-    PyObject *entry = PyTuple_GET_ITEM(hot, H_ENTRY), *graph = PyTuple_GET_ITEM(hot, H_GRAPH);
-    PyObject *sources = PyTuple_GET_ITEM(hot, H_SOURCES), *held = PyTuple_GET_ITEM(hot, H_HELD);
-    PyObject *stream = PyTuple_GET_ITEM(hot, H_STREAM);
-    /* self._lease.calls += 1; self._lease.made += 1; entry.hits += 1 (as the Python call counts) */
-    PyObject *lease = PyTuple_GET_ITEM(hot, H_LEASE);
-    if (slot_add(lease, l_calls, one, 0) || slot_add(lease, l_made, one, 0) || slot_add(entry, e_hits, one, 0))
-        return NULL;
-    for (Py_ssize_t j = 0; j < n; ++j) { /* Staging.point (_staging.py), for a dense input */
-        PyObject *key = PyLong_FromSsize_t(j);
-        if (key == NULL) return NULL;
-        PyObject *src = PyDict_GetItemWithError(sources, key);
-        int same = src == NULL ? -1 : PyObject_RichCompareBool(src, ptrs[j], Py_EQ), bad = same < 0;
-        if (src == NULL && !PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "a graphed input has no source");
-        if (same == 1) {
-            bad = PyDict_SetItem(held, key, args[j]);
-        } else if (same == 0) { /* moved: self._moved(entry, j, input, stream) points its node */
-            PyObject *argv[5] = {self, entry, key, args[j], stream};
-            PyObject *r = PyObject_VectorcallMethod(str_moved, argv, 5, NULL);
-            bad = r == NULL;
-            Py_XDECREF(r);
-        }
-        Py_DECREF(key);
-        if (bad) return NULL;
-    }
-    PyObject *argv[2] = {graph, stream}; /* graph.replay(stream): compiled, it launches from C */
-    PyObject *r = PyObject_VectorcallMethod(str_replay, argv, 2, NULL);
-    if (r == NULL) return NULL;
-    Py_DECREF(r);
-    return hot_outputs(hot);
-}
-
-static PyObject *graphed_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), n = 0;
-    PyObject *hot = NULL, *ptrs[MAX_INPUTS];
-    if (kwnames != NULL || graphed_slow == NULL || output_type == NULL || array_base == NULL) goto slow;
-    hot = PyObject_GetAttr(self, str_hot);
-    if (hot == NULL || !PyTuple_CheckExact(hot) || PyTuple_GET_SIZE(hot) != H_SIZE) goto slow;
-    PyObject *types = PyTuple_GET_ITEM(hot, H_TYPES);
-    if (!PyTuple_CheckExact(types) || PyTuple_GET_SIZE(types) != nargs || nargs > MAX_INPUTS) goto slow;
-    for (; n < nargs; ++n) {
-        if ((PyObject *)Py_TYPE(args[n]) != PyTuple_GET_ITEM(types, n)) goto slow;
-        if ((ptrs[n] = hot_input(hot, n, args[n])) == NULL) goto slow;
-    }
-    int on = hot_stream(hot);
-    if (on != 1) goto slow;
-    PyObject *lock = PyTuple_GET_ITEM(hot, H_LOCK);
-    if (try_lock(lock) != 1) goto slow; /* another thread's call: the Python path waits for it */
-    PyObject *now = PyObject_GetAttr(self, str_hot), *out = NULL; /* (code run meanwhile may disarm) */
-    if (now == hot) out = hot_locked(self, hot, args, ptrs, n);
-    Py_XDECREF(now);
-    PyObject *et, *ev, *tb;
-    PyErr_Fetch(&et, &ev, &tb);
-    if (now == hot && out == NULL && et != NULL && PyObject_SetAttr(self, str_hot, Py_None) < 0)
-        PyErr_Clear(); /* a failed call disarms, as the Python call does (its error is the one raised) */
-    if (unlock(lock)) { /* (the release's error replaces the call's) */
-        Py_XDECREF(et), Py_XDECREF(ev), Py_XDECREF(tb);
-        Py_CLEAR(out);
-    } else {
-        PyErr_Restore(et, ev, tb);
-    }
-    if (out != NULL || PyErr_Occurred()) { /* made here, or an error the Python call would raise too */
-        if (out != NULL) graphed_fast++;
-        for (Py_ssize_t j = 0; j < n; ++j) Py_DECREF(ptrs[j]);
-        Py_DECREF(hot);
-        return out;
-    }
-slow:
-    for (Py_ssize_t j = 0; j < n; ++j) Py_DECREF(ptrs[j]);
-    Py_XDECREF(hot);
-    if (cleared()) return NULL;
-    if (graphed_slow == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "graphed_method was not set up");
-        return NULL;
-    }
-    /* python_call(self, *args, **kw) */
-    Py_ssize_t total = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
-    PyObject **v = PyMem_Malloc((size_t)(total + 1) * sizeof(PyObject *));
-    if (v == NULL) return PyErr_NoMemory();
-    v[0] = self;
-    for (Py_ssize_t i = 0; i < total; ++i) v[1 + i] = args[i];
-    PyObject *result = PyObject_Vectorcall(graphed_slow, v, (size_t)(nargs + 1), kwnames);
-    PyMem_Free(v);
-    return result;
-}
-
-static PyMethodDef graphed_def = {
-    "__call__", (PyCFunction)(void (*)(void))graphed_call, METH_FASTCALL | METH_KEYWORDS,
-    "__call__($self, /, *args, **kwargs)\n--\n\n"
-    "Run the function's graph for these arguments (capturing it on first use).\n",
-};
-
-/* graphed_method(GraphedCallable, python_call, Lease, Entry, GraphOutput): the C method to put
-   in place of GraphedCallable.__call__ (configure() first: the array class). */
-static PyObject *graphed_method(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6 || !PyType_Check(args[0]) || !PyCallable_Check(args[1]) || !PyType_Check(args[2]) ||
-        !PyType_Check(args[3]) || !PyType_Check(args[4]) || !PyDict_CheckExact(args[5]) || array_base == NULL) {
-        PyErr_SetString(PyExc_TypeError,
-                        "graphed_method takes GraphedCallable, its Python __call__, the lease, entry and "
-                        "output classes and the dict of captures in progress (configure first)");
-        return NULL;
-    }
-    PyTypeObject *out = (PyTypeObject *)args[4];
-    if (!PyType_IsSubtype(out, array_base)) {
-        PyErr_SetString(PyExc_TypeError, "the output class must derive from the array class");
-        return NULL;
-    }
-    Py_ssize_t calls = slot_offset((PyTypeObject *)args[2], "calls"), hits = slot_offset((PyTypeObject *)args[3], "hits");
-    Py_ssize_t made = slot_offset((PyTypeObject *)args[2], "made");
-    Py_ssize_t lease = slot_offset(out, "_lease"), call = slot_offset(out, "_call");
-    if (calls < 0 || made < 0 || hits < 0 || lease < 0 || call < 0) return NULL;
-    /* the array class's fields (its own and its bases'), as the output class lays them out: the
-       offsets its compiled module gave, else its slots */
-    int k = 0;
-    PyObject *name, *value, *mro = array_offsets == NULL ? array_base->tp_mro : NULL;
-    for (Py_ssize_t pos = 0; array_offsets != NULL && PyDict_Next(array_offsets, &pos, &name, &value);) {
-        Py_ssize_t offset = PyLong_AsSsize_t(value);
-        if (k == (int)(sizeof array_slots / sizeof array_slots[0]) || offset < (Py_ssize_t)sizeof(PyObject)) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "the array class's field offsets");
-            return NULL;
-        }
-        array_slots[k++] = offset;
-    }
-    for (Py_ssize_t i = 0; mro != NULL && i < PyTuple_GET_SIZE(mro); ++i) {
-        PyTypeObject *t = (PyTypeObject *)PyTuple_GET_ITEM(mro, i);
-        for (PyMemberDef *m = t->tp_members; m != NULL && m->name != NULL; ++m) {
-            if (m->type != T_OBJECT_EX) continue;
-            if (k == (int)(sizeof array_slots / sizeof array_slots[0])) {
-                PyErr_SetString(PyExc_TypeError, "the array class has too many slots");
-                return NULL;
-            }
-            array_slots[k++] = m->offset;
-        }
-    }
-    if (out->tp_basicsize < array_base->tp_basicsize) {
-        PyErr_SetString(PyExc_TypeError, "the output class does not extend the array's layout");
-        return NULL;
-    }
-    n_array_slots = k;
-    l_calls = calls, l_made = made, e_hits = hits, o_lease = lease, o_call = call;
-    Py_INCREF(out);
-    Py_XSETREF(output_type, out);
-    Py_INCREF(args[1]);
-    Py_XSETREF(graphed_slow, args[1]);
-    Py_XSETREF(replay_active, Py_NewRef(args[5]));
-    return PyDescr_NewMethod((PyTypeObject *)args[0], &graphed_def);
-}
-
-/* graphed_calls(): how many graphed calls were made in C (for tests and the bench). */
-static PyObject *graphed_calls(PyObject *self, PyObject *unused) { return PyLong_FromUnsignedLongLong(graphed_fast); }
-
 /* ---- A lock C takes without a method call ------------------------------------------------------
  *
  * Lock is threading.Lock's subset the caching allocator uses (acquire(blocking, timeout),
- * release(), locked(), `with`), so that C code (try_lock, unlock) takes it directly;
+ * release(), locked(), `with`), so that compiled code (api's lock_take, lock_give) takes it directly;
  * Lock(reentrant=True) is threading.RLock's (its owner takes it again; only the owner gives it
  * back), the graphed callable's. Whether it
  * is held is a flag that is read and set with the GIL held (the module runs with the GIL: it does
@@ -1335,29 +936,6 @@ static PyTypeObject LockType = {
     .tp_methods = lock_methods,
 };
 
-/* lock.acquire(False) (1 taken, 0 busy, -1 error) and lock.release() (0, or -1 with the error). */
-static int try_lock(PyObject *lock) {
-    if (Py_TYPE(lock) == &LockType) return lock_take((Lock *)lock, 0, -1);
-    PyObject *got = PyObject_CallMethodOneArg(lock, str_acquire, Py_False);
-    int taken = got == NULL ? -1 : got == Py_True;
-    Py_XDECREF(got);
-    return taken;
-}
-
-static int unlock(PyObject *lock) {
-    if (Py_TYPE(lock) == &LockType) return lock_give((Lock *)lock);
-    PyObject *et, *ev, *tb;
-    PyErr_Fetch(&et, &ev, &tb);
-    PyObject *r = PyObject_CallMethodNoArgs(lock, str_release);
-    if (r == NULL) {
-        Py_XDECREF(et), Py_XDECREF(ev), Py_XDECREF(tb);
-        return -1;
-    }
-    Py_DECREF(r);
-    PyErr_Restore(et, ev, tb);
-    return 0;
-}
-
 /* cuGraphLaunch(exec, stream) for compiled code: the CUresult, or CG_UNBOUND. */
 static int api_graph_launch(uintptr_t exec, uintptr_t stream) {
     void *fn = fns[GRAPH_LAUNCH]; /* (read with the GIL held: bind() may change it) */
@@ -1454,11 +1032,6 @@ static PyMethodDef methods[] = {
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "bind(name, address)"},
     {"bound", bound, METH_O, "bound(name): the address bound to name (0: none)."},
     {"names", names, METH_NOARGS, "The driver functions this module calls, in bind() names."},
-    {"graphed_method", (PyCFunction)(void (*)(void))graphed_method, METH_FASTCALL,
-     "graphed_method(GraphedCallable, python_call, Lease, Entry, GraphOutput): a graphed call's repeat path, in C"},
-    {"graphed_calls", graphed_calls, METH_NOARGS, "graphed_calls(): graphed calls made in C so far"},
-    {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL,
-     "configure(array_type, stream_type, current_streams, array_offsets, stream_offsets): the classes the graphed call reads."},
     {"cuLaunchKernel", (PyCFunction)(void (*)(void))launch, METH_FASTCALL, NULL},
     {"cuGraphLaunch", (PyCFunction)(void (*)(void))graph_launch, METH_FASTCALL, NULL},
     {"cuMemcpyDtoDAsync", (PyCFunction)(void (*)(void))copy_dd, METH_FASTCALL, NULL},
@@ -1484,19 +1057,7 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__fastcall(void) {
     if (PyType_Ready(&PackerType) < 0 || PyType_Ready(&LockType) < 0 || PyType_Ready(&NodesType) < 0)
         return NULL;
-    str_stream = PyUnicode_InternFromString("stream");
-    str_alive = PyUnicode_InternFromString("alive");
-    str_handle = PyUnicode_InternFromString("handle");
-    if (str_stream == NULL || str_alive == NULL || str_handle == NULL) return NULL;
-    PyObject **hot_names[] = {&str_hot,                       &str_data_ptr,   &str_get_device, &str_is_contiguous,
-                              &str_shape,       &str_dtype,   &str_acquire,    &str_release,    &str_moved,
-                              &str_replay};
-    const char *hot_texts[] = {"_hot",  "data_ptr", "get_device", "is_contiguous", "shape",
-                               "dtype", "acquire", "release", "_moved", "replay"};
-    for (size_t i = 0; i < sizeof hot_texts / sizeof hot_texts[0]; ++i)
-        if ((*hot_names[i] = PyUnicode_InternFromString(hot_texts[i])) == NULL) return NULL;
-    one = PyLong_FromLong(1);
-    if (one == NULL) return NULL;
+    if ((str_handle = PyUnicode_InternFromString("handle")) == NULL) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     if (PyModule_AddObjectRef(m, "Packer", (PyObject *)&PackerType) < 0 ||

@@ -8,29 +8,19 @@ fails when the C source names an attribute this page does not):
 ===================================  ==============================================
 class (given to C by)                attributes, slots and methods C reads
 ===================================  ==============================================
-``DeviceArray`` (``configure``)      fields ``_ptr device dtype is_contiguous shape
-                                     size strides _block _arg`` (at the offsets
-                                     ``_array`` gives where compiled, else slots);
-                                     ``ptr`` and ``_view_spec`` not overridden
-``Stream`` (``configure``)           fields ``device handle _recording _finalizer``
-                                     (at the offsets ``_fields`` gives where
-                                     compiled, else slots)
 ``KernelLaunch`` (``Packer.issue``)  its six items; its function's ``handle``
-``GraphedCallable``                  ``_hot``, ``_moved()``, ``replay()``; ``Lease``
-(``graphed_method``)                 slots ``calls made``; ``Entry`` slot ``hits``;
-                                     ``GraphOutput`` slots ``_lease _call``
-other libraries' tensors             ``data_ptr get_device is_contiguous shape dtype``
-keyword arguments                    ``stream``
-the standard library                 ``time.monotonic``; ``weakref.finalize``'s
-                                     ``_registry`` and ``alive``; a lock's ``acquire
-                                     release locked`` (``blocking``, ``timeout``,
-                                     ``reentrant``)
+a kernel node's batch (``api``)      a launch's ``values`` (a list or tuple), packed
+                                     by the kernel's ``Packer``
+the standard library                 ``time.monotonic`` (a timed ``Lock`` wait)
+its own ``Lock``                     ``acquire release locked`` (``blocking``,
+                                     ``timeout``, ``reentrant``)
 compiled modules (``api``)           nothing: _fastcall_api.h declares what they call
 ===================================  ==============================================
 
-Every decision the C paths take is also taken by the Python code they stand
-in front of (docs/architecture.md, "The compiled part"): issue 27 replaces
-them with one implementation.
+The C part takes no decision: it packs values that Python code checked and
+converted, calls the driver, and says when it could not (a fallback then
+runs the same Python code that decided). docs/architecture.md, "The
+compiled part", says what may be written here and why.
 """
 
 from collections.abc import Callable, Sequence
@@ -58,22 +48,6 @@ def names() -> list[str]: ...
 
 api: Any  # a capsule: what compiled modules call (_fastcall_api.h: the Lock's take and give, trampolines)
 
-def configure(
-    array_type: type,
-    stream_type: type,
-    current_streams: Any,
-    array_offsets: dict[str, int] | None,
-    stream_offsets: dict[str, int] | None,
-) -> None: ...
-def graphed_method(
-    callable_type: type,
-    python_call: Callable[..., Any],
-    lease_type: type,
-    entry_type: type,
-    output_type: type,
-    active: dict[Any, Any],
-) -> Callable[..., Any]: ...
-def graphed_calls() -> int: ...
 def cuLaunchKernel(*args: Any) -> Any: ...
 def cuGraphLaunch(*args: Any) -> Any: ...
 def cuEventRecord(*args: Any) -> Any: ...

@@ -17,17 +17,3 @@ cdef class DeviceFields:
     cdef public object allocator, backend, stream
     cdef public dict kernels
 
-cdef extern from *:
-    """
-    /* The offsets of a Stream's fields, which the C part reads (a macro: it expands where the
-       struct is known). */
-    #define _stream_offsets() Py_BuildValue( \\
-        "{s:n,s:n,s:n,s:n,s:n,s:n}", \\
-        "_finalizer", (Py_ssize_t)offsetof(struct CgStream, _finalizer), \\
-        "_raw", (Py_ssize_t)offsetof(struct CgStream, _raw), \\
-        "_recording", (Py_ssize_t)offsetof(struct CgStream, _recording), \\
-        "_tokens", (Py_ssize_t)offsetof(struct CgStream, _tokens), \\
-        "device", (Py_ssize_t)offsetof(struct CgStream, device), \\
-        "handle", (Py_ssize_t)offsetof(struct CgStream, handle))
-    """
-    dict _stream_offsets()

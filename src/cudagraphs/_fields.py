@@ -24,7 +24,7 @@ except ImportError:  # (run as Python where Cython is not installed: nothing is 
 
     cython = SimpleNamespace(compiled=False)
 
-__all__ = ["ArrayFields", "DeviceFields", "StreamFields", "stream_offsets"]
+__all__ = ["ArrayFields", "DeviceFields", "StreamFields"]
 
 
 class StreamFields:
@@ -86,13 +86,3 @@ class ArrayFields:
     size: int
 
 
-if not cython.compiled:  # (compiled, _fields.pxd's: the offsets of the extension type's fields)
-
-    def _stream_offsets() -> dict[str, int] | None:
-        """Where the C part finds a Stream's fields: None, in its ``__slots__``."""
-        return None
-
-
-def stream_offsets() -> dict[str, int] | None:
-    """The byte offsets of a Stream's fields where compiled (None: they are ``__slots__``)."""
-    return _stream_offsets()

@@ -4,13 +4,13 @@
 
 cimport cython
 from cudagraphs._capi cimport cg_api_load, cg_graph_launch
-from cudagraphs._device cimport _current_stream_of
+from cudagraphs._device cimport _current_stream_of, _live
 from cudagraphs._fields cimport DeviceFields, StreamFields
 
 # (module globals replay reads: C globals, read without a dictionary lookup, which Python 3.12
 # and later make compiled code do for every global it reads)
 cdef dict _ACTIVE
-cdef object _get_ident
+cdef object _get_ident, _Stream
 
 cdef class Graph:
     cdef object __weakref__
@@ -25,3 +25,5 @@ cdef class Graph:
 
     @cython.locals(on=StreamFields, current=StreamFields)
     cpdef replay(self, stream=*)
+    @cython.locals(s=StreamFields)
+    cpdef _check_stream(self, object stream)

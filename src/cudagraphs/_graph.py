@@ -40,7 +40,7 @@ from . import _node_changes, _picture, _recording, _update
 from ._array import DeviceArray, foreign_view
 from ._config import compiled_part
 from ._control import Body, Condition, add_conditional, new_condition
-from ._device import Device, Stream, _current_stream_of
+from ._device import Device, Stream, _current_stream_of, _live
 from ._errors import CaptureError, GraphStateError
 from ._executable import Resources, ordered_launch, release_resources
 from ._recording import NodeRecord, Work, submit
@@ -112,6 +112,7 @@ _KIND_NAME = operator.itemgetter(1, 2)  # (kind, name) of a NodeRecord
 # (module globals replay reads: compiled, C globals, read without a dictionary lookup)
 _ACTIVE = _recording._ACTIVE  # the captures in progress, by device (changed in place only)
 _get_ident = threading.get_ident
+_Stream = Stream
 
 if not cython.compiled:  # (compiled, _capi.pxd's C functions: the C part's cuGraphLaunch)
     from ._capi import cg_api_load, cg_graph_launch
@@ -560,7 +561,7 @@ class Graph:
         if stream is not self.stream:
             self._check_stream(stream)
             streams = self._res.streams  # type: ignore[union-attr]
-            if stream not in streams:
+            if streams[-1] is not stream and stream not in streams:  # (mostly the last one)
                 streams.append(stream)
         on = stream  # (compiled: typed, its fields read as C fields)
         if on._recording is not None:
@@ -591,11 +592,12 @@ class Graph:
         submit(stream, Work("child", lambda raw, _: backend.capture_node(raw, "child", child), keep=(self,)))
 
     def _check_stream(self, stream: Any) -> Stream:
-        if type(stream) is not Stream:
+        if type(stream) is not _Stream:
             raise TypeError(f"stream must be a cudagraphs Stream, got {type(stream).__name__}")
-        if stream.device is not self.device:
+        s = stream  # (compiled: typed, its fields read as C fields)
+        if s.device is not self.device:
             raise ValueError(f"stream {stream} is not on {self.device}")
-        stream._live()
+        _live(s)
         return stream
 
     # inspection -------------------------------------------------------------------------------

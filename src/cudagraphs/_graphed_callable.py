@@ -27,6 +27,18 @@ Replays run on the caller's stream: the ``stream`` given, else the current
 stream of the library whose arrays came in (PyTorch's or CuPy's), else this
 thread's cudagraphs stream. Calls are serialized by a lock; a call on
 another stream than the previous one waits for it first.
+
+A call with the key of the call before it (the same argument types,
+shapes, dtypes and devices, on the same stream) skips finding its graph:
+:meth:`GraphedCallable._repeat` checks the key and reuses what that call
+decided, then stages, replays and wraps as every call does.
+
+This module is compiled by Cython from this source where the package is
+built (``_graphed_callable.pxd`` declares :class:`GraphedCallable`,
+:class:`GraphOutput` and the call's state extension types with typed
+fields, so that a call reads them as C fields and replays through the
+compiled :meth:`Graph.replay <cudagraphs.Graph.replay>`: docs/architecture.md,
+"The compiled part"), and runs as plain Python where not.
 """
 
 from __future__ import annotations
@@ -36,17 +48,24 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
+try:
+    import cython
+except ImportError:  # (run as Python where Cython is not installed: nothing is compiled)
+    from types import SimpleNamespace
+
+    cython = SimpleNamespace(compiled=False)
+
 from . import _recording, interop
-from ._argtree import ARRAY_TYPES, LEAF, flatten, in_host_memory, positional_spec, unflatten
+from ._argtree import ARRAY_TYPES, flatten, in_host_memory, positional_spec, unflatten
 from ._array import DeviceArray, _new_array, foreign_view
 from ._capture import CaptureSession
-from ._device import Device, Stream
+from ._config import compiled_part
+from ._device import Device, Stream, _current_stream_of
 from ._errors import StaleOutputError
 from ._graph import Graph
-from ._kernel import fastcall
 from ._options import GraphedOptions
 from ._pool import GraphPool
-from ._staging import Entry, Input, Staging, array_of, first_rows
+from ._staging import Entry, Input, Staging, array_of, first_rows, new_input
 
 __all__ = ["GraphOutput", "GraphedCallable", "graphed"]
 
@@ -64,11 +83,21 @@ class _Lease:
 
     __slots__ = ("calls", "lock", "made", "name")
 
+    calls: int
+    made: int
+    name: str
+    lock: Any
+
     def __init__(self, name: str, lock: Any) -> None:
         self.calls = 0
         self.made = 0
         self.name = name
         self.lock = lock
+
+    def count(self) -> None:
+        """Count a call: every earlier output is stale from here on."""
+        self.calls += 1
+        self.made += 1
 
 
 class GraphOutput(DeviceArray):
@@ -94,13 +123,14 @@ class GraphOutput(DeviceArray):
     _lease: _Lease
     _call: int
 
-    @classmethod
-    def _expiring(cls, base: DeviceArray, lease: _Lease) -> GraphOutput:
+    @staticmethod
+    def _expiring(base: DeviceArray, lease: _Lease) -> GraphOutput:
+        """A view of ``base`` (a static output) valid until the lease's next call."""
         b = base  # (its description, copied as it is)
-        out = cast(
-            GraphOutput,
-            _new_array(cls, b._block, b._ptr, b.device, b.shape, b.strides, b.dtype, b.is_contiguous, b.size),
+        made = _new_array(
+            GraphOutput, b._block, b._ptr, b.device, b.shape, b.strides, b.dtype, b.is_contiguous, b.size
         )
+        out: GraphOutput = made  # type: ignore[assignment]  # (compiled: typed, no call of cast)
         out._arg = base._arg
         out._lease, out._call = lease, lease.calls
         return out
@@ -146,19 +176,65 @@ class GraphOutput(DeviceArray):
 
 _recording.EXPIRING.add(GraphOutput)
 
-_FIXED, _TORCH, _CURRENT = 0, 1, 2  # where an armed call's stream comes from (see _fastcall.c)
+if not cython.compiled:  # (compiled, _capi.pxd's C versions: no method call for the C Lock)
+
+    def cg_api_load(capsule: Any) -> None:
+        """Take the C part's functions from its capsule (compiled only)."""
+
+    def cg_lock_take(lock: Any, blocking: bool) -> bool:
+        """``lock.acquire(blocking)``."""
+        return bool(lock.acquire(blocking))
+
+    def cg_lock_give(lock: Any) -> None:
+        """``lock.release()``."""
+        lock.release()
+
+
+_fastcall = compiled_part()
+if cython.compiled and _fastcall is not None:
+    cg_api_load(_fastcall.api)
+
+_ARRAY_TYPES = ARRAY_TYPES  # (a module global a call reads: compiled, a C global)
 
 
 # arguments ------------------------------------------------------------------------------
+class _Armed:
+    """What a call decided (its key's entry, its inputs, its stream), for the next call of that key.
+
+    See :meth:`GraphedCallable._repeat`.
+    """
+
+    __slots__ = ("entry", "ins", "source", "stream")
+
+    def __init__(self, entry: Entry, ins: list[Input], source: Stream | int, stream: Stream) -> None:
+        self.entry = entry
+        self.ins = ins
+        self.source = source  # (what _stream_source gave)
+        self.stream = stream
+
+
+_MISSED = object()  # (what _repeat answers for a call of another key)
+
+
+def _all_arrays(args: tuple[Any, ...]) -> bool:
+    """Whether every argument is of a type seen to be a device array (the common call)."""
+    for x in args:  # noqa: SIM110  (compiled, a loop: all() would make a generator)
+        if type(x) not in _ARRAY_TYPES:
+            return False
+    return True
+
+
 def _describe(obj: Any, device: Device) -> Input:
     if type(obj) is GraphOutput:  # (checked now; the call reads it as plain memory)
         obj = obj._fixed()
     if isinstance(obj, DeviceArray):
-        if obj.device is not device:
-            raise ValueError(f"graphed: an input array is on {obj.device}, the callable on {device}")
-        return Input(obj, None, obj.ptr, obj.shape, obj.dtype, obj.is_contiguous)
+        a = obj  # (compiled: typed, its fields read as C fields)
+        if a.device is not device:
+            raise ValueError(f"graphed: an input array is on {a.device}, the callable on {device}")
+        ptr = a._ptr if type(a) is DeviceArray else a.ptr  # (a subclass's through its property)
+        return new_input(a, None, ptr, a.shape, a.dtype, a.is_contiguous)
     lib = interop.library_of(obj)
-    if lib is not None:  # PyTorch, CuPy: described without a view (the repeat path)
+    if lib is not None:  # PyTorch, CuPy: described without a view
         if not lib.owns(obj):  # (the type is the library's: an array in host memory)
             raise in_host_memory(obj)
         ptr, shape, dtype, contiguous, index = lib.describe(obj)
@@ -166,14 +242,22 @@ def _describe(obj: Any, device: Device) -> Input:
             raise ValueError(
                 f"graphed: an input {lib.name} array is on device {index}, the callable on {device}"
             )
-        return Input(obj, lib, ptr, shape, dtype, contiguous)
+        return new_input(obj, lib, ptr, shape, dtype, contiguous)
     view = foreign_view(obj, device)
     if view is None:
         raise TypeError(f"graphed: {type(obj).__name__} is not a CUDA device array")
-    return Input(view, None, view.ptr, view.shape, view.dtype, view.is_contiguous)
+    return new_input(view, None, view.ptr, view.shape, view.dtype, view.is_contiguous)
 
 
-def _still_valid(leaves: list[Any], lease: _Lease) -> None:
+def _wait_for(last: Stream, stream: Stream) -> None:
+    """Make ``stream`` wait for the work queued on ``last`` so far."""
+    # (another thread may be capturing `last` now: then what it queued there before)
+    event = _recording.mark(last, lambda: None if last.closed else last.record())
+    if event is not None:  # (a closed stream finished its work when it was closed)
+        stream.wait(event)
+
+
+def _still_valid(leaves: Sequence[Any], lease: _Lease) -> None:
     """Check again, after a call queued its replay, the inputs that are another callable's outputs.
 
     They were checked when described, outside their callable's lock (holding
@@ -183,8 +267,10 @@ def _still_valid(leaves: list[Any], lease: _Lease) -> None:
     where that is the stream the output was made on (this thread's, by default).
     """
     for x in leaves:
-        if type(x) is GraphOutput and x._lease is not lease:
-            x._check()
+        if type(x) is GraphOutput:
+            out = x  # (compiled: typed)
+            if out._lease is not lease:
+                out._check()
 
 
 class GraphedCallable:
@@ -206,6 +292,49 @@ class GraphedCallable:
     dim : int
     """
 
+    __slots__ = (
+        "__weakref__",
+        "_armed",
+        "_capture_stream",
+        "_entries",
+        "_last",
+        "_lease",
+        "_lock",
+        "_misses",
+        "_repeats",
+        "_staging",
+        "_stream",
+        "buckets",
+        "copy_outputs",
+        "device",
+        "dim",
+        "fn",
+        "mode",
+        "pad_value",
+        "pool",
+        "warmup",
+    )
+
+    fn: Callable[..., Any]
+    buckets: tuple[int, ...] | None
+    dim: int
+    warmup: int
+    device: Device
+    pool: GraphPool
+    mode: str
+    copy_outputs: bool
+    pad_value: Any
+    _stream: Stream | None
+    _capture_stream: Stream | None
+    _entries: dict[Any, Entry]
+    _armed: _Armed | None  # what the last call decided, while a call of its key may repeat it
+    _staging: Staging
+    _lock: Any
+    _lease: _Lease
+    _last: Stream | None
+    _misses: int
+    _repeats: int  # calls made by _repeat (for tests)
+
     def __init__(self, fn: Callable[..., Any], options: GraphedOptions) -> None:
         self.fn = _function(fn)
         self.buckets = options.buckets
@@ -217,124 +346,169 @@ class GraphedCallable:
         self.copy_outputs = options.copy_outputs
         self.pad_value = options.pad_value
         self._stream = options.stream
-        self._capture_stream: Stream | None = None
-        self._entries: dict[Any, Entry] = {}
+        self._capture_stream = None
+        self._entries = {}
+        self._armed = None
         self._staging = Staging(device, self.buckets, self.dim, self.pad_value)
-        # (where the C part is built, an RLock its call takes without a method call)
-        self._lock: Any = fastcall.Lock(reentrant=True) if fastcall is not None else threading.RLock()
+        # (where the C part is built, an RLock compiled code takes without a method call)
+        self._lock = _fastcall.Lock(reentrant=True) if _fastcall is not None else threading.RLock()
         self._lease = _Lease(getattr(fn, "__qualname__", "the graphed callable"), self._lock)
-        self._last: Stream | None = None
-        self._hot: tuple[Any, ...] | None = None  # what the C call may repeat (see _arm)
+        self._last = None
         self._misses = 0
+        self._repeats = 0
 
     # the call ----------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the function's graph for these arguments (capturing it on first use)."""
-        if not kwargs and all(map(ARRAY_TYPES.__contains__, map(type, args))):
-            leaves: list[Any] = list(args)  # the common case: arrays, positionally
+        lock = self._lock
+        cg_lock_take(lock, True)  # (inputs that are this callable's outputs are checked under it)
+        try:
+            armed = self._armed
+            if armed is not None and not kwargs:
+                self._armed = None  # (until this call is made: a call that raises leaves it so)
+                out = self._repeat(armed, args)
+                if out is not _MISSED:
+                    self._armed = armed
+                    return out
+            return self._call(args, kwargs)
+        finally:
+            cg_lock_give(lock)
+
+    def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The call: its arguments described, its key's graph found (or captured) and replayed.
+
+        The lock is held. A call that :meth:`_repeat` can make again arms it.
+        """
+        leaves: Sequence[Any]
+        if not kwargs and _all_arrays(args):
+            leaves = args  # the common case: arrays, positionally
             spec = positional_spec(len(args))
         else:
             leaves = []
             spec = flatten((args, kwargs), leaves)
         device = self.device
+        staging = self._staging
+        ins = [_describe(x, device) for x in leaves]
         key: tuple[Any, ...]
-        with self._lock:  # (inputs that are this callable's outputs are checked under it)
-            ins = [_describe(x, device) for x in leaves]
-            if self.buckets is None:  # (the common case: keyed by the exact shapes)
-                n = bucket = None
-                key = (spec, tuple([(i.dtype, i.shape) for i in ins]))
-            else:
-                n, bucket = self._staging.bucket(ins)
-                key = (spec, tuple([(i.dtype, self._staging.shape(i.shape, bucket)) for i in ins]))
-            self._hot = None  # (armed again below, for this call's kind)
-            # every earlier output is stale from here on; counted before the wait for the
-            # previous call's stream, so that work a thread queued there on an output it
-            # checked before this count is waited for (see _still_valid)
-            self._lease.calls += 1
-            self._lease.made += 1
-            stream = self._begin_on(self._call_stream(ins))
-            if stream._recording is not None:  # inside a capture: graphs without input nodes
-                key = (*key, "captured")
-            entry = self._entries.get(key)
-            if entry is None:
-                self._misses += 1
-                entry = self._capture(key, spec, ins, n, bucket, stream)
-            else:
-                entry.hits += 1
-                self._staging.stage(entry, ins, n, bucket, stream)
-            graph = entry.graph
-            if graph is None:  # fn queued no work for this key: what it returns, from an eager run
-                with stream, _streams_only(device, stream):
-                    return self.fn(*args, **kwargs)
-            graph.replay(stream)
-            _still_valid(leaves, self._lease)
-            result = self._outputs(entry, n, bucket, stream)
-            if fastcall is not None and spec == positional_spec(len(leaves)):
-                self._arm(entry, leaves, ins, stream)
-            return result
-
-    def _arm(self, entry: Entry, leaves: list[Any], ins: list[Input], stream: Stream) -> None:
-        """Let the C call (``_fastcall.graphed_method``) repeat this call while it can.
-
-        Armed after a call of positional inputs, each a plain cudagraphs array
-        or a CUDA ``torch.Tensor``, that the graph copies itself (dense, no
-        buckets), whose outputs are not copied, on a stream no capture
-        records. A later call with inputs of the same types, shapes, dtypes
-        and devices, on the same stream, with the lock free, is then made in C
-        as this method's caller makes it; any other call disarms it (the lock
-        held) and comes here. The lock is held.
-        """
-        n = len(ins)
-        if self.buckets is not None or self.copy_outputs or stream._recording is not None or n > 16:
-            return
-        if not all(i.contiguous and j in entry.copies for j, i in enumerate(ins)):
-            return
-        spec = entry.out_spec
-        many = spec is not LEAF
-        if many and (spec[0] is not tuple or not spec[1] or any(s is not LEAF for s in spec[1])):
-            return
-        if any(type(o) is not DeviceArray and isinstance(o, DeviceArray) for o in entry.outs):
-            return  # (a subclass: the Python call wraps it, C would not)
-        torch_stream = None
-        for x, i in zip(leaves, ins):
-            if i.lib is None:
-                if type(x) is not DeviceArray:
-                    return
-                continue
-            hot = getattr(i.lib, "hot", None)
-            found = hot() if hot is not None else None
-            if found is None or type(x) is not found[0]:
-                return
-            torch_stream = found[1]
-        device = self.device
-        if self._stream is not None:
-            how: tuple[Any, ...] = (_FIXED, stream, None, None, None)
-        elif torch_stream is not None:
-            how = (_TORCH, stream, torch_stream, device.index, stream.handle)
+        if self.buckets is None:  # (the common case: keyed by the exact shapes)
+            n = bucket = None
+            key = (spec, tuple([(i.dtype, i.shape) for i in ins]))
         else:
-            how = (_CURRENT, stream, None, (device, device.stream), None)
+            n, bucket = staging.bucket(ins)
+            key = (spec, tuple([(i.dtype, staging.shape(i.shape, bucket)) for i in ins]))
+        # every earlier output is stale from here on; counted before the wait for the
+        # previous call's stream, so that work a thread queued there on an output it
+        # checked before this count is waited for (see _still_valid)
+        self._lease.count()
+        source = self._stream_source(ins)
+        stream = self._begin_on(self._stream_of(source))
+        if stream._recording is not None:  # inside a capture: graphs without input nodes
+            key = (*key, "captured")
+        entry = self._entries.get(key)
+        if entry is None:
+            self._misses += 1
+            entry = self._capture(key, spec, ins, n, bucket, stream)
+        else:
+            entry.hits += 1
+            staging.stage(entry, ins, n, bucket, stream)
+        out = self._replayed(entry, args, kwargs, leaves, n, bucket, stream)
+        if leaves is args or spec == positional_spec(len(args)):
+            self._arm(entry, args, ins, source, stream)
+        return out
+
+    def _arm(
+        self, entry: Entry, args: tuple[Any, ...], ins: list[Input], source: Stream | int, stream: Stream
+    ) -> None:
+        """Let the next call repeat this one (see :meth:`_repeat`) while it has the same key.
+
+        This call's arguments were arrays, positionally, each a cudagraphs
+        array (not of a subclass, whose address is read through its property)
+        or one of another library's types (not a view made of another
+        object); no buckets, no enclosing capture. The lock is held.
+        """
+        if self.buckets is not None or stream._recording is not None:
+            return
+        for j in range(len(ins)):
+            if ins[j].lib is None and type(args[j]) is not DeviceArray:
+                return  # (a subclass, a view of another library's array: described by each call)
+        self._armed = _Armed(entry, ins, source, stream)
+
+    def _repeat(self, armed: _Armed, args: tuple[Any, ...]) -> Any:
+        """The call again, when it has the key of the call that armed it; else ``_MISSED``.
+
+        The key is compared with that call's: as many arrays, of the same
+        types, then (each described) of the same shapes, dtypes and devices,
+        on the same stream (from the same :meth:`_stream_source`), not captured.
+        The entry that call found is then this call's, and the rest is what
+        :meth:`_call` does (counting, :meth:`Staging.stage`, the replay, the
+        outputs). An input that is the same array as last time, unchanged,
+        keeps its description. The lock is held.
+        """
+        ins = armed.ins
+        if len(args) != len(ins):
+            return _MISSED
+        device = self.device
+        now = ins  # (this call's inputs: the armed ones while each is the same, unchanged)
+        for j in range(len(ins)):
+            i = ins[j]
+            x = args[j]
+            if type(x) is not type(i.obj):
+                return _MISSED
+            if i.lib is None:  # a cudagraphs array, read as _describe reads it
+                a = x  # (compiled: typed, its fields read as C fields)
+                if a.device is not device:
+                    return _MISSED
+                ptr, shape, dtype, contiguous, lib = a._ptr, a.shape, a.dtype, a.is_contiguous, None
+            else:  # another library's (its type is the library's: armed for it)
+                lib = i.lib
+                ptr, shape, dtype, contiguous, index = lib.describe(x)
+                if index != device.index:
+                    return _MISSED
+            if (shape is not i.shape and shape != i.shape) or (dtype is not i.dtype and dtype != i.dtype):
+                return _MISSED
+            if x is not i.obj or (ptr is not i.ptr and ptr != i.ptr) or contiguous != i.contiguous:
+                if now is ins:  # (another array of this key, or this one changed: described anew)
+                    now = ins[:j]
+                now.append(new_input(x, lib, ptr, shape, dtype, contiguous))
+            elif now is not ins:
+                now.append(i)
+        source = self._stream_source(now)
+        stream = armed.stream
+        if (source is not armed.source and source != armed.source) or stream._recording is not None:
+            return _MISSED
+        if now is not ins:
+            armed.ins = now
+        entry = armed.entry
+        self._repeats += 1
+        self._lease.count()
+        self._begin_on(stream)
+        entry.hits += 1
+        self._staging.stage(entry, now, None, None, stream)
+        return self._replayed(entry, args, None, args, None, None, stream)
+
+    def _replayed(
+        self,
+        entry: Entry,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any] | None,
+        leaves: Sequence[Any],
+        n: int | None,
+        bucket: int | None,
+        stream: Stream,
+    ) -> Any:
+        """The end of a call, its inputs staged: the replay and its outputs (the lock is held)."""
         graph = entry.graph
-        self._hot = (
-            how[0],
-            tuple([type(x) for x in leaves]),
-            tuple([i.shape for i in ins]),
-            tuple([i.dtype if i.lib is None else x.dtype for x, i in zip(leaves, ins)]),
-            tuple([device if i.lib is None else device.index for i in ins]),
-            *how[1:],
-            graph,
-            entry,
-            entry.sources,
-            entry.held,
-            tuple(entry.outs),
-            many,
-            self._lease,
-            self._lock,
-        )
+        if graph is None:  # fn queued no work for this key: what it returns, from an eager run
+            with stream, _streams_only(self.device, stream):
+                return self.fn(*args, **(kwargs or {}))
+        graph.replay(stream)
+        _still_valid(leaves, self._lease)
+        return self._outputs(entry, n, bucket, stream)
 
     def _drop(self, keys: set[Any]) -> None:
         """Close the graphs of ``keys``: their next calls capture again."""
         with self._lock:
-            self._hot = None
+            self._armed = None  # (it may be one of them)
             for key in keys:
                 entry = self._entries.pop(key)
                 if entry.graph is not None:
@@ -353,41 +527,35 @@ class GraphedCallable:
             return stream
         last = self._last
         if last is not None and last is not stream:
-            # (another thread may be capturing `last` now: then what it queued there before)
-            event = _recording.mark(last, lambda: None if last.closed else last.record())
-            if event is not None:  # (a closed stream finished its work when it was closed)
-                stream.wait(event)
+            _wait_for(last, stream)
         self._last = stream
         return stream
 
-    def _call_stream(self, ins: list[Input]) -> Stream:
+    def _stream_source(self, ins: list[Input]) -> Stream | int:
+        """Where the call's stream comes from (see the module's docstring).
+
+        The callable's ``stream``, else the handle of the current stream of
+        the library whose arrays came in, else this thread's current stream.
+        """
         if self._stream is not None:
             return self._stream
         for i in ins:
             if i.lib is not None:
-                return self.device.external_stream(i.lib.current_stream(self.device.index))
-        return self.device.current_stream()
+                return i.lib.current_stream(self.device.index)  # type: ignore[no-any-return]
+        return _current_stream_of(self.device)
 
-    # staging (see _staging) ---------------------------------------------------------------
-    def _moved(self, entry: Entry, j: int, obj: Any, stream: Stream) -> None:
-        """The C call's :meth:`Staging.point`, for input ``j`` (``obj``) at a new address.
-
-        The lock is held.
-        """
-        i = _describe(obj, self.device)
-        staging = self._staging
-        if not staging.point(entry, j, i, stream):
-            self._hot = None
-            staging.copy_in(entry.static[j], i, None, None, stream)
+    def _stream_of(self, source: Stream | int) -> Stream:
+        """The stream of a :meth:`_stream_source` (another library's, by its handle)."""
+        return self.device.external_stream(source) if type(source) is int else source  # type: ignore[return-value]
 
     # capture ------------------------------------------------------------------------------
     def _capture(
         self, key: Any, spec: Any, ins: list[Input], n: int | None, bucket: int | None, stream: Stream
     ) -> Entry:
-        entry = Entry(bucket)
+        entry = Entry(bucket, len(ins))
         entry.static = self._staging.static_inputs(spec, ins, bucket)
         self._staging.stage(entry, ins, n, bucket, stream)
-        args, kwargs = unflatten(spec, iter([self._as_lib(s, i.lib) for s, i in zip(entry.static, ins)]))
+        args, kwargs = unflatten(spec, [self._as_lib(s, i.lib) for s, i in zip(entry.static, ins)])
         eager = stream._recording is None
         # eagerly, on the call stream, every library routed to it (inside another capture
         # nothing runs eagerly: no warmup, whose work that capture would record)
@@ -438,7 +606,8 @@ class GraphedCallable:
     def _outputs(self, entry: Entry, n: int | None, bucket: int | None, stream: Stream) -> Any:
         cut = n is not None and n != bucket
         d = self.dim
-        result = []
+        lease = self._lease
+        result = []  # (compiled, the list is read by index)
         for o in entry.outs:
             if isinstance(o, DeviceArray):
                 if cut and len(o.shape) > d and o.shape[d] == bucket:
@@ -446,7 +615,7 @@ class GraphedCallable:
                 if self.copy_outputs:
                     result.append(o.copy(stream=stream))
                 else:
-                    result.append(GraphOutput._expiring(o, self._lease))
+                    result.append(GraphOutput._expiring(o, lease))
                 continue
             if cut:  # (another library's output: its shape is read only when it may be cut)
                 shape = tuple(getattr(o, "shape", ()))
@@ -456,7 +625,7 @@ class GraphedCallable:
                 with _streams_only(self.device, stream):
                     o = o.clone() if hasattr(o, "clone") else o.copy()
             result.append(o)
-        return unflatten(entry.out_spec, iter(result))
+        return unflatten(entry.out_spec, result)
 
     # the rest of the API --------------------------------------------------------------------
     def capture_all(self, *args: Any, **kwargs: Any) -> GraphedCallable:
@@ -477,9 +646,8 @@ class GraphedCallable:
             n, _ = self._staging.bucket(ins)
             if n is None:
                 raise TypeError("capture_all takes example arguments with at least one device array")
-            self._hot = None
             self._lease.calls += 1  # the static buffers change: earlier outputs are stale
-            stream = self._begin_on(self._call_stream(ins))
+            stream = self._begin_on(self._stream_of(self._stream_source(ins)))
             for b in reversed(self.buckets):
                 key = (spec, tuple([(i.dtype, self._staging.shape(i.shape, b)) for i in ins]))
                 if key in self._entries:
@@ -490,9 +658,7 @@ class GraphedCallable:
                 cut = []  # the examples' first b rows
                 for i in ins:
                     part = array_of(i, self.device)[first_rows(i.shape, d, b)]
-                    cut.append(
-                        i._replace(obj=part, ptr=part.ptr, shape=part.shape, contiguous=part.is_contiguous)
-                    )
+                    cut.append(new_input(part, i.lib, part.ptr, part.shape, i.dtype, part.is_contiguous))
                 self._capture(key, spec, cut, b, b, stream)
         return self
 
@@ -538,7 +704,7 @@ class GraphedCallable:
     def close(self) -> None:
         """Free every graph and buffer (after their replays); later calls capture again."""
         with self._lock:
-            self._hot = None
+            self._armed = None
             entries, self._entries = self._entries, {}
             self._staging.buffers.clear()
             self._lease.calls += 1
@@ -664,15 +830,3 @@ def _function(fn: Callable[..., Any]) -> Callable[..., Any]:
     if not callable(fn):
         raise TypeError(f"graphed takes a callable, got {type(fn).__name__}")
     return fn
-
-
-PYTHON_CALL = GraphedCallable.__call__  # the reference call (tests compare the C call with it)
-
-if (
-    fastcall is not None
-):  # the repeat call in C (see GraphedCallable._arm); the method above stays the reference
-    setattr(  # noqa: B010
-        GraphedCallable,
-        "__call__",
-        fastcall.graphed_method(GraphedCallable, PYTHON_CALL, _Lease, Entry, GraphOutput, _recording._ACTIVE),
-    )

@@ -45,7 +45,7 @@ except ImportError:  # (run as Python where Cython is not installed: nothing is 
 
 from . import _nvrtc
 from ._config import compiled_part
-from ._device import _CURRENT, Device, Stream, _current_stream_of, as_device, current_device, resolve_stream
+from ._device import Device, Stream, _current_stream_of, as_device, current_device, resolve_stream
 from ._dtypes import SUPPORTED
 from ._errors import BackendUnavailableError, CudaError
 from ._fields import ArrayFields, DeviceFields
@@ -62,24 +62,7 @@ _DEVICE, _STREAM, _KERNEL_LAUNCH = Device, Stream, KernelLaunch
 # (None: the backend's launch packs them)
 fastcall = compiled_part()
 
-__all__ = ["Kernel", "fast_array_class", "fastcall", "normalize_dims", "preload"]
-
-_FAST_ARRAY: list[type] = []  # the array class the C launch path reads, once named
-
-
-def fast_array_class(
-    cls: type, offsets: dict[str, int] | None = None, stream_offsets: dict[str, int] | None = None
-) -> None:
-    """Name the array class whose instances the C graphed call reads from their fields.
-
-    The class (cudagraphs' DeviceArray, named by its module) keeps its fields
-    in ``__slots__``, or, compiled, in the fields of its extension type at
-    ``offsets`` (name to byte offset; a Stream's at ``stream_offsets``).
-    """
-    if fastcall is not None and not _FAST_ARRAY:
-        fastcall.configure(cls, Stream, _CURRENT, offsets, stream_offsets)
-        _FAST_ARRAY.append(cls)
-
+__all__ = ["Kernel", "fastcall", "normalize_dims", "preload"]
 
 _C_TYPES: dict[str, str] = {
     "float": "float32",

@@ -8,13 +8,26 @@ buckets are views of one buffer of the largest bucket
 (:meth:`Staging.static_inputs`). Without buckets, the copies are the graph's
 own first nodes (:meth:`Staging.record_copies`), pointed at each call's
 inputs when their addresses change (:meth:`Staging.point`).
+
+This module is compiled by Cython from this source where the package is
+built (``_staging.pxd`` declares :class:`Input`, :class:`Entry` and
+:class:`Staging` extension types with typed fields: a graphed call reads
+them as C fields; docs/architecture.md, "The compiled part"), and runs as
+plain Python where not.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+try:
+    import cython
+except ImportError:  # (run as Python where Cython is not installed: nothing is compiled)
+    from types import SimpleNamespace
+
+    cython = SimpleNamespace(compiled=False)
 
 from ._array import DeviceArray, empty, foreign_view
 from ._builtin_kernels import copy_view, fill_value, fill_view
@@ -26,13 +39,15 @@ from .backends.base import CUDA_ERROR_INVALID_VALUE, Copy
 if TYPE_CHECKING:
     from ._graph import Graph
 
-__all__ = ["Entry", "Input", "Staging", "array_of", "first_rows"]
+__all__ = ["Entry", "Input", "Staging", "array_of", "first_rows", "new_input"]
 
 _tuple_new = tuple.__new__  # (named tuples built in C: the repeat path)
 
 
-class Input(NamedTuple):
-    """One array argument as it came in."""
+class Input:
+    """One array argument as it came in (made by :func:`new_input`)."""
+
+    __slots__ = ("contiguous", "dtype", "lib", "obj", "ptr", "shape")
 
     obj: Any
     lib: Any  # the interop Library, or None for cudagraphs arrays
@@ -40,6 +55,18 @@ class Input(NamedTuple):
     shape: tuple[int, ...]
     dtype: np.dtype
     contiguous: bool
+
+    def __repr__(self) -> str:
+        return f"Input(lib={self.lib}, ptr={self.ptr:#x}, shape={self.shape}, dtype={self.dtype})"
+
+
+def new_input(
+    obj: Any, lib: Any, ptr: int, shape: tuple[int, ...], dtype: np.dtype, contiguous: bool
+) -> Input:
+    """An :class:`Input` with every field set (compiled: allocated without a call of the class)."""
+    i = Input.__new__(Input)
+    i.obj, i.lib, i.ptr, i.shape, i.dtype, i.contiguous = obj, lib, ptr, shape, dtype, contiguous
+    return i
 
 
 def array_of(i: Input, device: Device) -> DeviceArray:
@@ -75,15 +102,15 @@ class Entry:
         "static",
     )
 
-    def __init__(self, bucket: int | None) -> None:
+    def __init__(self, bucket: int | None, inputs: int) -> None:
         self.bucket = bucket
-        # inputs the graph copies itself (its first nodes): input index -> the copy's record
+        # per input, where the graph copies it itself (its first nodes): the copy's record
         # index, the address it copies from now, the input there (kept alive: a direct replay
-        # reads it), a dense buffer for strided inputs
-        self.copies: dict[int, int] = {}
-        self.sources: dict[int, int] = {}
-        self.held: dict[int, Any] = {}
-        self.scratch: dict[int, DeviceArray] = {}
+        # reads it), a dense buffer for a strided input; None for an input copied by each call
+        self.copies: list[int | None] = [None] * inputs
+        self.sources: list[int | None] = [None] * inputs
+        self.held: list[Any] = [None] * inputs
+        self.scratch: list[DeviceArray | None] = [None] * inputs
         self.graph: Graph | None = None
         self.static: list[DeviceArray] = []  # the graph's input buffers (bucket-sized)
         self.out_spec: Any = None
@@ -156,10 +183,12 @@ class Staging:
         nodes are pointed at them when their address changed.
         """
         copies = entry.copies
-        for j, (dst, i) in enumerate(zip(entry.static, ins)):
-            if j in copies and self.point(entry, j, i, stream):
+        static = entry.static
+        for j in range(len(ins)):  # (an index loop: compiled, no iterator objects)
+            i = ins[j]
+            if copies[j] is not None and self.point(entry, j, i, stream):
                 continue
-            self.copy_in(dst, i, n, bucket, stream)
+            self.copy_in(static[j], i, n, bucket, stream)
 
     def copy_in(self, dst: DeviceArray, i: Input, n: int | None, bucket: int | None, stream: Stream) -> None:
         """Copy input ``i`` into its static buffer ``dst`` on ``stream`` (and fill the padding)."""
@@ -184,27 +213,27 @@ class Staging:
         stream-ordered pool's (cudagraphs arrays) or other device memory
         (PyTorch's and CuPy's allocators). Where ``i`` is of the other kind,
         the node is switched off for good and False returned: the caller then
-        copies the input eagerly, as every later call will (and a callable's
-        C call, armed for a copy node, is disarmed). The callable's lock is held.
+        copies the input eagerly, as every later call will. The callable's
+        lock is held.
         """
         src, held = i.ptr, i.obj
         if not i.contiguous:  # the node copies dense bytes: from a dense copy made now
-            dense = entry.scratch.get(j)
+            dense = entry.scratch[j]
             if dense is None:
                 dense = entry.scratch[j] = empty(i.shape, i.dtype, device=self.device, stream=stream)
             copy_view(dense, array_of(i, self.device), stream)
             src, held = dense.ptr, dense
         if src != entry.sources[j]:
-            graph = entry.graph
+            graph, node = entry.graph, entry.copies[j]
             assert graph is not None
+            assert node is not None
             try:
-                graph._point_copy(entry.copies[j], src)
+                graph._point_copy(node, src)
             except CudaError as exc:
                 if exc.code != CUDA_ERROR_INVALID_VALUE:
                     raise
-                graph._point_copy(entry.copies[j], None)  # (switched off)
-                del entry.copies[j], entry.sources[j], entry.held[j]
-                entry.scratch.pop(j, None)
+                graph._point_copy(node, None)  # (switched off)
+                entry.copies[j] = entry.sources[j] = entry.held[j] = entry.scratch[j] = None
                 return False
             entry.sources[j] = src
         entry.held[j] = held  # (the next call, or a direct replay of the graph, reads it)

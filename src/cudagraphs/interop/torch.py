@@ -2,6 +2,11 @@
 
 PyTorch is never imported here; every function looks it up in
 ``sys.modules`` (a program that runs PyTorch code has imported it).
+
+This module is compiled by Cython from this source where the package is
+built (``torch.pxd``): a graphed call of tensors describes each one and
+asks for PyTorch's current stream on every call, through
+:meth:`TorchLibrary.describe` and :meth:`TorchLibrary.current_stream`.
 """
 
 from __future__ import annotations
@@ -73,18 +78,7 @@ class TorchLibrary:
         dtype = dtypes.get(obj.dtype)
         if dtype is None:
             raise TypeError(f"tensors of {obj.dtype} are not supported by cudagraphs")
-        return obj.data_ptr(), tuple(obj.shape), dtype, obj.is_contiguous(), obj.device.index
-
-    def hot(self) -> tuple[type, Callable[[int], int]] | None:
-        """``(torch.Tensor, f)`` where ``f(index)`` is the current stream's handle, for C callers.
-
-        A graphed call repeated in C (``cudagraphs._fastcall``) reads tensors
-        of exactly this type through their C methods, and the stream through
-        ``f``; None where this PyTorch has no such function.
-        """
-        torch = sys.modules["torch"]
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        return None if raw is None else (torch.Tensor, raw)
+        return obj.data_ptr(), tuple(obj.shape), dtype, obj.is_contiguous(), obj.get_device()
 
     def view(self, array: Any) -> Any:
         """``array`` as a ``torch.Tensor`` sharing its memory (DLPack)."""
@@ -93,11 +87,12 @@ class TorchLibrary:
 
     def current_stream(self, device_index: int) -> int:
         """The handle of PyTorch's current stream on the device."""
-        torch = sys.modules["torch"]
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        if raw is not None:  # (no Stream object made: the fast way)
+        raw = _RAW[0]
+        if raw is None:  # (looked up once: PyTorch's function of this process)
+            raw = _RAW[0] = getattr(sys.modules["torch"]._C, "_cuda_getCurrentRawStream", False)
+        if raw:  # (no Stream object made: the fast way)
             return int(raw(device_index))
-        return int(torch.cuda.current_stream(device_index).cuda_stream)
+        return int(sys.modules["torch"].cuda.current_stream(device_index).cuda_stream)
 
 
 def _torch_stream(torch: Any, handle: int, index: int) -> Any:
@@ -112,6 +107,7 @@ def _torch_stream(torch: Any, handle: int, index: int) -> Any:
 
 
 _DTYPES: dict[Any, Any] = {}  # torch dtype -> numpy dtype, filled on first use
+_RAW: list[Any] = [None]  # torch._C._cuda_getCurrentRawStream (False: none), found on first use
 
 
 def _fill_dtypes(torch: Any) -> None:
