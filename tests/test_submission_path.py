@@ -67,7 +67,18 @@ BYPASSES: dict[tuple[str, str, str], str] = {
     ("_executable.py", "ordered_launch.launch", "stream_wait_event"): _ROUTE,
     ("_graph.py", "Graph._capturing", "graph_launch"): _ROUTE + " (a replay binds the launch)",
     ("_graph.py", "Graph.upload", "graph_launch"): "uploads the executable, no work on the stream's data",
-    ("_kernel.py", "Kernel._arm", "launch"): _ROUTE + " (the C launch path is armed with it)",
+    ("_kernel.py", "Kernel._arm", "launch"): (
+        "names the backend's launch as the Packer's fallback (what issues a kernel's Work where the "
+        "Packer cannot): queues nothing"
+    ),
+    ("_kernel.py", "Kernel.function", "launch"): (
+        "binds the backend's launch as the issue of the kernel's Works (Kernel._enqueue submits them): "
+        "queues nothing"
+    ),
+    ("_graph.py", "Graph._set_exec", "graph_launch"): (
+        "compares the graph's launch with the backend's, to know whether the C part's cuGraphLaunch "
+        "may stand in for it: queues nothing"
+    ),
 }
 
 
@@ -78,12 +89,15 @@ def _is_backend(node: ast.expr) -> bool:
     return isinstance(node, ast.Attribute) and node.attr in ("backend", "_backend")
 
 
+_MAKERS = ("Work", "new_work")  # (new_work: the factory the compiled hot paths call)
+
+
 def _is_work(node: ast.AST) -> bool:
-    """``Work(...)``, or ``tuple.__new__(Work, ...)`` as the hot paths make it."""
+    """``Work(...)``, ``new_work(...)``, or ``tuple.__new__(Work, ...)``."""
     if not isinstance(node, ast.Call):
         return False
     f = node.func
-    if (isinstance(f, ast.Name) and f.id == "Work") or (isinstance(f, ast.Attribute) and f.attr == "Work"):
+    if (isinstance(f, ast.Name) and f.id in _MAKERS) or (isinstance(f, ast.Attribute) and f.attr in _MAKERS):
         return True
     return bool(node.args) and isinstance(node.args[0], ast.Name) and node.args[0].id == "Work"
 
@@ -158,5 +172,7 @@ def test_the_scan_sees_a_bypass_and_what_a_work_carries(tmp_path: Path) -> None:
         "def described_later(backend, stream, launch):\n"
         "    issue = backend.launch\n"
         "    submit(stream, tuple.__new__(Work, ('kernel', issue, launch)))\n"
+        "def made(backend, stream, copy):\n"
+        "    submit(stream, new_work('memcpy', backend.memcpy, copy))\n"
     )
     assert bypasses(tmp_path) == {("mod.py", "eager", "launch"), ("mod.py", "Bound.bind", "graph_launch")}

@@ -1,5 +1,6 @@
 # The compiled form of _node_changes.py (Cython's pure-Python mode: the .py is the one source; this
-# file types the repeat path of rebind: which records use an array, and their nodes' new arguments).
+# file types the repeat path of rebind: which records use an array, and their nodes' new arguments;
+# cpdef where tests call them).
 # docs/architecture.md, "The compiled part", says what may be declared here and why.
 
 cimport cython
@@ -11,16 +12,16 @@ cdef object _COPY, _KERNEL_LAUNCH
 cdef Py_ssize_t _HANDLE, _KIND, _VIEWS, _PATCH, _LAUNCH_VALUES, _LAUNCH_VIEWS
 
 @cython.locals(i=Py_ssize_t, out=list)
-cdef list _users(list records, object key)
+cpdef list _users(list records, object key)
 
 @cython.locals(i=Py_ssize_t)
-cdef Py_ssize_t _unpatchable(list records, list hits) except? -2
+cpdef Py_ssize_t _unpatchable(list records, list hits) except? -2
 
 cdef object _used(object r)
 
 @cython.locals(i=Py_ssize_t, j=Py_ssize_t, got=int, function=size_t, fast=bint, pending=list,
                moved_values=list, moved_views=list, views=tuple, values=tuple)
-cdef _move(object backend, object exec_, list records, list hits, object key, object spec, object ptr)
+cpdef _move(object backend, object exec_, list records, list hits, object key, object spec, object ptr)
 
 @cython.locals(done=Py_ssize_t, k=Py_ssize_t, i=Py_ssize_t)
 cdef bint _set(object backend, object exec_, list records, object batch, list pending) except -1

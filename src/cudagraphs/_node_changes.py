@@ -189,7 +189,7 @@ def _move(backend: Any, exec_: Any, records: list[Any], hits: list[int], key: Ar
                 src=ptr if src_view == key else patch.src, dst=ptr if dst_view == key else patch.dst
             )
             backend.graph_update(exec_, r.handle, copy)
-            records[i] = r._replace(patch=copy, views=tuple(spec if v == key else v for v in r.views))
+            records[i] = r._replace(patch=copy, views=tuple([spec if v == key else v for v in r.views]))
             continue
         kernel, launch = patch
         views = launch[_LAUNCH_VIEWS]
