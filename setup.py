@@ -12,6 +12,7 @@ install goes on and the same package runs as plain Python):
 See docs/architecture.md, "The compiled part".
 """
 
+import ast
 import os
 from pathlib import Path
 
@@ -25,26 +26,17 @@ WARNINGS = ["-Wall", "-Wextra", "-Wno-unused-parameter", "-Werror"]
 STRICT = WARNINGS if os.environ.get("CUDAGRAPHS_WERROR") == "1" else []
 REQUIRED = os.environ.get("CUDAGRAPHS_REQUIRE_C") == "1"
 
+def _compiled_list() -> list[str]:
+    """The modules compiled from their Python source: _config.COMPILED_MODULES, read without an import."""
+    tree = ast.parse(Path("src/cudagraphs/_config.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "COMPILED_MODULES" for t in node.targets):
+            return list(ast.literal_eval(node.value))
+    raise RuntimeError("src/cudagraphs/_config.py names no COMPILED_MODULES")
+
+
 # the modules compiled from their Python source (each has a .pxd beside it)
-COMPILED = [
-    "_config",
-    "_dtypes",
-    "_fields",
-    "_recording",
-    "_device",
-    "_allocator",
-    "_kernel",
-    "_builtin_kernels",
-    "_array",
-    "ops/_elementwise",
-    "_node_changes",
-    "_update",
-    "_graph",
-    "_argtree",
-    "_staging",
-    "_graphed_callable",
-    "interop/torch",
-]
+COMPILED = _compiled_list()
 
 
 def compiled_modules() -> list[Extension]:

@@ -1,6 +1,6 @@
 """Make a copy of the package without its compiled files, to run it as plain Python.
 
-The modules Cython compiles (setup.py's COMPILED) and the C part are built
+The modules Cython compiles (_config.COMPILED_MODULES) and the C part are built
 in place beside their sources; Python imports a built module before its
 ``.py``. The same source as plain Python is what ships where no compiler is,
 and CI runs the suite on it too: ``PYTHONPATH=$(python scripts/plain_tree.py

@@ -877,16 +877,14 @@ def test_the_c_part_reads_only_declared_names() -> None:
 
 
 def _compiled_modules() -> list[str]:
-    """setup.py's COMPILED: the modules Cython compiles from their Python source."""
-    tree = ast.parse((Path(__file__).resolve().parents[1] / "setup.py").read_text())
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "COMPILED" for t in node.targets):
-            return list(ast.literal_eval(node.value))
-    raise AssertionError("setup.py names no COMPILED list")
+    """The modules Cython compiles from their Python source (_config.COMPILED_MODULES, setup.py's list)."""
+    from cudagraphs._config import COMPILED_MODULES
+
+    return list(COMPILED_MODULES)
 
 
 def test_each_compiled_module_has_its_declarations_and_runs_in_the_mode_asked() -> None:
-    """Each module of setup.py's COMPILED has its .pxd; CI's runs get what they ask for.
+    """Each module of _config.COMPILED_MODULES (setup.py's list) has its .pxd; CI's runs get what they ask for.
 
     With ``CUDAGRAPHS_EXPECT_PLAIN=1`` (the second run of ``make test``) every
     module is its ``.py``; with ``CUDAGRAPHS_REQUIRE_C=1`` (CI's build) and not

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Settings", "compiled_part", "configure", "override", "settings"]
+__all__ = ["COMPILED_MODULES", "Settings", "compiled_modules", "compiled_part", "configure", "override", "settings"]
 
 _BACKENDS = ("cuda", "sim")
 
@@ -139,6 +139,41 @@ def _from_environ(env: Mapping[str, str]) -> Settings:
 
 _lock = threading.Lock()
 _current = _from_environ(os.environ)
+
+
+# the modules Cython compiles from their Python source where the package is built (setup.py reads
+# this list; each has a .pxd beside it; a slash: a subpackage's), in the order of the layers
+COMPILED_MODULES = (
+    "_config",
+    "_dtypes",
+    "_fields",
+    "_recording",
+    "_device",
+    "_allocator",
+    "_kernel",
+    "_builtin_kernels",
+    "_array",
+    "ops/_elementwise",
+    "_node_changes",
+    "_update",
+    "_graph",
+    "_argtree",
+    "_staging",
+    "_graphed_callable",
+    "interop/torch",
+)
+
+
+def compiled_modules() -> list[str]:
+    """The modules of :data:`COMPILED_MODULES` that run compiled here (the others run as Python)."""
+    import importlib
+
+    names = []
+    for name in COMPILED_MODULES:
+        module = importlib.import_module("cudagraphs." + name.replace("/", "."))
+        if not (module.__file__ or "").endswith(".py"):
+            names.append(module.__name__)
+    return names
 
 
 def _load_compiled_part() -> Any:

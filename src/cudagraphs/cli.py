@@ -56,12 +56,12 @@ def doctor() -> int:
             built += ", turned off (CUDAGRAPHS_FASTCALL=0 at import: its paths are Python's)"
     except ImportError:
         built = "not built (its paths are Python's: the driver is called through cuda.bindings)"
-    from cudagraphs import _allocator, _array, _device
+    from cudagraphs._config import COMPILED_MODULES, compiled_modules
 
-    compiled = [m.__name__ for m in (_allocator, _array, _device) if not (m.__file__ or "").endswith(".py")]
+    compiled = compiled_modules()
     print(
-        "modules compiled from their Python source: "
-        + (", ".join(compiled) if compiled else "none (plain Python: no compiler at install)")
+        f"modules compiled from their Python source: {len(compiled)} of {len(COMPILED_MODULES)}"
+        + (f" ({', '.join(compiled)})" if compiled else " (plain Python: no compiler at install)")
     )
     try:
         dev = cg.Device(0)
