@@ -26,11 +26,14 @@ WARNINGS = ["-Wall", "-Wextra", "-Wno-unused-parameter", "-Werror"]
 STRICT = WARNINGS if os.environ.get("CUDAGRAPHS_WERROR") == "1" else []
 REQUIRED = os.environ.get("CUDAGRAPHS_REQUIRE_C") == "1"
 
+
 def _compiled_list() -> list[str]:
     """The modules compiled from their Python source: _config.COMPILED_MODULES, read without an import."""
     tree = ast.parse(Path("src/cudagraphs/_config.py").read_text())
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "COMPILED_MODULES" for t in node.targets):
+        if isinstance(node, ast.Assign) and any(
+            getattr(t, "id", "") == "COMPILED_MODULES" for t in node.targets
+        ):
             return list(ast.literal_eval(node.value))
     raise RuntimeError("src/cudagraphs/_config.py names no COMPILED_MODULES")
 

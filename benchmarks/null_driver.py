@@ -148,6 +148,27 @@ def workloads() -> dict[str, Callable[[], Any]]:
     return work
 
 
+def _callgrind(name: str, calls: int, out: str) -> str:
+    """Run ``calls`` calls of row ``name`` under callgrind (its profile written to ``out``); its report."""
+    return subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={out}",
+            sys.executable,
+            __file__,
+            "run",
+            name,
+            str(calls),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        # (the same dictionaries in both runs; numpy's BLAS threads, which spin, off)
+        env={**os.environ, "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1"},
+    ).stderr
+
+
 def _instructions(names: list[str]) -> None:
     """Per-call instruction counts under callgrind (see the module's docstring)."""
     import re
@@ -157,23 +178,7 @@ def _instructions(names: list[str]) -> None:
         counts = []
         few, many = (10, 410) if name.startswith("capture") else (2000, 42000)
         for calls in (few, many):
-            out = subprocess.run(
-                [
-                    "valgrind",
-                    "--tool=callgrind",
-                    "--callgrind-out-file=/dev/null",
-                    sys.executable,
-                    __file__,
-                    "run",
-                    name,
-                    str(calls),
-                ],
-                capture_output=True,
-                text=True,
-                check=True,
-                # (the same dictionaries in both runs; numpy's BLAS threads, which spin, off)
-                env={**os.environ, "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1"},
-            ).stderr
+            out = _callgrind(name, calls, "/dev/null")
             counts.append(int(re.search(r"Collected : (\d+)", out).group(1)))  # type: ignore[union-attr]
         per = (counts[1] - counts[0]) / (many - few) / (100 if name.startswith("capture") else 1)
         print(f"{name:26s} {per:10.0f} instructions")
@@ -185,13 +190,7 @@ def _annotated(name: str, calls: int, inclusive: bool) -> dict[str, int]:
 
     with tempfile.TemporaryDirectory() as folder:
         out = os.path.join(folder, "callgrind.out")
-        subprocess.run(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__, "run"]
-            + [name, str(calls)],
-            capture_output=True,
-            check=True,
-            env={**os.environ, "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1"},
-        )
+        _callgrind(name, calls, out)
         text = subprocess.run(
             ["callgrind_annotate", f"--inclusive={'yes' if inclusive else 'no'}", "--threshold=100", out],
             capture_output=True,

@@ -229,8 +229,8 @@ MUTATIONS = [
     (
         "DLPack consumer does not wait",
         "src/cudagraphs/_dlpack.py",
-        "    device.backend.stream_wait_event(consumer, event._raw)\n",
-        "",
+        "    device.external_stream(stream).wait(device.current_stream())\n",
+        "    device.external_stream(stream)\n",
     ),
     # keep-alives of the nodes a capture records
     (

@@ -884,7 +884,7 @@ def _compiled_modules() -> list[str]:
 
 
 def test_each_compiled_module_has_its_declarations_and_runs_in_the_mode_asked() -> None:
-    """Each module of _config.COMPILED_MODULES (setup.py's list) has its .pxd; CI's runs get what they ask for.
+    """Each module of _config.COMPILED_MODULES has its .pxd; CI's runs get what they ask for.
 
     With ``CUDAGRAPHS_EXPECT_PLAIN=1`` (the second run of ``make test``) every
     module is its ``.py``; with ``CUDAGRAPHS_REQUIRE_C=1`` (CI's build) and not

@@ -89,8 +89,7 @@ def armed(backend: str, driver: Any) -> Iterator[SimpleNamespace]:
     """The test kernel armed as the cuda backend arms it: its launches packed by a Packer.
 
     The Packer's fallback (the backend's launch on a GPU) records what it is
-    handed and raises where ``refuse`` says, as the backend reports a driver
-    error.
+    handed.
     """
     seen, result, sizes = driver
     dev = cg.Device(0)
@@ -99,12 +98,9 @@ def armed(backend: str, driver: Any) -> Iterator[SimpleNamespace]:
     offsets, fmt = _offsets(k.params)
     sizes[:] = [p.dtype.itemsize for p in k.params]
     handed: list[tuple[Any, Any]] = []
-    refuse: list[BaseException] = []
 
     def fallback(stream: Any, launch: Any) -> None:
         handed.append((stream, launch))
-        if refuse:
-            raise refuse[0]
 
     fn = k.function(dev)
     plan = k._plans[dev]
@@ -112,9 +108,7 @@ def armed(backend: str, driver: Any) -> Iterator[SimpleNamespace]:
     k.fast = packer
     k._plans[dev] = (fn, packer.issue, plan[2], packer, FUNCTION)
     try:
-        yield SimpleNamespace(
-            k=k, dev=dev, seen=seen, result=result, handed=handed, refuse=refuse, offsets=offsets, fmt=fmt
-        )
+        yield SimpleNamespace(k=k, dev=dev, seen=seen, result=result, handed=handed, offsets=offsets, fmt=fmt)
     finally:
         k._plans[dev] = plan
         k.fast = None
@@ -159,7 +153,13 @@ def test_pointers_given_as_none_ints_or_scalars_launch(armed: SimpleNamespace) -
     t = armed
     args = _args(np.random.default_rng(1))
     scalar = cg.DeviceScalar(np.float32(2.0))
-    for a, ptr in ((None, 0), (0, 0), (2**64 - 1, 2**64 - 1), (args[0].ptr, args[0].ptr), (scalar, scalar.ptr)):
+    for a, ptr in (
+        (None, 0),
+        (0, 0),
+        (2**64 - 1, 2**64 - 1),
+        (args[0].ptr, args[0].ptr),
+        (scalar, scalar.ptr),
+    ):
         t.k.launch(1, 1, args[0], a, *args[2:])
         assert t.seen[-1]["bytes"][1] == struct.pack("<Q", ptr)
     assert not t.handed
@@ -231,19 +231,20 @@ def test_every_refused_launch_raises_before_anything_is_queued(armed: SimpleName
     assert len(t.seen) == 3
 
 
-def test_a_driver_error_goes_to_the_fallback_which_reports_it(armed: SimpleNamespace) -> None:
+def test_a_driver_error_is_raised_as_the_driver_first_answered(armed: SimpleNamespace) -> None:
+    """One launch, its error raised: not launched again (a capture would be invalidated by then)."""
     t = armed
     args = _args(np.random.default_rng(5))
     t.result[0] = 1  # CUDA_ERROR_INVALID_VALUE
-    t.refuse.append(cg.CudaError(1, "CUDA_ERROR_INVALID_VALUE", "cuLaunchKernel"))
-    with pytest.raises(cg.CudaError, match="INVALID_VALUE"):
+    with pytest.raises(
+        cg.CudaError, match=r"cuLaunchKernel failed with CUDA_ERROR_INVALID_VALUE \(1\)"
+    ) as err:
         t.k.launch((2, 1), 64, *args, shared_mem=8)
+    assert err.value.code == 1
     assert len(t.seen) == 1
-    ((stream, launch),) = t.handed
-    assert type(launch) is KernelLaunch
-    assert (launch.grid, launch.block, launch.shared_mem) == ((2, 1, 1), (64, 1, 1), 8)
-    assert list(launch.values) == [conv.convert(a, t.dev) for conv, a in zip(t.k._convert, args)]
-    t.result[0], t.refuse[:] = 0, []
+    assert (t.seen[0]["grid"], t.seen[0]["block"], t.seen[0]["shared"]) == ((2, 1, 1), (64, 1, 1), 8)
+    assert not t.handed
+    t.result[0] = 0
     t.k.launch(1, 1, *args)  # (the stream and the kernel still work)
     assert len(t.seen) == 2
 
@@ -278,11 +279,13 @@ def test_a_captured_launch_is_recorded_and_issued_through_the_packer(armed: Simp
     assert launch.views[3:] == (None,) * 7
     assert {id(a) for a in args[1:3]} <= {id(o) for o in kept}
     assert id(args[0]) not in {id(o) for o in kept}
-    # issued once, by the Packer (on sim, a capture's stream is no driver handle: its fallback)
+    # issued once, by the Packer, with the launch's function (sim's has no driver handle: the
+    # Packer's fallback issues it there)
     assert len(t.seen) + len(t.handed) == 1
     if t.seen:
         (got,) = t.seen
-        assert (got["f"], got["grid"], got["block"], got["shared"]) == (FUNCTION, (5, 2, 1), (64, 1, 1), 8)
+        want = (launch.function.handle, (5, 2, 1), (64, 1, 1), 8)
+        assert (got["f"], got["grid"], got["block"], got["shared"]) == want
         assert got["bytes"] == _expected_bytes(t, args)
     else:
         ((_, handed),) = t.handed
@@ -375,7 +378,7 @@ def _batched() -> bool:
 
 def test_rebind_moves_each_node_of_a_view_once_and_replaces_its_record(node_set: Any) -> None:
     """Kernel nodes with a Packer set in C (compiled); copies and other kernels by the backend."""
-    seen, result, sizes = node_set
+    seen, _, sizes = node_set
     k = cg.Kernel(SOURCE, "mix")
     offsets, fmt = _offsets(k.params)
     sizes[:] = [p.dtype.itemsize for p in k.params]
@@ -407,7 +410,9 @@ def test_rebind_moves_each_node_of_a_view_once_and_replaces_its_record(node_set:
     ]
     before = list(records)
     updated: list[tuple[Any, Any, Any]] = []
-    backend = SimpleNamespace(graph_update=lambda exec_, node, patch: updated.append((exec_, node, patch)))
+    backend = SimpleNamespace(
+        fastcall=True, graph_update=lambda exec_, node, patch: updated.append((exec_, node, patch))
+    )
     new = ArrayArg(0xABC000, old.shape, old.strides, old.dtype)
     hits = _node_changes._users(records, old)
     assert hits == [0, 1, 2, 4]
@@ -456,7 +461,7 @@ def test_rebind_in_batches_hands_the_refused_node_and_the_rest_to_the_backend(no
     records = [NodeRecord(1000 + i, "kernel", "k", (), (kernel, launch), True) for i in range(150)]
     old = list(records)
     updated: list[int] = []
-    backend = SimpleNamespace(graph_update=lambda exec_, node, patch: updated.append(node))
+    backend = SimpleNamespace(fastcall=True, graph_update=lambda exec_, node, patch: updated.append(node))
     result[1] = 1100  # the fake refuses node 1100
     _node_changes._move(backend, 1, records, list(range(150)), key, new, new.ptr)
     for r, o in zip(records, old):
@@ -471,6 +476,24 @@ def test_rebind_in_batches_hands_the_refused_node_and_the_rest_to_the_backend(no
     else:
         assert not seen
         assert updated == list(range(1000, 1150))
+
+
+def test_a_backend_without_the_c_part_sets_every_node_itself(node_set: Any) -> None:
+    """A kernel armed on a GPU and rebound in a graph of another backend (sim): the backend's way."""
+    seen, _, sizes = node_set
+    sizes[:] = [8]
+    kernel = SimpleNamespace(fast=fast.Packer([("p", 8, 0)], print))
+    key = ArrayArg(4096, (4,), (4,), np.dtype(np.float32))
+    new = ArrayArg(8192, (4,), (4,), np.dtype(np.float32))
+    function = SimpleNamespace(handle=FUNCTION)  # (no int(): sim's loaded functions have none)
+    launch = KernelLaunch(function, (1, 1, 1), (1, 1, 1), 0, (4096,), (key,))
+    records = [NodeRecord(object(), "kernel", "k", (), (kernel, launch), True) for _ in range(3)]
+    updated: list[Any] = []
+    backend = SimpleNamespace(fastcall=False, graph_update=lambda exec_, node, patch: updated.append(patch))
+    _node_changes._move(backend, object(), records, [0, 1, 2], key, new, new.ptr)
+    assert not seen
+    assert [p.values for p in updated] == [(8192,)] * 3
+    assert [r.patch[1].views[0] for r in records] == [new] * 3
 
 
 def test_unpatchable_finds_the_first_record_rebind_must_refuse() -> None:

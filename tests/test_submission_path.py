@@ -36,7 +36,11 @@ QUEUEING = frozenset(
 )
 
 _MEMORY = "the allocator's own memory management: never captured work (the capture mode is relaxed around it)"
-_ROUTE = "eager hot path that skips describing the work (issue 27 item 2: route through a cheap submit)"
+_REPLAY = (
+    "a replay's launch: Graph.replay submits a child-graph Work where its stream is captured, and "
+    "otherwise launches; submit would only issue it (a replay names no array whose rules it applies), "
+    "at a cost on the replay path"
+)
 
 # (module, function, primitive): why it does not go through submit
 BYPASSES: dict[tuple[str, str, str], str] = {
@@ -48,24 +52,21 @@ BYPASSES: dict[tuple[str, str, str], str] = {
     ("_allocator.py", "CachingAllocator.free_segment", "mem_free"): _MEMORY,
     ("_allocator.py", "CachingAllocator.segment", "mem_alloc"): _MEMORY,
     ("_pool.py", "GraphMemory.allocate", "mem_alloc"): (
-        "a graph-owned allocation during a capture: the driver records the node itself "
-        "(issue 27 item 2: route through submit)"
+        "a graph-owned allocation during a capture: the driver records the allocation node as it "
+        "returns the address (a Work's issue returns a node), in memory the capture itself owns"
     ),
     ("_recording.py", "Recording.flush_frees", "mem_free"): (
-        "the frees of graph-owned memory at the end of a capture: submit's own module "
-        "(issue 27 item 2: route through submit)"
+        "the free nodes of graph-owned memory, which Recording.record records before the work it "
+        "records: submit's own step (a Work here would recurse into it)"
     ),
     ("_recording.py", "begin", "event_record"): "the event that marks a capture's start: submit's own module",
     ("_builder.py", "GraphBuilder._node", "capture_node"): (
         "sets the dependencies of the builder's next node, no work of its own"
     ),
-    ("_dlpack.py", "order_consumer", "stream_wait_event"): (
-        "a DLPack consumer's stream waits for the producer (issue 27 item 2: route through submit)"
-    ),
-    ("_executable.py", "ordered_launch.launch", "event_record"): _ROUTE,
-    ("_executable.py", "ordered_launch.launch", "graph_launch"): _ROUTE,
-    ("_executable.py", "ordered_launch.launch", "stream_wait_event"): _ROUTE,
-    ("_graph.py", "Graph._capturing", "graph_launch"): _ROUTE + " (a replay binds the launch)",
+    ("_executable.py", "ordered_launch.launch", "event_record"): _REPLAY + " (across devices)",
+    ("_executable.py", "ordered_launch.launch", "graph_launch"): _REPLAY + " (across devices)",
+    ("_executable.py", "ordered_launch.launch", "stream_wait_event"): _REPLAY + " (across devices)",
+    ("_graph.py", "Graph._capturing", "graph_launch"): _REPLAY + " (binds the backend's launch)",
     ("_graph.py", "Graph.upload", "graph_launch"): "uploads the executable, no work on the stream's data",
     ("_kernel.py", "Kernel._arm", "launch"): (
         "names the backend's launch as the Packer's fallback (what issues a kernel's Work where the "

@@ -91,7 +91,9 @@ MISMATCHES = {
 
 
 @pytest.mark.parametrize("case", MISMATCHES)
-def test_mismatches_raise_and_leave_the_graph_working(dev: cg.Device, rng: np.random.Generator, case: str) -> None:
+def test_mismatches_raise_and_leave_the_graph_working(
+    dev: cg.Device, rng: np.random.Generator, case: str
+) -> None:
     build, message, node = MISMATCHES[case]
     x_h = random_array(rng, 64, "float32")
     x, y = cg.asarray(x_h), cg.zeros(64, "float32")

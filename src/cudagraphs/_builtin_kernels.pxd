@@ -6,8 +6,8 @@ cimport cython
 
 # (module globals the hot paths read: C globals, read without a dictionary lookup, which Python
 # 3.12 and later make compiled code do for every global it reads)
-cdef object _PLAIN, _BLOCK
-cdef list _LAST_GRID
+cdef object _BLOCK
+cdef list _LAST_GRID, _LAST_RUN
 cdef dict _RUNS
 
 from cudagraphs._kernel cimport Kernel
@@ -15,5 +15,5 @@ from cudagraphs._kernel cimport Kernel
 @cython.locals(last=tuple)
 cpdef tuple grid_of(object n, object cap)
 
-@cython.locals(kernel=Kernel, plan=tuple, last=tuple)
+@cython.locals(kernel=Kernel, plan=tuple, last=tuple, values=list)
 cpdef run(str name, object dtype, object device, object stream, object n, object args, object writes=*)

@@ -36,5 +36,19 @@ cdef extern from *:
         for (Py_ssize_t i = 0; i < n; ++i) PyTuple_SET_ITEM(out, i, Py_NewRef(PyTuple_GET_ITEM(items, i)));
         return out;
     }
+
+    /* Item i of a tuple or of a tuple subclass (a NamedTuple): a NamedTuple's sequence slot is
+       CPython's generic one (it calls __getitem__, a thousand instructions), which compiled
+       indexing of an untyped object takes; this reads the item (else indexes as Python does) */
+    static PyObject *cg_item(PyObject *t, Py_ssize_t i) {
+        if (PyTuple_Check(t) && (size_t)i < (size_t)PyTuple_GET_SIZE(t))
+            return Py_NewRef(PyTuple_GET_ITEM(t, i));
+        PyObject *key = PyLong_FromSsize_t(i);
+        if (key == NULL) return NULL;
+        PyObject *out = PyObject_GetItem(t, key);
+        Py_DECREF(key);
+        return out;
+    }
     """
     object cg_tuple_new(object type, tuple items)
+    object cg_item(object t, Py_ssize_t i)

@@ -18,6 +18,7 @@ __all__ = [
     "cg_api_load",
     "cg_graph_launch",
     "cg_issue",
+    "cg_item",
     "cg_launch",
     "cg_lock_give",
     "cg_lock_take",
@@ -67,7 +68,14 @@ def cg_nodes_new(exec_: int, expected: int) -> Any:
 
 
 def cg_nodes_add(
-    batch: Any, packer: Any, node: int, function: int, grid: Any, block: Any, shared: int, values: tuple[Any, ...]
+    batch: Any,
+    packer: Any,
+    node: int,
+    function: int,
+    grid: Any,
+    block: Any,
+    shared: int,
+    values: tuple[Any, ...],
 ) -> int:
     """A kernel node's parameters packed into the C part's batch: not here (the backend sets the node)."""
     return CG_UNBOUND
@@ -76,6 +84,11 @@ def cg_nodes_add(
 def cg_nodes_set(batch: Any) -> int:
     """The C part's cuGraphExecKernelNodeSetParams of a batch: none set here."""
     return 0
+
+
+def cg_item(t: Any, i: int) -> Any:
+    """``t[i]``: item ``i`` of a tuple or NamedTuple."""
+    return t[i]
 
 
 def cg_tuple_new(cls: type, items: tuple[Any, ...]) -> Any:

@@ -27,7 +27,15 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["COMPILED_MODULES", "Settings", "compiled_modules", "compiled_part", "configure", "override", "settings"]
+__all__ = [
+    "COMPILED_MODULES",
+    "Settings",
+    "compiled_modules",
+    "compiled_part",
+    "configure",
+    "override",
+    "settings",
+]
 
 _BACKENDS = ("cuda", "sim")
 

@@ -124,9 +124,9 @@ def order_consumer(device: Any, stream: int) -> None:
     work queued on this thread's current stream of ``device``, as the DLPack
     protocol asks of a producer.
     """
-    event = device.current_stream().record()
-    consumer = device.backend.stream_create(device.index, address=stream)
-    device.backend.stream_wait_event(consumer, event._raw)
+    # (the consumer's stream as a Stream of this library, its wait a Work that submit queues: on a
+    # stream this thread captures, a recorded dependency)
+    device.external_stream(stream).wait(device.current_stream())
 
 
 def export(x: Exported, *, stream: int | None, dl_device: Any, copy: bool | None) -> object:

@@ -29,7 +29,9 @@ from typing import Any
 class Packer:
     """A kernel's argument layout: ``issue`` packs a checked launch's values and queues it."""
 
-    def __init__(self, layout: Sequence[tuple[str, int, int]], fallback: Callable[[Any, Any], Any]) -> None: ...
+    def __init__(
+        self, layout: Sequence[tuple[str, int, int]], fallback: Callable[[Any, Any], Any]
+    ) -> None: ...
     def issue(self, stream: Any, launch: Any) -> None: ...
 
 class Lock:

@@ -84,5 +84,3 @@ class ArrayFields:
     device: Any  # (a _device.Device)
     is_contiguous: bool
     size: int
-
-

@@ -246,8 +246,14 @@ class Graph:
         if others:  # replays keep order with the other devices' current streams
             self._launch = ordered_launch(self.device, others)
         self._res = res
+        found: dict[type, Any] = {}  # (each class asked once: the same array is kept per node using it)
         for obj in res.keep:  # what must know its graphs (a communicator, an embedded graph)
-            held_by = getattr(type(obj), "_held_by", None)  # (the class's: no instance __getattr__)
+            cls = type(obj)
+            held_by = found.get(cls, found)
+            if held_by is found:
+                held_by = found[cls] = getattr(
+                    cls, "_held_by", None
+                )  # (the class's: no instance __getattr__)
             if held_by is not None:
                 held_by(obj, self)
         self._finalizer = weakref.finalize(self, _recording.later, self.device, release_resources, res)

@@ -174,7 +174,7 @@ class GraphOutput(DeviceArray):
         return f"<cudagraphs.GraphOutput shape={self.shape} dtype={self.dtype} ({state})>"
 
 
-_recording.EXPIRING.add(GraphOutput)
+_recording.EXPIRING.append(GraphOutput)
 
 if not cython.compiled:  # (compiled, _capi.pxd's C versions: no method call for the C Lock)
 

@@ -358,7 +358,8 @@ class Kernel:
                     if exc.code != CUDA_ERROR_NOT_FOUND:
                         raise
                     raise self._not_exported(exc) from exc
-                issue, packer = backend.launch, None
+                issue: Callable[[Any, KernelLaunch], Any] = backend.launch
+                packer = None
                 if backend.fastcall:  # (its launches are packed and issued by the C part: see _arm)
                     issue = self._arm(device, param_offsets(self.params))
                     packer = self.fast
@@ -391,7 +392,7 @@ class Kernel:
         if self.fast is None:
             layout = _fast_layout(self.params, offsets)
             if layout is None:
-                return device.backend.launch  # type: ignore[no-any-return]
+                return device.backend.launch
             self.fast = fastcall.Packer(layout, device.backend.launch)
         return self.fast.issue  # type: ignore[no-any-return]
 
@@ -489,7 +490,9 @@ class Kernel:
         on = stream  # (compiled: typed, its fields read as C fields)
         if on._finalizer is not None:
             stream._live()
-        if packer is not None and issue_launch(stream, packer, function, grid, block, shared_mem, values, args):
+        if packer is not None and issue_launch(
+            stream, packer, function, grid, block, shared_mem, values, args
+        ):
             return  # (queued as submit would queue it: uncaptured, through the C part's Packer)
         rec = on._recording
         views: tuple[Any, ...] = ()
@@ -507,7 +510,7 @@ class Kernel:
 def _view(a: Any) -> Any:
     """The view of ``a`` a launch describes (None: a value passed by value, or no array)."""
     if isinstance(a, ArrayFields):  # (compiled: a C type check; most arguments are arrays)
-        return a._view_spec()
+        return a._view_spec()  # type: ignore[attr-defined]  # (DeviceArray's, the one ArrayFields class)
     spec = None if isinstance(a, BY_VALUE) else getattr(a, "_view_spec", None)
     return spec if spec is None else spec()
 
@@ -588,7 +591,8 @@ class _Arg:
                 if arr.device is not device:
                     raise ValueError(f"{where}: array is on {arr.device}, the launch on {device}")
                 pointee = self.pointee
-                if pointee is not None and arr.dtype != pointee:
+                # (numpy's dtypes are mostly the same object: identity first, then ==)
+                if pointee is not None and arr.dtype is not pointee and arr.dtype != pointee:
                     raise TypeError(f"{where} expects {pointee} data, got a {arr.dtype} array")
                 if not arr.is_contiguous:
                     raise ValueError(
@@ -597,7 +601,7 @@ class _Arg:
                         "pass a contiguous array (.copy() makes one), or pass x.ptr and the "
                         "strides as arguments of your own"
                     )
-                return a.ptr  # (the array's own check runs: an expired graph output raises)
+                return a.ptr  # type: ignore[attr-defined]  # (DeviceArray's property: an expired graph output raises)
             if a is None:
                 return 0
             if _is_int(a):

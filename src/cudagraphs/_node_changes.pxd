@@ -4,7 +4,7 @@
 # docs/architecture.md, "The compiled part", says what may be declared here and why.
 
 cimport cython
-from cudagraphs._capi cimport cg_api_load, cg_nodes_add, cg_nodes_new, cg_nodes_set, cg_tuple_new
+from cudagraphs._capi cimport cg_api_load, cg_item, cg_nodes_add, cg_nodes_new, cg_nodes_set, cg_tuple_new
 
 # (module globals the hot paths read: C globals, read without a dictionary lookup, which Python
 # 3.12 and later make compiled code do for every global it reads)

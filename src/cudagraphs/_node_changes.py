@@ -17,7 +17,6 @@ as plain Python where not.
 from __future__ import annotations
 
 import itertools
-import operator
 from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
@@ -34,7 +33,7 @@ from ._recording import NodeRecord, resolve_handles
 from .backends.base import ArrayArg, Copy, KernelLaunch
 
 if not cython.compiled:  # (compiled, _capi.pxd's C functions: the C part's kernel node updates)
-    from ._capi import cg_api_load, cg_nodes_add, cg_nodes_new, cg_nodes_set, cg_tuple_new
+    from ._capi import cg_api_load, cg_item, cg_nodes_add, cg_nodes_new, cg_nodes_set, cg_tuple_new
 
 _fastcall = compiled_part()
 if cython.compiled and _fastcall is not None:
@@ -82,18 +81,18 @@ def _unpatchable(records: list[Any], hits: list[int]) -> int:
     """The first hit whose node cannot be changed node by node, or -1."""
     for i in hits:
         r = records[i]
-        patch = r[_PATCH]
-        if patch is None or (r[_KIND] == "memcpy" and not isinstance(patch, _COPY)):
+        patch = cg_item(r, _PATCH)
+        if patch is None or (cg_item(r, _KIND) == "memcpy" and not isinstance(patch, _COPY)):
             return i
     return -1
 
 
 def _used(r: Any) -> tuple[Any, ...]:
     """The views a record's node uses (with None for arguments that are not arrays)."""
-    patch = r[_PATCH]
-    if patch is not None and r[_KIND] == "kernel":
-        return patch[1][_LAUNCH_VIEWS]  # type: ignore[no-any-return]
-    return r[_VIEWS]  # type: ignore[no-any-return]
+    patch = cg_item(r, _PATCH)
+    if patch is not None and cg_item(r, _KIND) == "kernel":
+        return cg_item(patch[1], _LAUNCH_VIEWS)  # type: ignore[no-any-return]
+    return cg_item(r, _VIEWS)  # type: ignore[no-any-return]
 
 
 def _device_name(device: Any) -> str:
@@ -164,7 +163,9 @@ def rebind(graph: Any, exec_: Any, old: Any, new: Any) -> None:
     graph._patched = True
 
 
-def _move(backend: Any, exec_: Any, records: list[Any], hits: list[int], key: ArrayArg, spec: ArrayArg, ptr: int) -> None:
+def _move(
+    backend: Any, exec_: Any, records: list[Any], hits: list[int], key: ArrayArg, spec: ArrayArg, ptr: int
+) -> None:
     """Point the arguments of the hits' nodes that use the view ``key`` at ``ptr`` (its view ``spec``).
 
     Each hit's record is replaced once its node is set. A kernel node whose
@@ -174,7 +175,10 @@ def _move(backend: Any, exec_: Any, records: list[Any], hits: list[int], key: Ar
     set by the backend's ``graph_update`` (which reports a driver's error).
     """
     batch: Any = None  # the C part's batch of kernel nodes, made for the first such node
-    fast = True  # (until a node the C part cannot set: the backend sets it and the rest)
+    # (a backend whose driver calls are the C part's, until a node the C part cannot set: the
+    # backend sets it and the rest; a kernel armed with a Packer on one device is launched on
+    # another backend's devices too)
+    fast = bool(getattr(backend, "fastcall", False))
     pending: list[tuple[int, Any, Any]] = []  # the batch's nodes: (index, record, its replacement)
     last_kernel: Any = None
     last_fn: Any = None
@@ -182,7 +186,7 @@ def _move(backend: Any, exec_: Any, records: list[Any], hits: list[int], key: Ar
     function = 0
     for i in hits:
         r = records[i]
-        patch = r[_PATCH]
+        patch = cg_item(r, _PATCH)
         if isinstance(patch, _COPY):
             src_view, dst_view = r.views
             copy = patch._replace(
@@ -192,19 +196,27 @@ def _move(backend: Any, exec_: Any, records: list[Any], hits: list[int], key: Ar
             records[i] = r._replace(patch=copy, views=tuple([spec if v == key else v for v in r.views]))
             continue
         kernel, launch = patch
-        views = launch[_LAUNCH_VIEWS]
-        moved_values, moved_views = list(launch[_LAUNCH_VALUES]), list(views)
+        # (a record's and a launch's items read by position: see cg_item)
+        handle, fn, grid, block, shared = (
+            cg_item(r, _HANDLE),
+            cg_item(launch, 0),
+            cg_item(launch, 1),
+            cg_item(launch, 2),
+            cg_item(launch, 3),
+        )
+        views = cg_item(launch, _LAUNCH_VIEWS)
+        moved_values, moved_views = list(cg_item(launch, _LAUNCH_VALUES)), list(views)
         for j in range(len(views)):
             v = views[j]
             if v is key or (v is not None and v == key):  # (mostly the same object: the array's)
                 moved_values[j] = ptr
                 moved_views[j] = spec
         values = tuple(moved_values)
-        launch = cg_tuple_new(
-            _KERNEL_LAUNCH, (launch[0], launch[1], launch[2], launch[3], values, tuple(moved_views))
-        )
+        launch = cg_tuple_new(_KERNEL_LAUNCH, (fn, grid, block, shared, values, tuple(moved_views)))
         # (handle, kind, name, views, patch, top), the patch replaced
-        moved = cg_tuple_new(type(r), (r[0], r[1], r[2], r[3], (kernel, launch), r[5]))
+        moved = cg_tuple_new(
+            type(r), (handle, cg_item(r, 1), cg_item(r, 2), cg_item(r, 3), (kernel, launch), cg_item(r, 5))
+        )
         if kernel is not last_kernel:
             last_kernel, packer = kernel, kernel.fast
         if packer is not None and fast:
@@ -212,12 +224,10 @@ def _move(backend: Any, exec_: Any, records: list[Any], hits: list[int], key: Ar
                 batch = cg_nodes_new(int(exec_), len(hits))
                 fast = batch is not None
             if fast:
-                if launch[0] is not last_fn:
-                    last_fn = launch[0]
-                    function = int(last_fn)  # (the loaded function's address)
-                got = cg_nodes_add(
-                    batch, packer, int(r[_HANDLE]), function, launch[1], launch[2], launch[3], values
-                )
+                if fn is not last_fn:
+                    last_fn = fn
+                    function = int(fn)  # (the loaded function's address)
+                got = cg_nodes_add(batch, packer, int(handle), function, grid, block, shared, values)
                 if got >= 0:
                     pending.append((i, r, moved))
                     if got == 1:  # (full)
@@ -225,13 +235,15 @@ def _move(backend: Any, exec_: Any, records: list[Any], hits: list[int], key: Ar
                     continue
                 fast = False
                 _set(backend, exec_, records, batch, pending)  # (the nodes before this one first)
-        backend.graph_update(exec_, r[_HANDLE], launch)
+        backend.graph_update(exec_, handle, launch)
         records[i] = moved
     if pending:
         _set(backend, exec_, records, batch, pending)
 
 
-def _set(backend: Any, exec_: Any, records: list[Any], batch: Any, pending: list[tuple[int, Any, Any]]) -> bool:
+def _set(
+    backend: Any, exec_: Any, records: list[Any], batch: Any, pending: list[tuple[int, Any, Any]]
+) -> bool:
     """Set the nodes of the C part's batch, each record replaced once its node is; whether all were.
 
     From a node the driver refused on, the backend sets them (it raises the
@@ -241,7 +253,7 @@ def _set(backend: Any, exec_: Any, records: list[Any], batch: Any, pending: list
     for k in range(len(pending)):
         i, r, moved = pending[k]
         if k >= done:
-            backend.graph_update(exec_, r[_HANDLE], moved[_PATCH][1])
+            backend.graph_update(exec_, cg_item(r, _HANDLE), cg_item(moved, _PATCH)[1])
         records[i] = moved
     refused = done < len(pending)
     pending.clear()
@@ -272,7 +284,7 @@ def _unrecorded_users(
     # all (the common case: no scan, no set of handles)
     children = 0
     for r in records:
-        if r[_KIND] == "child":
+        if cg_item(r, _KIND) == "child":
             children += 1
     if len(records) - children == _node_count(graph):
         return []

@@ -9,7 +9,7 @@ from cudagraphs._fields cimport ArrayFields, StreamFields
 # (module globals the hot paths read: C globals, read without a dictionary lookup, which Python
 # 3.12 and later make compiled code do for every global it reads)
 cdef object _get_ident, _BY_VALUE
-cdef set _EXPIRING
+cdef list _EXPIRING
 
 cdef class Work:
     cdef public object arg, issue, kind, name, patch, refuse
@@ -27,6 +27,8 @@ cdef class Recording:
 
     @cython.locals(keep=list, owners=object, arr=ArrayFields)
     cpdef object record(self, object stream, Work work)
+
+cdef bint _uses_expiring(object objs) except -1
 
 @cython.locals(on=StreamFields, rec=Recording)
 cpdef object submit(object stream, Work work)

@@ -73,6 +73,7 @@ from ._fields import ArrayFields
 from .backends.base import (
     CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
     CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+    ERROR_NAMES,
     ArrayArg,
 )
 
@@ -96,6 +97,7 @@ __all__ = [
     "mark",
     "new_work",
     "quiet",
+    "launch_refused",
     "refuse_beside_capture",
     "release",
     "resolve_handles",
@@ -322,8 +324,11 @@ class Recording:
             self.fail(refuse)
         if self.frees:
             self.flush_frees()
-        try:  # (a kernel's Packer: packed and queued in C; anything else, or a refusal, by issue)
-            node = None if cg_issue(issue, stream.handle, arg) == 0 else issue(stream._raw, arg)
+        try:  # (a kernel's Packer: packed and queued in C; anything else by issue)
+            code = cg_issue(issue, stream.handle, arg)
+            if code > 0:
+                raise launch_refused(code)
+            node = None if code == 0 else issue(stream._raw, arg)
         except CudaError as err:
             if err.code in (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED):
                 what = f"{kind} {name}".strip()
@@ -536,8 +541,11 @@ def mark(stream: Any, record: Callable[[], Any]) -> Any:
         return record()
 
 
-EXPIRING: set[type] = set()
-"""Array classes whose instances expire (a graphed callable's outputs).
+EXPIRING: list[type] = []
+"""Array classes whose instances expire (a graphed callable's outputs); one or two.
+
+(A list: the hot paths ask ``type(a) in EXPIRING`` of each argument, which a
+list of one type answers by identity; a set would hash the type.)
 
 Each has ``_check()`` (raises once the array is stale) and ``_guard`` (the
 lock of what makes it stale). Work that uses one is queued, outside
@@ -545,7 +553,30 @@ captures, holding that lock and after checking under it (:func:`_issue_guarded`)
 so the check and the queued read are one step for the thread that makes the
 array stale (a call of the callable holds the lock).
 """
-_EXPIRING = EXPIRING  # (the same, for the hot paths: compiled, a C global, no name lookup)
+_EXPIRING = EXPIRING  # (the same list, for the hot paths: compiled, a C global, no name lookup)
+
+
+def launch_refused(code: int) -> CudaError:
+    """The error of a kernel launch the C part's Packer made and the driver refused (``code``).
+
+    (Raised as the driver's first answer: launching again to have the
+    backend report it could answer otherwise, a capture invalidated.)
+    """
+    return CudaError(code, ERROR_NAMES.get(code, f"CUresult {code}"), "cuLaunchKernel")
+
+
+def _uses_expiring(objs: Any) -> bool:
+    """Whether one of ``objs`` is an array that expires (its type one of :data:`EXPIRING`).
+
+    (Types compared by identity: work uses one to four arrays, and a set would
+    hash each one's type.)
+    """
+    for a in objs:
+        t = type(a)
+        for e in _EXPIRING:
+            if t is e:
+                return True
+    return False
 
 
 def submit(stream: Any, work: Work) -> Any:
@@ -557,16 +588,14 @@ def submit(stream: Any, work: Work) -> Any:
     on = stream  # (compiled: typed, its fields read as C fields)
     rec = on._recording
     if rec is None:
-        # (a loop, not sets of types: the work uses one to four arrays)
-        for a in work.reads:
-            if type(a) in _EXPIRING:
-                return _issue_guarded(stream, work)
-        for a in work.writes:
-            if type(a) in _EXPIRING:
-                return _issue_guarded(stream, work)
+        if _uses_expiring(work.reads) or _uses_expiring(work.writes):
+            return _issue_guarded(stream, work)
         issue, arg = work.issue, work.arg
-        if cg_issue(issue, on.handle, arg) == 0:  # (a kernel's Packer: packed and queued in C)
+        code = cg_issue(issue, on.handle, arg)  # (a kernel's Packer: packed and queued in C)
+        if code == 0:
             return None
+        if code > 0:
+            raise launch_refused(code)
         return issue(on._raw, arg)
     return rec.record(stream, work)
 
@@ -588,16 +617,19 @@ def issue_launch(
     checked and converted) packed by the kernel's ``packer`` (the C part's
     ``Packer``) and launched. False, with nothing queued, where that is not
     the case (the stream is captured, an argument is an array that expires,
-    the C part is not here or refused): the caller then submits the Work,
-    which applies the rules, records it, or reports the driver's error.
+    the C part is not here or cannot pack a value): the caller then submits
+    the Work, which applies the rules or records it. A launch the driver
+    refused raises its error (:func:`launch_refused`).
     """
     on = stream  # (compiled: typed, its fields read as C fields)
     if on._recording is not None:
         return False
-    for a in args:
-        if type(a) in _EXPIRING:
-            return False
-    return cg_launch(packer, function, grid, block, shared_mem, on.handle, values) == 0
+    if _uses_expiring(args):
+        return False
+    code = cg_launch(packer, function, grid, block, shared_mem, on.handle, values)
+    if code > 0:
+        raise launch_refused(code)
+    return code == 0
 
 
 def _issue_guarded(stream: Any, work: Work) -> Any:

@@ -3,6 +3,7 @@
 # docs/architecture.md, "The compiled part", says what may be declared here and why.
 
 cimport cython
+from cudagraphs._capi cimport cg_item
 
 # (module globals the comparison reads: C globals, read without a dictionary lookup, which Python
 # 3.12 and later make compiled code do for every global it reads)

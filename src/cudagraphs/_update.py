@@ -16,12 +16,21 @@ not.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Protocol
+
+try:
+    import cython
+except ImportError:  # (run as Python where Cython is not installed: nothing is compiled)
+    cython = SimpleNamespace(compiled=False)
 
 from . import _recording
 from ._errors import UpdateError
 from ._executable import Resources, release_resources
 from ._recording import NodeRecord
+
+if not cython.compiled:  # (compiled, _capi.pxd's C function)
+    from ._capi import cg_item
 
 if TYPE_CHECKING:
     import weakref
@@ -62,8 +71,8 @@ def _first_difference(mine: list[Any], theirs: list[Any], kind: int, name: int) 
     """
     n = min(len(mine), len(theirs))
     for i in range(n):
-        a, b = mine[i], theirs[i]
-        if a[kind] != b[kind] or a[name] != b[name]:
+        a, b = mine[i], theirs[i]  # (their items read by position: see cg_item)
+        if cg_item(a, kind) != cg_item(b, kind) or cg_item(a, name) != cg_item(b, name):
             return i
     return -1 if len(mine) == len(theirs) else n
 
@@ -74,9 +83,7 @@ def _difference(mine: list[tuple[str, str]], theirs: list[tuple[str, str]]) -> t
     if i < 0:
         return None
     if i == len(mine) or i == len(theirs):
-        return (
-            f"the topology changed: this graph recorded {len(mine)} nodes, the source {len(theirs)}"
-        ), i
+        return (f"the topology changed: this graph recorded {len(mine)} nodes, the source {len(theirs)}"), i
     (kind_a, name_a), (kind_b, name_b) = mine[i], theirs[i]
     if kind_a != kind_b:
         return f"node {i} is a {kind_a} node in this graph and a {kind_b} node in the source", i
@@ -84,9 +91,9 @@ def _difference(mine: list[tuple[str, str]], theirs: list[tuple[str, str]]) -> t
 
 
 def _has_handles(records: list[Any]) -> bool:
-    """Whether a record carries a driver handle."""
-    for r in records:
-        if r[_HANDLE] is not None:
+    """Whether a record carries a driver handle (a loop: compiled, no generator)."""
+    for r in records:  # noqa: SIM110
+        if cg_item(r, _HANDLE) is not None:
             return True
     return False
 

@@ -11,3 +11,6 @@ from cudagraphs._fields cimport ArrayFields
 @cython.locals(head=ArrayFields, arr=ArrayFields)
 cpdef object _arrays(str op, tuple names, tuple arrays)
 cpdef _arith(str op, object dtype)
+
+@cython.locals(x=ArrayFields, y=ArrayFields, z=ArrayFields)
+cpdef object add(object a, object b, object out=*, object stream=*)
