@@ -57,13 +57,18 @@ def compiled_modules() -> list[Extension]:
             [f"src/cudagraphs/{name}.py"],
             include_dirs=["src/cudagraphs"],
             optional=not REQUIRED,
+            # (Cython's C has warnings of its own; a call of an undeclared function is an error)
+            extra_compile_args=["-Werror=implicit-function-declaration"] if STRICT else [],
         )
         for name in COMPILED
     ]
     # (annotations are for the type checker: only the .pxd types what compiled code takes)
     directives = {"language_level": 3, "binding": False, "embedsignature": True, "annotation_typing": False}
     try:
-        built: list[Extension] = cythonize(extensions, compiler_directives=directives, quiet=True)
+        # (every CPU: seventeen modules, each translated, then compiled, in a minute or two on two)
+        built: list[Extension] = cythonize(
+            extensions, compiler_directives=directives, quiet=True, nthreads=os.cpu_count() or 1
+        )
     except Exception as exc:  # (Cython's own errors: the package still installs, as plain Python)
         if REQUIRED:
             raise
@@ -82,6 +87,12 @@ class BuildAllOrNone(build_ext):
     and with them the package. Where one fails, the others' built files are
     removed, and the package runs as plain Python.
     """
+
+    def finalize_options(self) -> None:
+        """Compile the extensions in parallel, one per CPU, unless ``-j`` says otherwise."""
+        super().finalize_options()
+        if self.parallel is None:
+            self.parallel = os.cpu_count() or 1
 
     def run(self) -> None:
         """Build every extension; then, if a compiled module failed, remove the others'."""
