@@ -21,14 +21,18 @@ demo: $(STAMP)
 
 # the suite twice: as built by `pip install -e .` (the modules Cython compiles, the C part), then
 # the same source as plain Python (a copy without compiled files, first on PYTHONPATH): what runs
-# where no compiler is, and every Python path the C part stands in front of (docs/architecture.md)
+# where no compiler is, and every Python path the C part stands in front of (docs/architecture.md).
+# Each run in TEST_WORKERS processes (pytest-xdist; a test file stays in one process: some files
+# sum up what their tests did)
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
 	PYTHONPATH=$$($(BIN)/python scripts/plain_tree.py .plain) CUDAGRAPHS_EXPECT_PLAIN=1 \
-	  $(BIN)/python -m pytest -q -p no:cacheprovider
+	  $(PYTEST) -p no:cacheprovider
 
 lint: $(STAMP)
 	$(BIN)/ruff check --fix .
