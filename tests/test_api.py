@@ -228,7 +228,8 @@ def test_cli_doctor_runs(backend: str) -> None:
     assert f"backend in use: {backend}" in r.stdout
     assert "self-check (scale on the device): ok" in r.stdout
     # which modules run compiled: every one of the list, or none (the plain tree)
-    from cudagraphs._config import COMPILED_MODULES, compiled_modules
+    from cudagraphs._config import COMPILED_MODULES
+    from cudagraphs.cli import compiled_modules
 
     n = len(compiled_modules())
     assert n in (0, len(COMPILED_MODULES)), compiled_modules()

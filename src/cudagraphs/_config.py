@@ -30,7 +30,6 @@ from typing import Any
 __all__ = [
     "COMPILED_MODULES",
     "Settings",
-    "compiled_modules",
     "compiled_part",
     "configure",
     "override",
@@ -172,26 +171,14 @@ COMPILED_MODULES = (
 )
 
 
-def compiled_modules() -> list[str]:
-    """The modules of :data:`COMPILED_MODULES` that run compiled here (the others run as Python)."""
-    import importlib
-
-    names = []
-    for name in COMPILED_MODULES:
-        module = importlib.import_module("cudagraphs." + name.replace("/", "."))
-        if not (module.__file__ or "").endswith(".py"):
-            names.append(module.__name__)
-    return names
-
-
 def _load_compiled_part() -> Any:
     if not _current.fastcall:  # (CUDAGRAPHS_FASTCALL=0 at import)
         return None
-    try:
-        from . import _fastcall
+    try:  # (the submodule by its full name: the package itself is not imported from here)
+        import cudagraphs._fastcall as fastcall
     except ImportError:  # not built
         return None
-    return _fastcall
+    return fastcall
 
 
 _COMPILED = _load_compiled_part()

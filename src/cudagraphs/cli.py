@@ -21,6 +21,20 @@ def _version(dist: str) -> str:
         return "not installed"
 
 
+def compiled_modules() -> list[str]:
+    """The modules of ``_config.COMPILED_MODULES`` that run compiled here (the others run as Python)."""
+    import importlib
+
+    from cudagraphs._config import COMPILED_MODULES
+
+    names = []
+    for name in COMPILED_MODULES:
+        module = importlib.import_module("cudagraphs." + name.replace("/", "."))
+        if not (module.__file__ or "").endswith(".py"):
+            names.append(module.__name__)
+    return names
+
+
 def doctor() -> int:
     """Print what cudagraphs sees; exit non-zero only if something is broken."""
     import cudagraphs as cg
@@ -56,7 +70,7 @@ def doctor() -> int:
             built += ", turned off (CUDAGRAPHS_FASTCALL=0 at import: its paths are Python's)"
     except ImportError:
         built = "not built (its paths are Python's: the driver is called through cuda.bindings)"
-    from cudagraphs._config import COMPILED_MODULES, compiled_modules
+    from cudagraphs._config import COMPILED_MODULES
 
     compiled = compiled_modules()
     print(
