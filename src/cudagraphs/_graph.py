@@ -250,10 +250,8 @@ class Graph:
         for obj in res.keep:  # what must know its graphs (a communicator, an embedded graph)
             cls = type(obj)
             held_by = found.get(cls, found)
-            if held_by is found:
-                held_by = found[cls] = getattr(
-                    cls, "_held_by", None
-                )  # (the class's: no instance __getattr__)
+            if held_by is found:  # (the class's: no instance __getattr__)
+                held_by = found[cls] = getattr(cls, "_held_by", None)
             if held_by is not None:
                 held_by(obj, self)
         self._finalizer = weakref.finalize(self, _recording.later, self.device, release_resources, res)

@@ -10,7 +10,7 @@ from cudagraphs._fields cimport ArrayFields, DeviceFields, StreamFields
 # (module globals the hot paths read: C globals, read without a dictionary lookup, which Python
 # 3.12 and later make compiled code do for every global it reads)
 cdef object _DEVICE, _STREAM, _KERNEL_LAUNCH
-from cudagraphs._recording cimport issue_launch, new_work, submit
+from cudagraphs._recording cimport issue_launch, new_work, submit, view_of
 
 @cython.final
 cdef class _Arg:
@@ -37,4 +37,3 @@ cdef class Kernel:
 
 @cython.locals(arr=ArrayFields)
 cpdef object _device_of(tuple args)
-cpdef object _view(object a)

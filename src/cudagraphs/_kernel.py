@@ -49,7 +49,7 @@ from ._device import Device, Stream, _current_stream_of, as_device, current_devi
 from ._dtypes import SUPPORTED
 from ._errors import BackendUnavailableError, CudaError
 from ._fields import ArrayFields, DeviceFields
-from ._recording import BY_VALUE, issue_launch, new_work, submit
+from ._recording import issue_launch, new_work, submit, view_of
 from .backends.base import CUDA_ERROR_NOT_FOUND, ERROR_NAMES, KernelLaunch, Param, param_offsets
 
 if not cython.compiled:  # (compiled, _capi.pxd's C functions)
@@ -499,20 +499,12 @@ class Kernel:
         if rec is not None or describe:
             # each argument's view, for arrays: what the simulator runs on, what a capture
             # records (an uncaptured launch on a GPU reads only the packed values)
-            views = tuple([_view(a) for a in args])
+            views = tuple([view_of(a) for a in args])
         # what is written comes first (submit skips the values passed by value)
         written, reads = (tuple(args), ()) if writes is None else (tuple(args[:writes]), tuple(args[writes:]))
         # (made without the NamedTuple's __new__, a Python call, and without Work's argument parsing)
         launch = cg_tuple_new(_KERNEL_LAUNCH, (fn, grid, block, shared_mem, tuple(values), views))
         submit(stream, new_work("kernel", issue, launch, reads, written, (), self.name, (self, launch)))
-
-
-def _view(a: Any) -> Any:
-    """The view of ``a`` a launch describes (None: a value passed by value, or no array)."""
-    if isinstance(a, ArrayFields):  # (compiled: a C type check; most arguments are arrays)
-        return a._view_spec()  # type: ignore[attr-defined]  # (DeviceArray's, the one ArrayFields class)
-    spec = None if isinstance(a, BY_VALUE) else getattr(a, "_view_spec", None)
-    return spec if spec is None else spec()
 
 
 def _fast_layout(params: Sequence[Param], offsets: Sequence[int]) -> list[tuple[str, int, int]] | None:

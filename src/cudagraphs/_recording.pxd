@@ -30,6 +30,11 @@ cdef class Recording:
 
 cdef bint _uses_expiring(object objs) except -1
 
+@cython.locals(on=StreamFields)
+cdef object _issue(object stream, object issue, object arg)
+
+cpdef object view_of(object a)
+
 @cython.locals(on=StreamFields, rec=Recording)
 cpdef object submit(object stream, Work work)
 

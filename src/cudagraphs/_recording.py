@@ -105,6 +105,7 @@ __all__ = [
     "submit",
     "unsafe_blocker",
     "user_line",
+    "view_of",
     "when_unheld",
 ]
 
@@ -222,12 +223,21 @@ class NodeRecord(NamedTuple):
     top: bool  # recorded in the graph itself, not in the body of a conditional node
 
 
+def view_of(a: Any) -> Any:
+    """The view of ``a`` a node describes (None: a value passed by value, or no array)."""
+    if isinstance(a, ArrayFields):  # (compiled: a C type check; most arguments are arrays)
+        return a._view_spec()  # type: ignore[attr-defined]  # (DeviceArray's, the one ArrayFields class)
+    spec = None if isinstance(a, _BY_VALUE) else getattr(a, "_view_spec", None)
+    return spec if spec is None else spec()
+
+
 def _views(objs: tuple[Any, ...]) -> tuple[ArrayArg, ...]:
+    """The views of those of ``objs`` that are arrays."""
     out = []
     for o in objs:
-        spec = getattr(o, "_view_spec", None)
-        if spec is not None:
-            out.append(spec())
+        view = view_of(o)
+        if view is not None:
+            out.append(view)
     return tuple(out)
 
 
@@ -324,11 +334,8 @@ class Recording:
             self.fail(refuse)
         if self.frees:
             self.flush_frees()
-        try:  # (a kernel's Packer: packed and queued in C; anything else by issue)
-            code = cg_issue(issue, stream.handle, arg)
-            if code > 0:
-                raise launch_refused(code)
-            node = None if code == 0 else issue(stream._raw, arg)
+        try:
+            node = _issue(stream, issue, arg)
         except CudaError as err:
             if err.code in (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED):
                 what = f"{kind} {name}".strip()
@@ -579,6 +586,21 @@ def _uses_expiring(objs: Any) -> bool:
     return False
 
 
+def _issue(stream: Any, issue: Callable[[Any, Any], Any], arg: Any) -> Any:
+    """``issue(stream's driver stream, arg)``: what a Work queues, and what that call returned.
+
+    A kernel's Work (its issue a Packer's) is packed and queued in C; a
+    launch the driver refused raises its first answer (:func:`launch_refused`).
+    """
+    on = stream  # (compiled: typed, its fields read as C fields)
+    code = cg_issue(issue, on.handle, arg)
+    if code == 0:
+        return None
+    if code > 0:
+        raise launch_refused(code)
+    return issue(on._raw, arg)
+
+
 def submit(stream: Any, work: Work) -> Any:
     """Queue ``work`` on ``stream``: the one path from the library to the backend.
 
@@ -590,13 +612,7 @@ def submit(stream: Any, work: Work) -> Any:
     if rec is None:
         if _uses_expiring(work.reads) or _uses_expiring(work.writes):
             return _issue_guarded(stream, work)
-        issue, arg = work.issue, work.arg
-        code = cg_issue(issue, on.handle, arg)  # (a kernel's Packer: packed and queued in C)
-        if code == 0:
-            return None
-        if code > 0:
-            raise launch_refused(code)
-        return issue(on._raw, arg)
+        return _issue(stream, work.issue, work.arg)
     return rec.record(stream, work)
 
 
@@ -644,7 +660,7 @@ def _issue_guarded(stream: Any, work: Work) -> Any:
             taken.append(lock)
         for a in found:
             a._check()
-        return work.issue(stream._raw, work.arg)
+        return _issue(stream, work.issue, work.arg)
     finally:
         for lock in reversed(taken):
             lock.release()

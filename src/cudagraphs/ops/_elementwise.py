@@ -58,7 +58,7 @@ def _checked(op: str, names: tuple[str, ...], arrays: tuple[Any, ...]) -> Device
 
 
 def _arith(op: str, dtype: np.dtype) -> None:
-    for d in _ARITH_DTYPES:  # (by identity first: a dtype's hash, which a set asks, is a tuple's)
+    for d in _ARITH_DTYPES:  # (by identity first: == of two dtypes is a call, a hash a tuple's)
         if d is dtype:
             return
     if dtype not in _ARITH_DTYPES:
