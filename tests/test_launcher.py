@@ -249,6 +249,29 @@ def test_a_driver_error_is_raised_as_the_driver_first_answered(armed: SimpleName
     assert len(t.seen) == 2
 
 
+def test_an_output_that_expires_is_launched_under_its_guard_never_by_the_fast_path(
+    armed: SimpleNamespace,
+) -> None:
+    """A graphed callable's output as an argument: the launch is a Work issued holding its lock.
+
+    (Checked and queued as one step for the thread whose next call makes it stale: the uncaptured
+    fast path, which queues with the plan's function, must not take it.)
+    """
+    t = armed
+    args = _args(np.random.default_rng(9))
+    step = cg.graphed(lambda a: cg.ops.scale(2.0, a, out=cg.empty_like(a)))
+    for _ in range(3):
+        out = step(args[1])
+    assert type(out) is cg.GraphOutput
+    t.k.launch(1, 1, out, *args[1:])
+    assert len(t.seen) + len(t.handed) == 1
+    assert all(s["f"] != FUNCTION for s in t.seen)  # (the fast path launches the plan's function)
+    step(args[1])  # out is stale now: refused, nothing queued
+    with pytest.raises(cg.StaleOutputError):
+        t.k.launch(1, 1, out, *args[1:])
+    assert len(t.seen) + len(t.handed) == 1
+
+
 class _Abandon(Exception):
     """Ends a capture by the exception path (its partial graph is destroyed)."""
 
@@ -338,6 +361,26 @@ def test_packer_issue_packs_a_launch_or_hands_it_to_the_fallback(driver: Any) ->
         fast.Packer([("p", 8, 0)], "not callable")
     with pytest.raises(ValueError, match="no packing"):
         fast.Packer([("x", 8, 0)], print)
+
+
+def test_a_submitted_kernel_work_the_driver_refused_raises_its_first_answer(driver: Any) -> None:
+    """A kernel's Work (its issue a Packer's) queued by submit: one launch, its error raised."""
+    from cudagraphs._recording import Work, submit
+
+    seen, result, sizes = driver
+    sizes[:] = [8]
+    fallback: list[tuple[Any, Any]] = []
+    packer = fast.Packer([("p", 8, 0)], lambda *a: fallback.append(a))
+    launch = KernelLaunch(SimpleNamespace(handle=FUNCTION), (1, 1, 1), (32, 1, 1), 0, (4096,), (None,))
+    stream = cg.Device(0).stream
+    assert submit(stream, Work("kernel", packer.issue, launch)) is None
+    assert [s["bytes"] for s in seen] == [[struct.pack("<Q", 4096)]]
+    result[0] = 1  # CUDA_ERROR_INVALID_VALUE
+    with pytest.raises(cg.CudaError, match=r"cuLaunchKernel failed with CUDA_ERROR_INVALID_VALUE") as err:
+        submit(stream, Work("kernel", packer.issue, launch))
+    assert err.value.code == 1
+    assert len(seen) == 2  # (not launched again to have the error reported)
+    assert not fallback
 
 
 # Graph.rebind's kernel nodes: _node_changes._move ------------------------------------------------
