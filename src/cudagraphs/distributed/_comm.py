@@ -25,7 +25,7 @@ from .._errors import CaptureError, CollectiveTimeoutError, DistributedError
 from .._recording import Work, submit
 from . import _nccl, _simulated
 from ._engine import REDUCTIONS, Engine, Op, disagreement
-from ._store import exchange
+from ._store import check_store, exchange
 
 __all__ = ["Communicator", "LocalGroup", "engine_for", "group_calls", "init", "local_group"]
 
@@ -650,6 +650,7 @@ def init(
         raise ValueError(f"world_size must be at least 1, got {world_size}")
     if not 0 <= rank < world_size:
         raise IndexError(f"rank {rank} is not in 0..{world_size - 1}")
+    check_store(store)  # (every argument checked before the engine, which may be missing, is loaded)
     device = as_device(device) if device is not None else Device(rank % device_count())
     limit = _timeout(timeout)
     engine = engine_for(device)

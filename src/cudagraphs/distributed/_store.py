@@ -105,13 +105,18 @@ def TCPStore(host: str, port: int, *, world_size: int, is_master: bool, timeout:
     return _TCPStore(host, port, world_size, is_master, timedelta(seconds=timeout))
 
 
-def exchange(store: Any, key: str, value: bytes | None, what: str) -> bytes:
-    """Publish ``value`` under ``key`` (one rank), or wait for it (the others)."""
+def check_store(store: Any) -> None:
+    """TypeError unless ``store`` has the ``set(key, value)`` and ``get(key)`` a rank exchange needs."""
     if not (callable(getattr(store, "set", None)) and callable(getattr(store, "get", None))):
         raise TypeError(
             f"store must have set(key, value) and get(key) methods (a cudagraphs.distributed."
             f"FileStore or TCPStore, or a PyTorch store), got {type(store).__name__}"
         )
+
+
+def exchange(store: Any, key: str, value: bytes | None, what: str) -> bytes:
+    """Publish ``value`` under ``key`` (one rank), or wait for it (the others)."""
+    check_store(store)
     if value is not None:
         store.set(key, value)
         return value
