@@ -411,6 +411,18 @@ MUTATIONS = [
         "        path.unlink()  # (read once: only this rank reads it)",
         "        pass",
     ),
+    (
+        "a graph keeps nothing of the memory other libraries' kernels in it use",
+        "src/cudagraphs/_graph.py",
+        "        res.keep.extend(interop.keep_foreign(self.device, raw_graph, self._records).keep)\n",
+        "",
+    ),
+    (
+        "the census of live arrays finds no library's arrays",
+        "src/cudagraphs/interop/_keep.py",
+        "            lib = kinds[t] = _library_for(t, wanted)",
+        "            lib = kinds[t] = None",
+    ),
 ]
 
 

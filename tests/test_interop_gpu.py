@@ -312,3 +312,75 @@ def test_graphed_torch_calls_are_repeated(cuda: cg.Device) -> None:
     cpu = t.cpu()
     with pytest.raises((TypeError, ValueError)):
         f(cpu)  # (a CPU tensor of the armed type: refused as by the whole call)
+
+
+def test_a_tensor_only_torch_kernels_read_is_kept_when_dropped(cuda: cg.Device) -> None:
+    """Read only by PyTorch's kernels in the capture, dropped, its memory offered again: replays stay right.
+
+    (PyTorch's caching allocator hands a freed block to the next tensor of that size: without the
+    graph keeping the tensor's storage, every replay would read the new tensor's data.)
+    """
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randn(4096, device="cuda", generator=gen)
+    w = torch.randn(4096, device="cuda", generator=gen)
+    out = torch.empty(4096, device="cuda")
+    torch.cuda.synchronize()
+    with cg.capture() as g:
+        out.copy_(torch.sin(x) * w + 1)
+    want = (torch.sin(x) * w + 1).cpu()
+    x_ptr = x.data_ptr()
+    del x, w
+    taken = [torch.full((4096,), 1e6, device="cuda") for _ in range(16)]  # would reuse x's, w's blocks
+    assert all(t.data_ptr() != x_ptr for t in taken)
+    _churn_torch(torch)
+    for _ in range(3):
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(out.cpu(), want, rtol=0, atol=0)
+    g.close()
+    del g, taken
+    gc.collect()
+    torch.cuda.synchronize()
+    again = [torch.empty(4096, device="cuda") for _ in range(32)]
+    assert any(t.data_ptr() == x_ptr for t in again)  # the graph gone, PyTorch has x's block back
+
+
+def test_a_cupy_array_only_cupy_kernels_read_is_kept_when_dropped(cuda: cg.Device) -> None:
+    cp = pytest.importorskip("cupy")
+    x_h = np.random.default_rng(4).standard_normal(4096).astype(np.float32)
+    x = cp.asarray(x_h)
+    out = cp.empty(4096, dtype=cp.float32)
+    cp.cuda.Device().synchronize()
+    with cg.capture() as g:
+        cp.multiply(cp.sin(x), 2, out=out)
+    x_ptr = x.data.ptr
+    del x
+    taken = [cp.full(4096, 1e6, dtype=cp.float32) for _ in range(16)]
+    assert all(t.data.ptr != x_ptr for t in taken)
+    _churn_cupy(cp)
+    out.fill(cp.nan)
+    g.replay()
+    cp.cuda.Device().synchronize()
+    np.testing.assert_allclose(cp.asnumpy(out), 2 * np.sin(x_h), rtol=1e-6)
+    g.close()
+
+
+def test_graphed_torch_step_keeps_a_module_it_closes_over(cuda: cg.Device) -> None:
+    """A graphed function over a module the caller then drops: the weights stay while the graphs live."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(5)
+    held = {"lin": torch.nn.Linear(64, 64).cuda()}
+    w, b = held["lin"].weight.detach().clone(), held["lin"].bias.detach().clone()
+    step = cg.graphed(lambda x: torch.tanh(held["lin"](x)))
+    x = torch.randn(8, 64, device="cuda")
+    with torch.no_grad():
+        for _ in range(3):
+            step(x)
+    held.clear()  # the module and its parameters dropped: only the graph reads their memory
+    gc.collect()
+    _churn_torch(torch)
+    with torch.no_grad():
+        got = step(x).clone()
+    torch.testing.assert_close(got, torch.tanh(x @ w.T + b), rtol=1e-5, atol=1e-5)

@@ -168,6 +168,7 @@ COMPILED_MODULES = (
     "_staging",
     "_graphed_callable",
     "interop/torch",
+    "interop/_keep",
 )
 
 

@@ -36,7 +36,7 @@ try:
 except ImportError:  # (run as Python where Cython is not installed: nothing is compiled)
     cython = SimpleNamespace(compiled=False)
 
-from . import _node_changes, _picture, _recording, _update
+from . import _node_changes, _picture, _recording, _update, interop
 from ._array import DeviceArray, foreign_view
 from ._config import compiled_part
 from ._control import Body, Condition, add_conditional, new_condition
@@ -239,6 +239,9 @@ class Graph:
             if rec.plain
             else [r if r.handle is None else r._replace(handle=None) for r in rec.nodes if r.top]
         )
+        # the memory other libraries' kernels in the graph use (PyTorch's, CuPy's, ...), kept
+        # as the graph keeps the arrays of cudagraphs' own work
+        res.keep.extend(interop.keep_foreign(self.device, raw_graph, self._records).keep)
         self._traced = None  # made from the records when an update compares graphs
         self._bodies = [] if rec.plain else [r for r in rec.nodes if not r.top]
         self._auto_free = auto_free

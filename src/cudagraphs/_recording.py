@@ -90,6 +90,7 @@ __all__ = [
     "begin",
     "drain",
     "forbid",
+    "has_unrecorded",
     "holding",
     "instantiate_blocked",
     "issue_launch",
@@ -700,6 +701,19 @@ def resolve_handles(backend: Any, graph: Any, records: list[NodeRecord]) -> list
         out.append(r._replace(handle=found[j].handle))
         j += 1
     return out
+
+
+def has_unrecorded(backend: Any, graph: Any, records: list[NodeRecord]) -> bool:
+    """Whether ``graph`` holds nodes that ``records`` (its top-level records) do not describe.
+
+    Nodes other libraries queued on a captured stream; child-graph records
+    describe no node of their own that could be looked into.
+    """
+    children = 0
+    for r in records:
+        if r.kind == "child":
+            children += 1
+    return len(backend.graph_topology(graph, details=False)[0]) != len(records) - children
 
 
 def active(device: Any) -> list[Recording]:

@@ -45,6 +45,7 @@ __all__ = [
     "SimulatedCollectives",
     "Waiting",
     "move_words",
+    "words",
 ]
 
 Handle = Any
@@ -261,6 +262,12 @@ def param_offsets(params: Sequence[Param]) -> tuple[int, ...]:
         offsets.append(offset)
         offset += p.dtype.itemsize
     return tuple(offsets)
+
+
+def words(data: bytes) -> list[int]:
+    """The 8-byte-aligned little-endian words of a parameter's bytes: where addresses are."""
+    n = len(data) // 8
+    return [int(w) for w in np.frombuffer(data, dtype="<u8", count=n)] if n else []
 
 
 def move_words(data: bytes, moves: Sequence[tuple[int, int, int]]) -> bytes | None:
@@ -522,6 +529,20 @@ class Backend(Protocol):
             If a node that is not a kernel (a copy, a memset) uses a moved
             range, or a node's parameters cannot be seen (child graphs,
             conditional nodes); nothing is changed then.
+        """
+
+    def graph_addresses(
+        self, graph: Handle, skip: set[int]
+    ) -> tuple[list[tuple[int, list[int]]], list[tuple[int, str]]]:
+        """What the nodes of ``graph`` not in ``skip`` may address: ``(found, unseen)``.
+
+        ``found`` holds, per node that uses memory, its index (in
+        ``graph_topology`` order) and the values that may be addresses: every
+        8-byte-aligned word of each kernel parameter (see :func:`words`), a
+        copy's source and destination, a memset's destination. ``unseen``
+        holds ``(index, why)`` for nodes whose parameters cannot be read
+        (child graphs, conditional nodes, kernels given an 'extra' buffer).
+        ``skip`` holds the ``int`` handles of nodes not to look at.
         """
 
     def graph_launch(self, exec_: Handle, stream: Handle, upload: bool = False) -> None:

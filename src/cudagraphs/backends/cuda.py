@@ -16,7 +16,7 @@ import ctypes
 import os
 import struct
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from .._config import compiled_part, settings
@@ -840,14 +840,16 @@ class CudaBackend:
             node = next((i for i, n in enumerate(self._graph_nodes(target)) if int(n) == wanted), None)
         raise UpdateError(reason, node)
 
-    def graph_repoint(
-        self,
-        exec_: Any,
-        graph: Any,
-        moves: Sequence[tuple[int, int, int]],
-        skip: set[int],
-        patch: bool,
-    ) -> list[int]:
+    def _foreign_nodes(self, graph: Any, skip: set[int]) -> Iterator[tuple[int, str, Any, Any, Any]]:
+        """Each node of ``graph`` not in ``skip`` that may use memory: ``(index, kind, node, params, data)``.
+
+        ``kind`` is ``"kernel"`` (``data``: the bytes of each parameter),
+        ``"memcpy"`` or ``"memset"`` (``data``: the addresses it uses), or
+        ``"unseen"`` (``data``: why its parameters cannot be read: a kernel
+        whose parameters are in an 'extra' buffer, child graphs, conditional
+        nodes). Nodes that use no memory (empty, host, events, graph memory
+        nodes) are left out.
+        """
         drv = _driver()
         types = drv.CUgraphNodeType
         kernel_type, memcpy_type, memset_type = (
@@ -866,44 +868,71 @@ class CudaBackend:
             )
             if hasattr(types, n)
         }
-
-        def used(address: int) -> bool:
-            return any(lo <= address < hi for lo, hi, _ in moves)
-
-        hits: list[int] = []
-        changes: list[tuple[Any, Any, list[bytes]]] = []
         for i, node in enumerate(self._graph_nodes(graph)):
             if int(node) in skip:
                 continue
             kind = int(_check(drv.cuGraphNodeGetType(node), "cuGraphNodeGetType"))
             if kind == kernel_type:
                 params = _check(drv.cuGraphKernelNodeGetParams(node), "cuGraphKernelNodeGetParams")
-                values = self._kernel_values(params, i)
-                if any(len(v) == 128 for v in values):
+                values = self._kernel_values(params)
+                if values is None:
+                    yield i, "unseen", node, params, "a kernel whose parameters are in an 'extra' buffer"
+                else:
+                    yield i, "kernel", node, params, values
+            elif kind == memcpy_type:
+                p = _check(drv.cuGraphMemcpyNodeGetParams(node), "cuGraphMemcpyNodeGetParams")
+                yield i, "memcpy", node, p, (int(p.srcDevice), int(p.dstDevice))
+            elif kind == memset_type:
+                p = _check(drv.cuGraphMemsetNodeGetParams(node), "cuGraphMemsetNodeGetParams")
+                yield i, "memset", node, p, (int(p.dst),)
+            elif kind not in plain:
+                name = base.NODE_TYPES[kind] if kind < len(base.NODE_TYPES) else str(kind)
+                yield i, "unseen", node, None, f"a {name} node, inside which cudagraphs cannot see"
+
+    def graph_addresses(
+        self, graph: Any, skip: set[int]
+    ) -> tuple[list[tuple[int, list[int]]], list[tuple[int, str]]]:
+        found: list[tuple[int, list[int]]] = []
+        unseen: list[tuple[int, str]] = []
+        for i, kind, _node, _params, data in self._foreign_nodes(graph, skip):
+            if kind == "unseen":
+                unseen.append((i, data))
+            elif kind == "kernel":
+                found.append((i, [w for v in data for w in base.words(v)]))
+            else:
+                found.append((i, list(data)))
+        return found, unseen
+
+    def graph_repoint(
+        self,
+        exec_: Any,
+        graph: Any,
+        moves: Sequence[tuple[int, int, int]],
+        skip: set[int],
+        patch: bool,
+    ) -> list[int]:
+        def used(address: int) -> bool:
+            return any(lo <= address < hi for lo, hi, _ in moves)
+
+        hits: list[int] = []
+        changes: list[tuple[Any, Any, list[bytes]]] = []
+        for i, kind, node, params, data in self._foreign_nodes(graph, skip):
+            if kind == "kernel":
+                if any(len(v) == 128 for v in data):
                     # a CUtensorMap (TMA descriptor) encodes its address: cudagraphs cannot move it
                     raise UpdateError(
                         f"node {i} (a kernel of another library) takes a 128-byte parameter, which may "
                         "be a tensor map whose address cudagraphs cannot read: capture again",
                         i,
                     )
-                moved = [move_words(v, moves) for v in values]
+                moved = [move_words(v, moves) for v in data]
                 if any(m is not None for m in moved):
                     hits.append(i)
-                    changes.append((node, params, [m if m is not None else v for m, v in zip(moved, values)]))
-            elif kind == memcpy_type:
-                p = _check(drv.cuGraphMemcpyNodeGetParams(node), "cuGraphMemcpyNodeGetParams")
-                if used(int(p.srcDevice)) or used(int(p.dstDevice)):
-                    raise UpdateError(f"node {i} (memcpy) uses the memory: capture again", i)
-            elif kind == memset_type:
-                p = _check(drv.cuGraphMemsetNodeGetParams(node), "cuGraphMemsetNodeGetParams")
-                if used(int(p.dst)):
-                    raise UpdateError(f"node {i} (memset) uses the memory: capture again", i)
-            elif kind not in plain:
-                raise UpdateError(
-                    f"node {i} ({base.NODE_TYPES[kind] if kind < len(base.NODE_TYPES) else kind}) may "
-                    "use the memory inside a graph cudagraphs cannot see into: capture again",
-                    i,
-                )
+                    changes.append((node, params, [m if m is not None else v for m, v in zip(moved, data)]))
+            elif kind == "unseen":
+                raise UpdateError(f"node {i} ({data}) may use the memory: capture again", i)
+            elif any(used(a) for a in data):
+                raise UpdateError(f"node {i} ({kind}) uses the memory: capture again", i)
         if patch:
             for node, params, values in changes:
                 buffers = [ctypes.create_string_buffer(v, max(len(v), 1)) for v in values]
@@ -911,21 +940,21 @@ class CudaBackend:
                 params.kernelParams = ctypes.addressof(pointers)
                 params.extra = 0
                 _check(
-                    drv.cuGraphExecKernelNodeSetParams(exec_, node, params), "cuGraphExecKernelNodeSetParams"
+                    _driver().cuGraphExecKernelNodeSetParams(exec_, node, params),
+                    "cuGraphExecKernelNodeSetParams",
                 )
         return hits
 
     @staticmethod
-    def _kernel_values(params: Any, index: int) -> list[bytes]:
-        """The bytes of each parameter of a kernel node (sizes from cuFuncGetParamInfo)."""
+    def _kernel_values(params: Any) -> list[bytes] | None:
+        """The bytes of each parameter of a kernel node (sizes from cuFuncGetParamInfo).
+
+        None where they are in an 'extra' buffer, which cudagraphs cannot read.
+        """
         drv = _driver()
         pointer = int(params.kernelParams or 0)
         if not pointer:
-            raise UpdateError(
-                f"node {index} passes its kernel's parameters in an 'extra' buffer, which "
-                "cudagraphs cannot read: capture again",
-                index,
-            )
+            return None
         func = params.func
         info = drv.cuFuncGetParamInfo
         if not int(func or 0) and int(getattr(params, "kern", 0) or 0):

@@ -29,8 +29,19 @@ from typing import Any, Protocol
 
 from . import cupy as _cupy
 from . import torch as _torch
+from ._keep import ArrayMemory, ForeignMemory, foreign_memory, register, unregister
 
-__all__ = ["Library", "Routing", "libraries", "library_of", "route"]
+__all__ = [
+    "ArrayMemory",
+    "Library",
+    "Routing",
+    "keep_foreign",
+    "libraries",
+    "library_of",
+    "register",
+    "route",
+    "unregister",
+]
 
 
 class Library(Protocol):
@@ -66,6 +77,14 @@ class Library(Protocol):
 
     def view(self, array: Any) -> Any:
         """A zero-copy view of a cudagraphs DeviceArray as this library's array."""
+        ...
+
+    def array_types(self) -> tuple[type, ...]:
+        """The classes of the library's device arrays."""
+        ...
+
+    def memory_of(self, obj: Any) -> tuple[int, int, int, Any] | None:
+        """``(device index, start, end, keeper)`` of one of its arrays' memory (see :class:`ArrayMemory`)."""
         ...
 
     def current_stream(self, device_index: int) -> int:
@@ -166,3 +185,14 @@ def route(
         routing.close()
         raise
     return routing
+
+
+def keep_foreign(device: Any, graph: Any, records: list[Any]) -> ForeignMemory:
+    """What a captured ``graph`` must keep of the memory other libraries' nodes in it use.
+
+    See :mod:`cudagraphs.interop._keep`: the graph's nodes that are not
+    among ``records`` (cudagraphs' own, top-level) are read, and the live
+    arrays of the imported and registered libraries whose memory they use
+    are found; the result's ``keep`` lists what holds that memory.
+    """
+    return foreign_memory(device, graph, records, list(libraries()))

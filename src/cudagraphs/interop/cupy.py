@@ -60,6 +60,16 @@ class CupyLibrary:
         """(address, shape, numpy dtype, C-contiguous, device index) of an array, cheaply."""
         return obj.data.ptr, obj.shape, obj.dtype, obj.flags.c_contiguous, obj.device.id
 
+    def array_types(self) -> tuple[type, ...]:
+        """``cupy.ndarray``."""
+        return (sys.modules["cupy"].ndarray,)
+
+    def memory_of(self, obj: Any) -> tuple[int, int, int, Any] | None:
+        """(device index, start, end, memory) of an array's allocation: its memory object keeps it."""
+        mem = obj.data.mem
+        start = int(mem.ptr)
+        return int(obj.device.id), start, start + int(mem.size), mem
+
     def view(self, array: Any) -> Any:
         """``array`` as a ``cupy.ndarray`` sharing its memory."""
         cupy = sys.modules["cupy"]

@@ -80,6 +80,18 @@ class TorchLibrary:
             raise TypeError(f"tensors of {obj.dtype} are not supported by cudagraphs")
         return obj.data_ptr(), tuple(obj.shape), dtype, obj.is_contiguous(), obj.get_device()
 
+    def array_types(self) -> tuple[type, ...]:
+        """``torch.Tensor`` (parameters and other subclasses count)."""
+        return (sys.modules["torch"].Tensor,)
+
+    def memory_of(self, obj: Any) -> tuple[int, int, int, Any] | None:
+        """(device index, start, end, storage) of a CUDA tensor's storage: the storage keeps it."""
+        if not obj.is_cuda:
+            return None
+        storage = obj.untyped_storage()
+        start = storage.data_ptr()
+        return obj.get_device(), start, start + storage.nbytes(), storage
+
     def view(self, array: Any) -> Any:
         """``array`` as a ``torch.Tensor`` sharing its memory (DLPack)."""
         torch = sys.modules["torch"]

@@ -54,7 +54,7 @@ from ..base import (
 from .conditions import Conditions
 from .executor import run_nodes
 from .faults import Faults
-from .graph import SimExec, SimGraph, SimNode, ancestors, condition_handles, repointed, updatable
+from .graph import SimExec, SimGraph, SimNode, addresses, ancestors, condition_handles, repointed, updatable
 from .kernels import HostCallback, SimFunction, check_dims, kernel_work
 from .memory import POISON, DeviceMemory, host_bytes
 from .rules import error
@@ -913,6 +913,12 @@ class SimBackend:
             for i, launch in changes:
                 exec_.works[i] = self._kernel_work(launch)
         return [i for i, _ in changes]
+
+    def graph_addresses(
+        self, graph: SimGraph, skip: set[int]
+    ) -> tuple[list[tuple[int, list[int]]], list[tuple[int, str]]]:
+        self._live(graph, "cuGraphKernelNodeGetParams")
+        return addresses(graph, skip)
 
     def graph_launch(self, exec_: SimExec, stream: SimStream, upload: bool = False) -> None:
         self._faults.check("upload" if upload else "graph_launch")

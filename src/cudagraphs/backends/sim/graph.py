@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from ..._errors import UpdateError
-from ..base import KernelLaunch, move_words
+from ..base import KernelLaunch, move_words, words
 from .conditions import Conditions
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "SimExec",
     "SimGraph",
     "SimNode",
+    "addresses",
     "ancestors",
     "condition_handles",
     "edges",
@@ -197,6 +198,37 @@ def condition_handles(graph: SimGraph) -> tuple[set[int], set[int]]:
 
 def nothing() -> None:
     """The work of a switched-off node."""
+
+
+def addresses(graph: SimGraph, skip: set[int]) -> tuple[list[tuple[int, list[int]]], list[tuple[int, str]]]:
+    """What the nodes of ``graph`` not in ``skip`` may address (see ``Backend.graph_addresses``).
+
+    A kernel node's pointer parameters, the 8-byte words of its struct
+    parameters, and its arrays' addresses; a copy's or memset's addresses.
+    """
+    found: list[tuple[int, list[int]]] = []
+    unseen: list[tuple[int, str]] = []
+    for i, node in enumerate(graph.nodes):
+        if id(node) in skip or node.kind in PLAIN_NODES:
+            continue
+        if node.kind == "kernel" and node.params is None:  # (a library's kernel the simulator runs whole)
+            unseen.append((i, "a kernel whose arguments the simulator does not keep"))
+        elif node.kind == "kernel":
+            launch: KernelLaunch = node.params
+            used: list[int] = []
+            for value, view, p in zip(launch.values, launch.views, launch.function.params):
+                if isinstance(value, bytes):
+                    used.extend(words(value))
+                elif p.pointer and isinstance(value, int):
+                    used.append(value)
+                if view is not None:
+                    used.append(view.ptr)
+            found.append((i, used))
+        elif node.kind in ("memcpy", "memset"):
+            found.append((i, [int(a) for a in node.params]))
+        else:
+            unseen.append((i, f"a {node.kind} node, inside which cudagraphs cannot see"))
+    return found, unseen
 
 
 def repointed(

@@ -1,0 +1,185 @@
+"""Memory that other libraries' captured nodes use, kept alive as long as the graph.
+
+cudagraphs keeps every array its own work uses in a capture. Kernels that
+another library queued on the captured stream (PyTorch, CuPy, Triton, a
+custom extension) are nodes cudagraphs did not record: their arguments are
+read here from the graph itself, once the capture has ended. Every
+8-byte-aligned word of each kernel parameter, and each copy's and memset's
+addresses, is matched against the memory of the live arrays of every
+library the program uses (one pass over the objects Python's collector
+tracks: PyTorch's tensors, CuPy's arrays, cudagraphs' own arrays, and the
+arrays of any library given to :func:`register`); what holds the memory of
+each array so found (a tensor's storage, a CuPy memory object, a cudagraphs
+block) is kept by the graph, so the library's allocator cannot hand that
+memory to other code while the graph may still replay.
+
+A word that is not an address but falls inside an array keeps that array
+alive too (memory held longer, never a wrong result). Memory that no Python
+object holds (a tensor that only a library's C++ code references) cannot be
+kept; nodes whose parameters cannot be read (child graphs, kernels given an
+'extra' buffer) are reported by :func:`foreign_memory`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import gc
+from collections.abc import Iterable, Iterator
+from typing import Any, Protocol
+
+from .._array import DeviceArray
+from .._recording import has_unrecorded, resolve_handles
+
+__all__ = ["ArrayMemory", "ForeignMemory", "foreign_memory", "register", "registered", "unregister"]
+
+
+class ArrayMemory(Protocol):
+    """What :func:`register` needs of a library: its array types and where their memory is."""
+
+    name: str
+
+    def array_types(self) -> tuple[type, ...]:
+        """The classes of the library's device arrays (instances of subclasses count too)."""
+        ...
+
+    def memory_of(self, obj: Any) -> tuple[int, int, int, Any] | None:
+        """``(device index, start, end, keeper)`` of the memory under one of its arrays, or None.
+
+        ``keeper`` is the object that keeps the memory ``[start, end)``
+        allocated while it lives (PyTorch: the tensor's storage); None where
+        ``obj`` is not on a device or its memory cannot be read.
+        """
+        ...
+
+
+class _Own:
+    """cudagraphs' own arrays (another library may read one by its address)."""
+
+    name = "cudagraphs"
+
+    def array_types(self) -> tuple[type, ...]:
+        return (DeviceArray,)
+
+    def memory_of(self, obj: Any) -> tuple[int, int, int, Any] | None:
+        block = obj._block
+        if block is None:  # (a view of another library's memory: that library's array keeps it)
+            return None
+        return obj.device.index, block.ptr, block.ptr + max(block.nbytes, 1), block
+
+
+_REGISTERED: list[ArrayMemory] = [_Own()]
+
+
+def register(library: ArrayMemory) -> None:
+    """Make cudagraphs keep the arrays of ``library`` that captured nodes use.
+
+    PyTorch and CuPy are known already. A library of your own (a custom
+    extension with its own allocator) registers an object with ``name``,
+    ``array_types()`` and ``memory_of(obj)`` (see :class:`ArrayMemory`):
+    from then on, a graph whose nodes use the memory of one of its live
+    arrays keeps what ``memory_of`` names alive as long as the graph.
+
+    Raises
+    ------
+    TypeError
+        If ``library`` lacks one of those.
+    """
+    for attr in ("name", "array_types", "memory_of"):
+        if not hasattr(library, attr):
+            raise TypeError(
+                f"register() takes an object with name, array_types() and memory_of(obj) "
+                f"(see cudagraphs.interop.ArrayMemory); {type(library).__name__} has no {attr}"
+            )
+    if library not in _REGISTERED:
+        _REGISTERED.append(library)
+
+
+def unregister(library: ArrayMemory) -> None:
+    """Forget a library given to :func:`register` (no error if it was not)."""
+    if library in _REGISTERED and not isinstance(library, _Own):
+        _REGISTERED.remove(library)
+
+
+def registered(imported: Iterable[ArrayMemory]) -> list[ArrayMemory]:
+    """The libraries whose arrays are looked at: those registered, then ``imported``."""
+    return [*_REGISTERED, *(lib for lib in imported if lib not in _REGISTERED)]
+
+
+class ForeignMemory:
+    """What :func:`foreign_memory` found: the keepers, and what it could not see."""
+
+    def __init__(self, keep: list[Any], unseen: list[tuple[int, str]]) -> None:
+        self.keep = keep
+        self.unseen = unseen
+
+
+def _spans(libraries: list[ArrayMemory], device_index: int) -> list[tuple[int, int, Any]]:
+    """``(start, end, keeper)`` of every live array of ``libraries`` on the device, sorted."""
+    kinds: dict[type, ArrayMemory | None] = {}
+    wanted = [(lib, lib.array_types()) for lib in libraries]
+    spans: dict[int, tuple[int, int, Any]] = {}
+    for obj in gc.get_objects():
+        t = type(obj)
+        if t in kinds:
+            lib = kinds[t]
+        else:
+            lib = kinds[t] = _library_for(t, wanted)
+        if lib is None:
+            continue
+        try:
+            found = lib.memory_of(obj)
+        except Exception:  # (an object of the library's that has no readable memory)
+            continue
+        if found is None or found[0] != device_index:
+            continue
+        _, start, end, keeper = found
+        if start and end > start and end - start > (spans.get(start, (0, 0, None))[1] - start):
+            spans[start] = (start, end, keeper)  # (the widest memory starting there)
+    return [spans[k] for k in sorted(spans)]  # (by start: each start is one key)
+
+
+def _library_for(t: type, wanted: list[tuple[ArrayMemory, tuple[type, ...]]]) -> ArrayMemory | None:
+    """The library whose array types ``t`` is one of (a subclass counts), or None."""
+    for lib, types in wanted:
+        if issubclass(t, types):
+            return lib
+    return None
+
+
+def _hits(spans: list[tuple[int, int, Any]], addresses: list[int]) -> Iterator[Any]:
+    """The keepers of the spans holding any of ``addresses``, each once."""
+    starts = [s[0] for s in spans]
+    widest = max((end - start for start, end, _ in spans), default=0)
+    seen: set[int] = set()
+    for a in addresses:
+        i = bisect.bisect_right(starts, a) - 1
+        # spans may overlap (a tensor's storage inside a cudagraphs block): look back while a
+        # span that starts there could still reach a
+        while i >= 0 and a - spans[i][0] < widest:
+            _, end, keeper = spans[i]
+            if a < end and id(keeper) not in seen:
+                seen.add(id(keeper))
+                yield keeper
+            i -= 1
+
+
+def foreign_memory(
+    device: Any, graph: Any, records: list[Any], imported: Iterable[ArrayMemory]
+) -> ForeignMemory:
+    """What the graph must keep of the memory its unrecorded nodes use.
+
+    ``graph`` is the driver graph of a capture on ``device``; ``records`` are
+    its top-level nodes cudagraphs recorded (their handles found here);
+    ``imported`` the adapters of the libraries the program imported.
+    Nothing is looked at when every node of the graph is one of ``records``.
+    """
+    backend = device.backend
+    if not has_unrecorded(backend, graph, records):
+        return ForeignMemory([], [])
+    ours = {int(r.handle) for r in resolve_handles(backend, graph, records) if r.kind != "child"}
+    found, unseen = backend.graph_addresses(graph, ours)
+    addresses = sorted({a for _, used in found for a in used if a})
+    if not addresses:
+        return ForeignMemory([], unseen)
+    spans = _spans(registered(imported), device.index)
+    return ForeignMemory(list(_hits(spans, addresses)), unseen)

@@ -1,0 +1,140 @@
+"""Memory that another library's captured kernels use is kept as long as the graph.
+
+The stand-in library (tests/foreign_lib.py) launches its kernels through the
+backend, so a capture records nodes cudagraphs did not make, and hands freed
+memory to its next allocation of that size at once, as PyTorch's caching
+allocator does: an array only its kernels read, dropped after the capture,
+would otherwise give its memory to the next array, and every replay would
+read that array's data.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from foreign_lib import ForeignLib
+
+import cudagraphs as cg
+from cudagraphs import interop
+
+N = 1000
+
+
+@pytest.fixture
+def lib(device: cg.Device) -> Iterator[ForeignLib]:
+    lib = ForeignLib(device)
+    lib.kernel.function(device)  # (compiled before any capture)
+    interop.register(lib)
+    yield lib
+    interop.unregister(lib)
+    gc.collect()
+    lib.close()
+
+
+def _capture_scale(lib: ForeignLib, x_h: np.ndarray, a: float) -> tuple[cg.Graph, object, int, cg.Stream]:
+    """A graph of ``out = a * x`` by the stand-in library; x dropped afterwards (only the graph uses it)."""
+    s = lib.device.create_stream()
+    x = lib.array(x_h)
+    out = lib.array(np.zeros(N, np.float32))
+    with cg.capture(stream=s) as g:
+        lib.scale(out, x, a, s)
+    ptr = x.ptr
+    del x
+    return g, out, ptr, s
+
+
+def test_an_array_only_foreign_kernels_read_outlives_its_last_reference(
+    lib: ForeignLib, rng: np.random.Generator
+) -> None:
+    x_h = rng.standard_normal(N).astype(np.float32)
+    g, out, x_ptr, s = _capture_scale(lib, x_h, 3.0)
+    # the library's next array of that size: x's memory, were the graph not keeping x
+    other = lib.array(np.full(N, 99.0, np.float32))
+    assert other.ptr != x_ptr
+    for _ in range(3):
+        out.set(np.full(N, -7.0, np.float32))  # poisoned
+        g.replay(stream=s)
+        s.synchronize()
+        np.testing.assert_allclose(out.get(), 3.0 * x_h, rtol=1e-6)
+    # the graph gone, the library gets x's memory back
+    g.close()
+    del g
+    gc.collect()
+    cg.Device(lib.device.index).synchronize()
+    again = lib.array(np.zeros(N, np.float32))
+    assert again.ptr == x_ptr
+
+
+def test_a_cudagraphs_array_read_by_a_foreign_kernel_by_address_is_kept(
+    lib: ForeignLib, rng: np.random.Generator
+) -> None:
+    """A cudagraphs array handed to the library as a view of its memory (its kernel reads it)."""
+    x_h = rng.standard_normal(N).astype(np.float32)
+    x = cg.asarray(x_h, device=lib.device)
+    out = lib.array(np.zeros(N, np.float32))
+    s = lib.device.create_stream()
+
+    class View:  # the library's array over cudagraphs' memory, not holding it (an address)
+        def __init__(self, a: cg.DeviceArray) -> None:
+            self.ptr, self.n = a.ptr, a.size
+
+        def spec(self) -> object:
+            from cudagraphs.backends.base import ArrayArg
+
+            return ArrayArg(self.ptr, (self.n,), (4,), np.dtype("float32"))
+
+    with cg.capture(stream=s) as g:
+        lib.scale(out, View(x), 2.0, s)  # type: ignore[arg-type]
+    ptr = x.ptr
+    del x
+    y = cg.full(N, 5.0, "float32", device=lib.device)  # the allocator's cached block, were x not kept
+    assert y.ptr != ptr
+    out.set(np.full(N, -7.0, np.float32))
+    g.replay(stream=s)
+    s.synchronize()
+    np.testing.assert_allclose(out.get(), 2.0 * x_h, rtol=1e-6)
+    g.close()
+
+
+def test_nothing_is_kept_of_arrays_the_graph_does_not_use(lib: ForeignLib, rng: np.random.Generator) -> None:
+    x_h = rng.standard_normal(N).astype(np.float32)
+    unused = lib.array(np.ones(N, np.float32))
+    unused_ptr = unused.ptr
+    g, _out, _, _s = _capture_scale(lib, x_h, 1.0)
+    del unused
+    again = lib.array(np.zeros(N, np.float32))
+    assert again.ptr == unused_ptr  # went back to the library at once
+    g.close()
+
+
+def test_register_refuses_what_is_not_a_library() -> None:
+    with pytest.raises(TypeError, match="array_types"):
+        interop.register(object())  # type: ignore[arg-type]
+
+
+def test_a_graph_of_cudagraphs_work_alone_looks_at_nothing(
+    lib: ForeignLib, device: cg.Device, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No other library's node: no census of the process's objects (captures stay cheap)."""
+    looked: list[int] = []
+    census = SimpleNamespace(get_objects=lambda: looked.append(1) or [])
+    monkeypatch.setattr(interop._keep, "gc", census)
+    x = cg.ones(8, "float32", device=device)
+    with cg.capture() as g:
+        cg.ops.scale(2.0, x, out=x)
+    assert looked == []
+    g.close()
+
+
+def test_the_census_is_what_finds_the_arrays(
+    lib: ForeignLib, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The census seeing no object, the dropped array is not kept: its memory is handed on."""
+    monkeypatch.setattr(interop._keep, "gc", SimpleNamespace(get_objects=lambda: []))
+    g, _out, x_ptr, _s = _capture_scale(lib, rng.standard_normal(N).astype(np.float32), 2.0)
+    assert lib.array(np.zeros(N, np.float32)).ptr == x_ptr
+    g.close()
