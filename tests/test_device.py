@@ -130,7 +130,7 @@ def test_events_order_streams_and_time(device: cg.Device, rng: np.random.Generat
     with pytest.raises(ValueError, match="timing=True"):
         cg.Event(device).elapsed_ms(end)
     s.wait(device.stream)  # waiting on a stream records an event on it
-    with pytest.raises(TypeError, match="Event or a Stream"):
+    with pytest.raises(TypeError, match="Event or a stream"):
         s.wait(3)  # type: ignore[arg-type]
     s.close()
 

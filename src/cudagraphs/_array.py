@@ -32,7 +32,7 @@ from . import _dlpack
 from ._allocator import Block, new_block
 from ._builtin_kernels import c_strides, check_same, copy_view, fill_view
 from ._builtin_kernels import fill_value as _fill_value
-from ._device import Device, Stream, _current_stream_of, as_device, resolve_stream
+from ._device import Device, Stream, _current_stream_of, as_device, as_stream, resolve_stream
 from ._dtypes import normalize_dtype
 from ._fields import ArrayFields
 from ._recording import Work, release, submit
@@ -398,7 +398,9 @@ class DeviceArray(ArrayFields):
     def record_stream(self, stream: Stream) -> None:
         """Declare that ``stream`` uses this array's memory (see :meth:`Block.use_on`)."""
         if not isinstance(stream, Stream):
-            raise TypeError(f"record_stream takes a Stream, got {type(stream).__name__}")
+            if stream is None:
+                raise TypeError("record_stream takes a stream (a Stream, or an object with __cuda_stream__), got None")
+            stream = as_stream(stream, self.device)
         self._block.use_on(stream)
 
     # interoperability -------------------------------------------------------
@@ -518,7 +520,9 @@ def empty(
         dev = as_device(device)
         stream = _current_stream_of(dev)
     else:
-        dev = stream.device if device is None and type(stream) is Stream else as_device(device)
+        if type(stream) is not Stream:  # (another library's stream: its Stream, of its device)
+            stream = as_stream(stream, device)
+        dev = stream.device if device is None else as_device(device)
         stream = resolve_stream(stream, dev)
     size = dims[0] if len(dims) == 1 else _prod(dims)
     itemsize = dt.itemsize

@@ -37,7 +37,7 @@ from typing import Any, Literal
 from . import _recording, interop
 from ._allocator import safe_point
 from ._array import empty
-from ._device import Device, Event, Stream, as_device, current_device, resolve_stream
+from ._device import Device, Event, Stream, as_device, as_stream, current_device, resolve_stream
 from ._errors import CaptureError
 from ._executable import Resources, release_resources
 from ._graph import Graph
@@ -51,21 +51,25 @@ _MEMORY = {"pool": PoolMemory, "forbid": ForbidMemory, "graph": GraphMemory}
 
 
 def capture_options(
-    device: Device | int | None, stream: Stream | None, mode: str, pool: GraphPool | None
-) -> Device:
-    """Check a capture's options; return its device (given, or the stream's, the pool's, the current).
+    device: Device | int | None, stream: Any, mode: str, pool: GraphPool | None
+) -> tuple[Device, Stream | None]:
+    """Check a capture's options; return its device (given, or the stream's, the pool's, the current) and stream.
+
+    ``stream`` is a Stream, another library's stream (see
+    ``_device.as_stream``: its Stream is returned) or None.
 
     Raises
     ------
     TypeError
-        For a stream, pool or device that is not cudagraphs'.
+        For a stream, pool or device that is not cudagraphs' (nor a stream
+        with ``__cuda_stream__``).
     ValueError
         For an unknown mode, or a pool on another device.
     """
     if mode not in CAPTURE_MODES:
         raise ValueError(f"mode must be one of {CAPTURE_MODES}, got {mode!r}")
     if stream is not None and type(stream) is not Stream:
-        raise TypeError(f"stream must be a cudagraphs Stream, got {type(stream).__name__}")
+        stream = as_stream(stream, device)
     if pool is not None and not isinstance(pool, GraphPool):
         raise TypeError(f"pool must be a cudagraphs GraphPool, got {type(pool).__name__}")
     if device is None:
@@ -74,7 +78,7 @@ def capture_options(
         device = as_device(device)
     if pool is not None and pool.device is not device:
         raise ValueError(f"pool is on {pool.device}, the capture on {device}")
-    return device
+    return device, stream
 
 
 class CaptureSession:
@@ -94,7 +98,7 @@ class CaptureSession:
     ) -> None:
         if alloc not in ALLOC_POLICIES:
             raise ValueError(f"alloc must be one of {ALLOC_POLICIES}, got {alloc!r}")
-        device = capture_options(device, stream, mode, pool)
+        device, stream = capture_options(device, stream, mode, pool)
         stream = resolve_stream(stream, device)
         self.device, self.stream, self.mode, self.alloc = device, stream, mode, alloc
         self.pool = pool if pool is not None else GraphPool(device)
@@ -335,10 +339,10 @@ def capture_status(stream: Stream | None = None) -> str:
     Raises
     ------
     TypeError
-        If ``stream`` is not a cudagraphs Stream.
+        If ``stream`` is neither a cudagraphs Stream nor an object with ``__cuda_stream__``.
     """
     if stream is not None and type(stream) is not Stream:
-        raise TypeError(f"stream must be a cudagraphs Stream, got {type(stream).__name__}")
+        stream = as_stream(stream)
     stream = stream if stream is not None else current_device().current_stream()
     stream._live()
     return _recording.status(stream)

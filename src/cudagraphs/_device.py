@@ -40,6 +40,7 @@ __all__ = [
     "Event",
     "Stream",
     "as_device",
+    "as_stream",
     "current_device",
     "current_stream",
     "device_count",
@@ -68,9 +69,16 @@ class Stream(StreamFields):
     handle : int
         The driver's ``CUstream`` value (a fake address on ``sim``), for
         third-party libraries; also exposed through ``__cuda_stream__``.
+
+    Notes
+    -----
+    Another library's stream (any object with ``__cuda_stream__``) passed as
+    ``stream=`` is wrapped once into a Stream that does not own it (see
+    :func:`as_stream`): that Stream keeps the other library's object alive,
+    so its driver stream outlives every use of the wrapper.
     """
 
-    __slots__ = ()  # (its fields: StreamFields')
+    __slots__ = ("_foreign",)  # (the rest of its fields: StreamFields')
     device: Device
 
     def __init__(self, device: Device, raw: Any, owned: bool) -> None:
@@ -92,11 +100,13 @@ class Stream(StreamFields):
         self.handle = handle
         self._recording: _recording.Recording | None = None
         self._tokens: list[contextvars.Token[tuple[Stream, ...]]] = []
+        self._foreign: object = None  # (another library's stream object this one wraps)
         self._finalizer = (
             weakref.finalize(self, _recording.later, device, _destroy_stream, device.backend, raw)
             if owned
             else None
         )
+        device._streams[handle] = self  # (the Stream of this handle now: as_stream finds it)
 
     def __cuda_stream__(self) -> tuple[int, int]:
         """The CUDA stream protocol (version 0, handle)."""
@@ -130,12 +140,18 @@ class Stream(StreamFields):
         """Make later work on this stream wait for ``other``.
 
         ``other`` is an :class:`Event` (waits for the work it recorded) or a
-        :class:`Stream` (waits for the work queued on it so far).
+        stream (waits for the work queued on it so far): a :class:`Stream`
+        or another library's (any object with ``__cuda_stream__``).
         """
+        if not isinstance(other, (Event, Stream)) and hasattr(other, "__cuda_stream__"):
+            other = as_stream(other, self.device)
         if isinstance(other, Stream):
             other = other.record()
         if not isinstance(other, Event):
-            raise TypeError(f"Stream.wait takes an Event or a Stream, got {type(other).__name__}")
+            raise TypeError(
+                f"Stream.wait takes an Event or a stream (a Stream, or an object with "
+                f"__cuda_stream__), got {type(other).__name__}"
+            )
         backend, event = self.device.backend, other._raw
         rec = other._rec
         fork = rec if rec is not None and rec.active and self._recording is None else None
@@ -362,6 +378,10 @@ class Device(DeviceFields):
         self.index = index
         self.backend = backend
         self.properties = backend.device_properties(index)
+        # every Stream of the device by handle, held weakly (Stream.__init__ enters itself), and
+        # the wrappers of bare handles, held for the process's life (no object of theirs to keep)
+        self._streams: weakref.WeakValueDictionary[int, Stream] = weakref.WeakValueDictionary()
+        self._external: dict[int, Stream] = {}
         self.stream = Stream(self, backend.stream_create(index), owned=False)
         self.copy_stream = Stream(self, backend.stream_create(index), owned=False)
         backend.mem_pool(index, release_threshold=settings().pool_release_threshold_mb << 20)
@@ -369,7 +389,6 @@ class Device(DeviceFields):
         self.pinned = PinnedCache(self)
         self.kernels = {}
         self._spares: list[Stream] = []
-        self._external: dict[int, Stream] = {}
         self._peers: set[int] = set()  # indices of the devices whose memory this one reaches
 
     @property
@@ -417,34 +436,28 @@ class Device(DeviceFields):
         """A Stream for a stream another library made (not owned: never destroyed here).
 
         ``stream`` is the driver handle (an int) or an object with
-        ``__cuda_stream__`` (a ``torch.cuda.Stream``, a ``cupy.cuda.Stream``);
-        the same handle always gives the same Stream object. The other library
-        must keep its stream alive as long as the Stream is used.
+        ``__cuda_stream__`` (a ``torch.cuda.Stream``, a ``cupy.cuda.Stream``,
+        a ``cuda.core`` Stream), as :func:`as_stream` takes it; the same
+        handle gives the same Stream object while that object lives. For a
+        bare handle the other library must keep its stream alive as long as
+        the Stream is used (the Stream is kept for the process's life); for an
+        object, the Stream keeps the object alive.
 
         Raises
         ------
         TypeError
-            For anything else.
+            For anything else, or a broken ``__cuda_stream__``.
+        ValueError
+            For a stream of another device.
         """
-        found = self._external.get(stream) if type(stream) is int else None
-        if found is not None:  # (a handle seen before: a graphed call of tensors asks on each call)
+        if type(stream) is not int:
+            return resolve_stream(stream, self)
+        found = self._external.get(stream)
+        if found is not None and not _closed(found):  # (a graphed call of tensors asks each call)
             return found
-        protocol = getattr(stream, "__cuda_stream__", None)
-        if protocol is not None:
-            stream = protocol()[1]
-        if isinstance(stream, bool) or not isinstance(stream, int):
-            raise TypeError(
-                f"external_stream takes a stream handle (int) or an object with __cuda_stream__, "
-                f"got {type(stream).__name__}"
-            )
         if not 0 <= stream < 2**64:
             raise ValueError(f"external_stream: a stream handle is 64 bits, got {stream}")
-        found = self._external.get(stream)
-        if found is None:
-            raw = self.backend.stream_create(self.index, address=stream)
-            with Device._lock:
-                found = self._external.setdefault(stream, Stream(self, raw, owned=False))
-        return found
+        return resolve_stream(_of_handle(stream, None, self), self)
 
     def spare_stream(self) -> Stream:
         """An idle owned stream from a small pool (for capturing graph bodies)."""
@@ -709,22 +722,123 @@ def current_stream(device: Device | int | None = None) -> Stream:
 
 
 def resolve_stream(stream: Any, device: Device) -> Stream:
-    """``stream`` checked to be a Stream of ``device``, or the current one if None.
+    """``stream`` (see :func:`as_stream`) checked to be a Stream of ``device``, or the current one if None.
 
     Raises
     ------
     TypeError
-        If ``stream`` is not a cudagraphs Stream.
+        If ``stream`` is neither a cudagraphs Stream nor an object with
+        ``__cuda_stream__``, or its ``__cuda_stream__`` is broken.
     ValueError
         If it belongs to another device.
     """
     if stream is None:
         return device.current_stream()
-    if type(stream) is not Stream:
-        raise TypeError(
-            f"stream must be a cudagraphs Stream (device.create_stream()), got "
-            f"{type(stream).__name__}: {stream!r}"
-        )
+    if type(stream) is not Stream:  # (the hot paths pass a Stream: one comparison)
+        stream = _wrap(stream, device)
     if stream.device is not device:
         raise ValueError(f"stream {stream} is on {stream.device}, the work on {device}")
     return stream
+
+
+def as_stream(stream: Any, device: Device | int | None = None) -> Stream | None:
+    """The Stream a ``stream=`` argument names: the one rule of every such argument.
+
+    Parameters
+    ----------
+    stream : Stream, object with ``__cuda_stream__``, or None
+        A cudagraphs Stream (returned as it is), None (returned as it is:
+        the caller's default), or another library's stream: any object with
+        ``__cuda_stream__`` (a ``torch.cuda.Stream``, ``cupy.cuda.Stream``,
+        ``cuda.core`` Stream), whose method returns ``(0, handle)``.
+    device : Device, int or None
+        The device of the work, whose backend is asked which device the
+        stream belongs to (default: the current device). The Stream returned
+        is of the stream's own device, which may be another one.
+
+    Returns
+    -------
+    Stream or None
+        For another library's stream, the Stream of its handle: a Stream of
+        ours for a handle of ours, else a wrapper that does not own the
+        driver stream (never destroys it) and keeps ``stream`` alive. The
+        same handle gives the same Stream while that Stream lives, so a
+        capture begun through the other library's object is seen by work
+        issued through it, through the wrapper, or through the Stream itself.
+
+    Raises
+    ------
+    TypeError
+        For anything else, or a ``__cuda_stream__`` that does not return
+        ``(0, handle)`` with an int handle.
+    CudaError
+        If the driver does not know the handle (``CUDA_ERROR_INVALID_HANDLE``
+        or ``CUDA_ERROR_INVALID_CONTEXT``).
+    """
+    if stream is None or type(stream) is Stream:
+        return stream  # type: ignore[no-any-return]
+    return _wrap(stream, as_device(device))
+
+
+def _wrap(stream: Any, device: Device) -> Stream:
+    """The Stream of ``stream``, an object that is not a Stream (see :func:`as_stream`)."""
+    if isinstance(stream, Stream):  # (a subclass: its handle's Stream, as for any stream object)
+        handle = stream.handle
+    else:
+        handle = _protocol_handle(stream)
+        found = device._streams.get(handle)
+        if found is not None and found._foreign is stream:  # (this object, wrapped: its device known)
+            return found
+    return _of_handle(handle, stream, device)
+
+
+def _of_handle(handle: int, owner: Any, device: Device) -> Stream:
+    """The Stream of driver stream ``handle``, of the device the backend says: made once per handle.
+
+    ``owner`` is the other library's object the wrapper keeps alive, or None
+    for a bare handle (:meth:`Device.external_stream`), whose wrapper is kept
+    for the process's life, there being no object to keep. ``device`` is the
+    work's: its backend is asked; the NULL, legacy and per-thread handles
+    name a default stream of whichever device is current, so the work's.
+    """
+    on = device
+    if handle not in _SPECIAL_STREAMS:
+        ordinal = device.backend.stream_device(handle)
+        if ordinal != device.index:
+            on = Device(ordinal, device.backend.name)
+    with Device._lock:
+        found = on._streams.get(handle)
+        if found is None or _closed(found):  # (a closed Stream's handle may be the driver's again)
+            found = Stream(on, on.backend.stream_create(on.index, address=handle), owned=False)
+            found._foreign = owner
+        if owner is None:
+            on._external[handle] = found
+    return found
+
+
+def _protocol_handle(stream: Any) -> int:
+    """The handle an object's ``__cuda_stream__`` gives, checked (TypeError naming what is expected)."""
+    protocol = getattr(stream, "__cuda_stream__", None)
+    if protocol is None:
+        raise TypeError(
+            f"stream must be a cudagraphs Stream (device.create_stream()) or a CUDA stream object "
+            f"of another library (any object with __cuda_stream__, such as torch.cuda.Stream or "
+            f"cupy.cuda.Stream), got {type(stream).__name__}: {stream!r}"
+        )
+    what = f"{type(stream).__name__}.__cuda_stream__()"
+    if not callable(protocol):
+        raise TypeError(f"{what} must be a method returning (0, handle), got a {type(protocol).__name__}")
+    got = protocol()
+    if type(got) is not tuple or len(got) != 2:
+        raise TypeError(f"{what} must return a tuple (version 0, handle), got {got!r}")
+    version, handle = got
+    if isinstance(version, bool) or not isinstance(version, int) or version != 0:
+        raise TypeError(f"{what} returned protocol version {version!r}: cudagraphs speaks version 0")
+    if isinstance(handle, bool) or not isinstance(handle, int):
+        raise TypeError(
+            f"{what} must return an int handle (the address of a cudaStream_t), got "
+            f"{type(handle).__name__}: {handle!r}"
+        )
+    if not 0 <= handle < 2**64:
+        raise TypeError(f"{what} returned handle {handle}, not a 64-bit address")
+    return int(handle)

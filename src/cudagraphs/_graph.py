@@ -40,7 +40,7 @@ from . import _node_changes, _picture, _recording, _update, interop
 from ._array import DeviceArray, foreign_view
 from ._config import compiled_part
 from ._control import Body, Condition, add_conditional, new_condition
-from ._device import Device, Stream, _current_stream_of, _live
+from ._device import Device, Stream, _current_stream_of, _live, as_stream
 from ._errors import CaptureError, GraphStateError
 from ._executable import Resources, ordered_launch, release_resources
 from ._recording import NodeRecord, Work, submit
@@ -566,7 +566,7 @@ class Graph:
             rec = current._recording
             stream = current if rec is not None and rec.thread == _get_ident() else self.stream
         if stream is not self.stream:
-            self._check_stream(stream)
+            stream = self._check_stream(stream)
             streams = self._res.streams  # type: ignore[union-attr]
             if streams[-1] is not stream and stream not in streams:  # (mostly the last one)
                 streams.append(stream)
@@ -599,8 +599,8 @@ class Graph:
         submit(stream, Work("child", lambda raw, _: backend.capture_node(raw, "child", child), keep=(self,)))
 
     def _check_stream(self, stream: Any) -> Stream:
-        if type(stream) is not _Stream:
-            raise TypeError(f"stream must be a cudagraphs Stream, got {type(stream).__name__}")
+        if type(stream) is not _Stream:  # (another library's stream: its Stream; else TypeError)
+            stream = as_stream(stream, self.device)
         s = stream  # (compiled: typed, its fields read as C fields)
         if s.device is not self.device:
             raise ValueError(f"stream {stream} is not on {self.device}")

@@ -97,7 +97,7 @@ class GraphedOptions:
             raise TypeError(f"warmup must be an int (eager runs before capturing), got {warmup!r}")
         if not 0 <= warmup <= MAX_WARMUP:
             raise ValueError(f"warmup must be in 0..{MAX_WARMUP} (eager runs before a capture), got {warmup}")
-        resolved = capture_options(device, stream, mode, pool)
+        resolved, stream = capture_options(device, stream, mode, pool)
         if stream is not None and stream.device is not resolved:
             raise ValueError(f"stream {stream} is on {stream.device}, the callable on {resolved}")
         return cls(

@@ -33,7 +33,7 @@ import numpy as np
 
 from ._array import DeviceArray, empty
 from ._builtin_kernels import _LAYOUT, MAX_NDIM, _make, layout
-from ._device import Device, Stream, as_device, resolve_stream
+from ._device import Device, Stream, as_device, as_stream, resolve_stream
 from ._dtypes import SUPPORTED, normalize_dtype
 from ._kernel import Kernel
 
@@ -438,7 +438,9 @@ class Generator:
         self, seed: int = 0, *, device: Device | int | None = None, stream: Stream | None = None
     ) -> None:
         value = _check_u64("Generator seed", seed)
-        dev = stream.device if device is None and type(stream) is Stream else as_device(device)
+        if stream is not None and type(stream) is not Stream:  # (another library's: its Stream)
+            stream = as_stream(stream, device)
+        dev = stream.device if device is None and stream is not None else as_device(device)
         stream = resolve_stream(stream, dev)
         _refuse_captured(stream, "creating a Generator", "create it")
         self._device = dev

@@ -396,6 +396,14 @@ class Backend(Protocol):
     def stream_create(self, ordinal: int, address: int | None = None) -> Handle:
         """A new non-blocking stream, or the stream at ``address`` made elsewhere."""
 
+    def stream_device(self, address: int) -> int:
+        """The ordinal of the device whose context the stream at ``address`` belongs to.
+
+        (``cuStreamGetCtx``'s device.) A handle the driver does not know
+        raises CudaError (``CUDA_ERROR_INVALID_HANDLE``, or
+        ``CUDA_ERROR_INVALID_CONTEXT``).
+        """
+
     def event_create(self, ordinal: int, timing: bool) -> Handle:
         """A new event (``timing``: it can measure elapsed time)."""
 

@@ -382,6 +382,19 @@ class CudaBackend:
         self.activate(ordinal)
         return _check(drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
 
+    def stream_device(self, address: int) -> int:
+        drv = _driver()
+        ctx = _check(drv.cuStreamGetCtx(drv.CUstream(address)), "cuStreamGetCtx")
+        with self._lock:
+            known = [o for o, c in self._ctx.items() if int(c) == int(ctx)]
+        if known:  # (a primary context: the one every library shares, retained here)
+            return known[0]
+        _check(drv.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
+        try:
+            return int(_check(drv.cuCtxGetDevice(), "cuCtxGetDevice"))
+        finally:
+            _check(drv.cuCtxPopCurrent(), "cuCtxPopCurrent")
+
     def event_create(self, ordinal: int, timing: bool) -> Any:
         drv = _driver()
         flags = 0 if timing else drv.CUevent_flags.CU_EVENT_DISABLE_TIMING

@@ -13,7 +13,7 @@ import numpy as np
 
 from .._array import DeviceArray, empty
 from .._builtin_kernels import ARITH, check_same, copy_view, fill_value, fill_view, layout, run
-from .._device import Device, Stream, _current_stream_of, resolve_stream
+from .._device import Device, Stream, _current_stream_of, as_stream, resolve_stream
 from .._errors import CaptureError
 from .._recording import Work, submit
 from ..backends.base import Copy
@@ -146,6 +146,7 @@ def _copy_across(dst: DeviceArray, src: DeviceArray, stream: Stream | None) -> N
     if dst.shape != src.shape:
         raise ValueError(f"copy: dst has shape {dst.shape} but src has {src.shape}")
     ddev, sdev = dst.device, src.device
+    stream = as_stream(stream, ddev)  # (another library's stream: its Stream, of its device)
     if stream is None:
         stream = ddev.current_stream()
     elif not isinstance(stream, Stream) or stream.device not in (ddev, sdev):

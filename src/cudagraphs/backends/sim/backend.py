@@ -291,6 +291,12 @@ class SimBackend:
         self._scheduler.streams.append(stream)
         return self._track(stream) if stream.owned else stream
 
+    def stream_device(self, address: int) -> int:
+        known = next((st for st in self._scheduler.streams if st.address == address), None)
+        if known is None:  # (destroyed, or never made: the driver knows no such stream either)
+            raise error(CUDA_ERROR_INVALID_HANDLE, "cuStreamGetCtx", f"no stream at 0x{address:x}")
+        return known.ordinal
+
     def event_create(self, ordinal: int, timing: bool) -> SimEvent:
         self._faults.check("event")
         return self._track(SimEvent(ordinal, timing))
