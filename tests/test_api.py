@@ -24,9 +24,11 @@ PUBLIC = {
     "CollectiveTimeoutError",
     "CudaError",
     "CudaGraphsError",
+    "CudaGraphsWarning",
     "Device",
     "DeviceArray",
     "Event",
+    "FallbackWarning",
     "Kernel",
     "KernelCompileError",
     "OutOfMemoryError",
@@ -218,6 +220,8 @@ def test_error_hierarchy() -> None:
     err = cg.CudaError(1, "CUDA_ERROR_INVALID_VALUE", "cuX", "because")
     assert (err.code, err.name) == (1, "CUDA_ERROR_INVALID_VALUE")
     assert str(err) == "cuX failed with CUDA_ERROR_INVALID_VALUE (1): because"
+    assert issubclass(cg.FallbackWarning, cg.CudaGraphsWarning)
+    assert issubclass(cg.CudaGraphsWarning, UserWarning)
 
 
 def test_cli_doctor_runs(backend: str) -> None:

@@ -120,7 +120,8 @@ def test_capture_replay_and_graphed_take_a_foreign_stream(
     x = cg.asarray(random_array(rng, 128, "float32"), stream=foreign)
     y = cg.full(128, -1.0, "float32", stream=foreign)
     with cg.capture(stream=foreign) as g:
-        assert cg.is_capturing(foreign) and cg.capture_status(foreign) == "active"
+        assert cg.is_capturing(foreign)
+        assert cg.capture_status(foreign) == "active"
         cg.ops.scale(2.0, x, out=y, stream=foreign)
     assert g.stream is dev.external_stream(foreign)
     g.upload(foreign)
@@ -134,7 +135,8 @@ def test_capture_replay_and_graphed_take_a_foreign_stream(
     f = cg.graphed(lambda v: cg.ops.scale(3.0, v), stream=foreign, warmup=1)
     for _ in range(3):
         data = random_array(rng, 64, "float32")
-        np.testing.assert_allclose(f(cg.asarray(data, stream=foreign)).get(stream=foreign), 3 * data, rtol=1e-6)
+        got = f(cg.asarray(data, stream=foreign)).get(stream=foreign)
+        np.testing.assert_allclose(got, 3 * data, rtol=1e-6)
 
 
 def test_collectives_take_foreign_streams(devices: list[cg.Device], rng: np.random.Generator) -> None:
@@ -157,8 +159,11 @@ def test_collectives_take_foreign_streams(devices: list[cg.Device], rng: np.rand
 def test_work_through_the_wrapper_and_through_the_handle_is_one_stream_in_order(
     dev: cg.Device, raw: Any, foreign: Foreign, rng: np.random.Generator
 ) -> None:
-    """No wait between them: had the wrapper its own queue, the simulator's interleaving would
-    run the steps out of order (the result is checked against numpy, the buffers poisoned)."""
+    """No wait between them: the wrapper and the handle's Stream are one queue.
+
+    Had the wrapper its own queue, the simulator's interleaving would run the
+    steps out of order (the result is checked against numpy, the buffers poisoned).
+    """
     direct = cg.Stream(dev, raw, owned=False)  # the handle's queue, named without the protocol
     a = random_array(rng, 1000, "float32")
     x = cg.asarray(a, stream=foreign)
@@ -182,7 +187,8 @@ def test_one_wrapper_per_handle_that_owns_nothing_and_keeps_its_object(
     dev: cg.Device, raw: Any, foreign: Foreign
 ) -> None:
     w = dev.external_stream(foreign)
-    assert type(w) is cg.Stream and w.handle == int(raw) and w.device is dev
+    assert type(w) is cg.Stream and w.handle == int(raw)
+    assert w.device is dev
     assert dev.external_stream(foreign) is w
     assert dev.external_stream(Foreign(int(raw))) is w  # another object of the same handle
     w.close()  # not owned: closing never destroys the other library's stream
@@ -205,7 +211,8 @@ def test_a_dropped_foreign_stream_does_not_leak_its_wrapper(dev: cg.Device) -> N
     del f, x
     dev.allocator.empty_cache()  # (the allocator's cache keeps the streams its free blocks were used on)
     gc.collect()
-    assert dead_object() is None and dead_wrapper() is None
+    assert dead_object() is None
+    assert dead_wrapper() is None
     assert handle not in dev._streams
 
 
@@ -242,7 +249,9 @@ def test_graphed_calls_on_a_foreign_stream_keep_its_wrapper(
     data = random_array(rng, 32, "float32")
     w = dev.external_stream(foreign)
     for _ in range(3):
-        np.testing.assert_allclose(f(cg.asarray(data, stream=foreign)).get(stream=foreign), 2 * data, rtol=1e-6)
+        np.testing.assert_allclose(
+            f(cg.asarray(data, stream=foreign)).get(stream=foreign), 2 * data, rtol=1e-6
+        )
         assert dev.external_stream(foreign) is w
 
 

@@ -279,6 +279,8 @@ _BAD_OPTIONS = [
     ({"mode": "eager"}, ValueError, "mode must be one of"),
     ({"pool": 3}, TypeError, "pool must be a cudagraphs GraphPool"),
     ({"stream": 3}, TypeError, "stream must be a cudagraphs Stream"),
+    ({"fallback": "sometimes"}, ValueError, r"fallback must be one of \('raise', 'eager'\), got 'sometimes'"),
+    ({"fallback": None}, ValueError, r"fallback must be one of \('raise', 'eager'\), got None"),
 ]
 
 

@@ -395,11 +395,13 @@ class DeviceArray(ArrayFields):
         copy_view(out, self, stream)
         return out
 
-    def record_stream(self, stream: Stream) -> None:
+    def record_stream(self, stream: Any) -> None:
         """Declare that ``stream`` uses this array's memory (see :meth:`Block.use_on`)."""
         if not isinstance(stream, Stream):
             if stream is None:
-                raise TypeError("record_stream takes a stream (a Stream, or an object with __cuda_stream__), got None")
+                raise TypeError(
+                    "record_stream takes a stream (a Stream, or an object with __cuda_stream__), got None"
+                )
             stream = as_stream(stream, self.device)
         self._block.use_on(stream)
 
@@ -522,7 +524,7 @@ def empty(
     else:
         if type(stream) is not Stream:  # (another library's stream: its Stream, of its device)
             stream = as_stream(stream, device)
-        dev = stream.device if device is None else as_device(device)
+        dev = stream.device if device is None else as_device(device)  # type: ignore[union-attr]
         stream = resolve_stream(stream, dev)
     size = dims[0] if len(dims) == 1 else _prod(dims)
     itemsize = dt.itemsize

@@ -19,6 +19,13 @@ work queued on it:
   (``capture_status()`` says ``"invalidated"``), and ends with an error
   whatever happens to the exception;
 * compiling kernels is allowed (the driver allows it in every mode);
+* another library's call that the driver refuses (PyTorch's ``.item()``, a
+  ``torch.cuda.synchronize()``, CuPy's host reads) surfaces as that
+  library's error; when it leaves the ``with`` block (or the captured
+  function) it becomes a :class:`CaptureError` naming the user's line that
+  made it, the library's operation where a frame of it shows it, and what
+  to do, chained to the library's error (:meth:`CaptureSession.fail`), as
+  does any error raised once the capture is invalidated;
 * PyTorch and CuPy, where the program imported them, are routed into the
   capture for the capturing thread (:mod:`cudagraphs.interop`): their current
   stream is the captured one, and their allocations come from memory the
@@ -42,18 +49,52 @@ from ._errors import CaptureError
 from ._executable import Resources, release_resources
 from ._graph import Graph
 from ._pool import ForbidMemory, GraphMemory, GraphPool, PoolMemory
+from ._where import raised_at
 from .backends.base import CAPTURE_MODES
 
-__all__ = ["CaptureSession", "capture", "capture_options", "capture_status", "is_capturing"]
+__all__ = [
+    "EAGER_HINT",
+    "CaptureSession",
+    "breaks_capture",
+    "capture",
+    "capture_options",
+    "capture_status",
+    "is_capturing",
+]
 
 ALLOC_POLICIES = ("pool", "forbid", "graph")
 _MEMORY = {"pool": PoolMemory, "forbid": ForbidMemory, "graph": GraphMemory}
+
+# how other libraries say that a call broke a capture (lower case, in "Type: message"): CUDA's
+# cudaErrorStreamCapture*/CUDA_ERROR_STREAM_CAPTURE_* codes, their text, and a call not
+# permitted during it (measured, torch 2.11: AcceleratorError "CUDA error: operation not
+# permitted when stream is capturing"; CuPy 14: CUDARuntimeError cudaErrorStreamCaptureUnsupported)
+_BROKEN_CAPTURE = (
+    "streamcapture",
+    "stream_capture_",
+    "operation not permitted when stream is capturing",
+    "capturing stream",
+    "cudaerrornotpermitted",
+    "cuda_error_not_permitted",
+)
+EAGER_HINT = (
+    'run that part eagerly (a graphed callable made with fallback="eager" runs the keys whose '
+    "capture is refused eagerly)"
+)
+
+
+def breaks_capture(exc: BaseException) -> bool:
+    """Whether ``exc``'s type or message says a call broke a stream capture (see ``_BROKEN_CAPTURE``)."""
+    text = f"{type(exc).__name__}: {exc}".lower()
+    return any(words in text for words in _BROKEN_CAPTURE)
 
 
 def capture_options(
     device: Device | int | None, stream: Any, mode: str, pool: GraphPool | None
 ) -> tuple[Device, Stream | None]:
-    """Check a capture's options; return its device (given, or the stream's, the pool's, the current) and stream.
+    """Check a capture's options; return its device and stream.
+
+    The device is the one given, or the stream's, the pool's, the current one.
 
     ``stream`` is a Stream, another library's stream (see
     ``_device.as_stream``: its Stream is returned) or None.
@@ -216,6 +257,47 @@ class CaptureSession:
             raise
         return graph
 
+    def fail(self, exc: BaseException, hint: str = EAGER_HINT) -> CaptureError | None:
+        """Undo the capture that ``exc`` left; return the :class:`CaptureError` to raise instead, if any.
+
+        ``exc`` escaped the captured code. It is a refusal when another
+        library's error says the capture was broken by a call (see
+        :func:`breaks_capture`), or when any error (an ``Exception``) was
+        raised while the capture is invalidated (ours or the driver's
+        status, read before the capture is undone). Then the returned error
+        names the user's line (:func:`cudagraphs._where.raised_at`), the
+        library and its operation where they can be read, and what to do
+        (``hint``: the alternative to moving the call out). cudagraphs' own
+        CaptureErrors, other errors and BaseExceptions such as
+        KeyboardInterrupt are not refusals: None, and the caller re-raises
+        ``exc`` unchanged. Either way the capture is undone (:meth:`abort`).
+        """
+        refusal = None
+        if isinstance(exc, Exception) and not isinstance(exc, CaptureError):
+            try:
+                invalid = _recording.status(self.stream) == "invalidated"
+            except Exception:  # (a driver that cannot say: only the error's words count)
+                invalid = False
+            if invalid or breaks_capture(exc):
+                refusal = self._refusal(exc, hint)
+        self.abort()
+        return refusal
+
+    def _refusal(self, exc: BaseException, hint: str) -> CaptureError:
+        """The CaptureError for ``exc``, which broke this capture (see :meth:`fail`)."""
+        site = raised_at(exc)
+        who = site.library or type(exc).__name__
+        what = site.operation or "a call"
+        source = f" (`{site.source}`)" if site.source else ""
+        text = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+        return CaptureError(
+            f"{who} refused {what} at {site.line}{source} while stream 0x{self.stream.handle:x} "
+            f"was being captured ({type(exc).__name__}: {text}). A graph cannot record a host "
+            "read (.item(), a copy to the host), a synchronize or an allocation outside the "
+            f"capture's memory: move that call out of the captured code, or {hint}. The capture "
+            "was undone; the stream and its memory are usable"
+        )
+
     def abort(self) -> None:
         """End the capture and undo everything it held (for exceptions and abandon)."""
         rec = self.rec
@@ -252,8 +334,10 @@ class _CaptureContext:
         return self.session.begin()
 
     def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: object) -> Literal[False]:
-        if exc_type is not None:  # the user's error wins; returning False re-raises it
-            self.session.abort()
+        if exc is not None:  # the user's error wins (returning False re-raises it), unless it
+            refusal = self.session.fail(exc)  # is a refusal: then the refusal, chained to it
+            if refusal is not None:
+                raise refusal from exc
             return False
         self.session.end()
         return False
@@ -306,7 +390,8 @@ def capture(
     ------
     CaptureError
         For work that cannot be recorded, a stream already being captured,
-        or a capture that recorded nothing.
+        or a capture that recorded nothing; for another library's call that
+        broke the capture (chained to that library's error).
     CaptureInvalidatedError
         If the capture was invalidated (by such work, or by the driver).
     """

@@ -136,7 +136,7 @@ class Stream(StreamFields):
             self._recording.fail("Stream.query() cannot be recorded in a graph")
         return self.device.backend.synchronize(self._live(), block=False)
 
-    def wait(self, other: Event | Stream) -> None:
+    def wait(self, other: Any) -> None:
         """Make later work on this stream wait for ``other``.
 
         ``other`` is an :class:`Event` (waits for the work it recorded) or a
@@ -738,7 +738,7 @@ def resolve_stream(stream: Any, device: Device) -> Stream:
         stream = _wrap(stream, device)
     if stream.device is not device:
         raise ValueError(f"stream {stream} is on {stream.device}, the work on {device}")
-    return stream
+    return stream  # type: ignore[no-any-return]
 
 
 def as_stream(stream: Any, device: Device | int | None = None) -> Stream | None:
@@ -776,7 +776,7 @@ def as_stream(stream: Any, device: Device | int | None = None) -> Stream | None:
         or ``CUDA_ERROR_INVALID_CONTEXT``).
     """
     if stream is None or type(stream) is Stream:
-        return stream  # type: ignore[no-any-return]
+        return stream
     return _wrap(stream, as_device(device))
 
 

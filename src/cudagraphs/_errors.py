@@ -16,6 +16,11 @@
 
 Bad arguments raise the built-in ``TypeError``/``ValueError``/``IndexError``
 with what was given and what is accepted.
+
+Warnings::
+
+    CudaGraphsWarning                (a UserWarning)
+    └── FallbackWarning              a graphed callable runs a key eagerly: its capture was refused
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ __all__ = [
     "CollectiveTimeoutError",
     "CudaError",
     "CudaGraphsError",
+    "CudaGraphsWarning",
     "DistributedError",
+    "FallbackWarning",
     "GraphStateError",
     "KernelCompileError",
     "OutOfMemoryError",
@@ -40,6 +47,18 @@ __all__ = [
 
 class CudaGraphsError(Exception):
     """Base class of every error raised by cudagraphs itself."""
+
+
+class CudaGraphsWarning(UserWarning):
+    """Base class of every warning cudagraphs gives."""
+
+
+class FallbackWarning(CudaGraphsWarning):
+    """A graphed callable made with ``fallback="eager"`` runs a key eagerly: its capture was refused.
+
+    Given once per key, with the refusal's message (the call and the line
+    that broke the capture); ``stats()["eager"]`` keeps it.
+    """
 
 
 class BackendUnavailableError(CudaGraphsError):

@@ -605,7 +605,7 @@ class Graph:
         if s.device is not self.device:
             raise ValueError(f"stream {stream} is not on {self.device}")
         _live(s)
-        return stream
+        return stream  # type: ignore[no-any-return]
 
     # inspection -------------------------------------------------------------------------------
     @property

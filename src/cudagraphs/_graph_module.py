@@ -99,7 +99,8 @@ class GraphModule:
       instance's attributes that are device arrays (``self.w = ...``).
 
     Every other keyword is :func:`cudagraphs.graphed`'s (``buckets``, ``warmup``,
-    ``pool``, ``stream``, ``mode``, ``copy_outputs``, ``pad_value``, ``device``).
+    ``pool``, ``stream``, ``mode``, ``copy_outputs``, ``pad_value``, ``device``,
+    ``fallback``).
 
     Attributes
     ----------
@@ -137,6 +138,7 @@ class GraphModule:
         copy_outputs: bool = False,
         pad_value: Any = 0,
         device: Device | int | None = None,
+        fallback: str = "raise",
     ) -> None:
         if module is not None and not callable(module):
             raise TypeError(f"GraphModule wraps a callable or a torch.nn.Module, got {type(module).__name__}")
@@ -163,6 +165,7 @@ class GraphModule:
             copy_outputs=copy_outputs,
             pad_value=pad_value,
             device=device,
+            fallback=fallback,
         )
         self.graphed = GraphedCallable(self._run, options)
         self._seen: list[_Param] | None = None  # parameters as the graphs use them
@@ -335,7 +338,8 @@ class GraphModule:
             assert self._seen is not None
             keep = [p.view for p in self._seen if id(p) not in replaced and p.view is not None]
             for key, entry in graphs.items():
-                assert entry.graph is not None
+                if entry.graph is None:  # (a key run eagerly reads the parameters as they are)
+                    continue
                 try:
                     report["repointed"] += entry.graph._repoint(pairs, keep)
                 except UpdateError:  # a node whose new arguments cannot be known or set

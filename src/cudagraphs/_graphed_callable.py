@@ -17,7 +17,12 @@
    last ones were queues nothing but the replay.
 
 On a key's first call the function runs ``warmup`` times eagerly on the
-static inputs (kernels compile, libraries set up), then is captured. All of
+static inputs (kernels compile, libraries set up), then is captured. A
+capture that is refused (a :class:`~cudagraphs.CaptureError`: cudagraphs'
+own refusals, and another library's call that broke the capture) is raised,
+or, with ``fallback="eager"``, the key runs the function eagerly from then
+on: the refusal is warned once (:class:`~cudagraphs.FallbackWarning`) and
+kept in ``stats()["eager"]``; the other keys are still graphed. All of
 a callable's graphs share one :class:`~cudagraphs.GraphPool` (and, through
 it, one PyTorch ``MemPool``): temporaries of one bucket's graph are reused by
 the others, so :meth:`GraphedCallable.capture_all`, which captures the
@@ -61,11 +66,12 @@ from ._array import DeviceArray, _new_array, foreign_view
 from ._capture import CaptureSession
 from ._config import compiled_part
 from ._device import Device, Stream, _current_stream_of
-from ._errors import StaleOutputError
+from ._errors import CaptureError, FallbackWarning, StaleOutputError
 from ._graph import Graph
 from ._options import GraphedOptions
 from ._pool import GraphPool
 from ._staging import Entry, Input, Staging, array_of, first_rows, new_input
+from ._where import warn
 
 __all__ = ["GraphOutput", "GraphedCallable", "graphed"]
 
@@ -290,6 +296,8 @@ class GraphedCallable:
         The pool every graph of the callable allocates from.
     buckets : tuple of int or None
     dim : int
+    fallback : str
+        ``"raise"`` or ``"eager"`` (see :func:`graphed`).
     """
 
     __slots__ = (
@@ -308,6 +316,7 @@ class GraphedCallable:
         "copy_outputs",
         "device",
         "dim",
+        "fallback",
         "fn",
         "mode",
         "pad_value",
@@ -324,6 +333,7 @@ class GraphedCallable:
     mode: str
     copy_outputs: bool
     pad_value: Any
+    fallback: str
     _stream: Stream | None
     _capture_stream: Stream | None
     _entries: dict[Any, Entry]
@@ -345,6 +355,7 @@ class GraphedCallable:
         self.mode = options.mode
         self.copy_outputs = options.copy_outputs
         self.pad_value = options.pad_value
+        self.fallback = options.fallback
         self._stream = options.stream
         self._capture_stream = None
         self._entries = {}
@@ -410,7 +421,8 @@ class GraphedCallable:
             entry = self._capture(key, spec, ins, n, bucket, stream)
         else:
             entry.hits += 1
-            staging.stage(entry, ins, n, bucket, stream)
+            if entry.eager is None:  # (a key run eagerly takes the inputs as they are)
+                staging.stage(entry, ins, n, bucket, stream)
         out = self._replayed(entry, args, kwargs, leaves, n, bucket, stream)
         if leaves is args or spec == positional_spec(len(args)):
             self._arm(entry, args, ins, source, stream)
@@ -426,7 +438,7 @@ class GraphedCallable:
         or one of another library's types (not a view made of another
         object); no buckets, no enclosing capture. The lock is held.
         """
-        if self.buckets is not None or stream._recording is not None:
+        if self.buckets is not None or stream._recording is not None or entry.eager is not None:
             return
         for j in range(len(ins)):
             if ins[j].lib is None and type(args[j]) is not DeviceArray:
@@ -498,7 +510,8 @@ class GraphedCallable:
     ) -> Any:
         """The end of a call, its inputs staged: the replay and its outputs (the lock is held)."""
         graph = entry.graph
-        if graph is None:  # fn queued no work for this key: what it returns, from an eager run
+        if graph is None:  # fn queued no work for this key, or its capture was refused
+            # (fallback="eager"): what it returns, from an eager run
             with stream, _streams_only(self.device, stream):
                 return self.fn(*args, **(kwargs or {}))
         graph.replay(stream)
@@ -571,14 +584,22 @@ class GraphedCallable:
         session = CaptureSession(self.device, side, self.mode, self.pool, "pool")
         graph = session.begin()
         try:
-            if self.buckets is None and eager:
-                self._staging.record_copies(entry, ins, side)
-            with side:
-                out = self.fn(*args, **kwargs)
-        except BaseException:
-            session.abort()
-            raise
-        if session.end_or_none() is None:  # nothing to replay (a zero-size batch): calls run fn
+            try:
+                if self.buckets is None and eager:
+                    self._staging.record_copies(entry, ins, side)
+                with side:
+                    out = self.fn(*args, **kwargs)
+            except BaseException as exc:
+                refusal = session.fail(exc, _HINT[self.fallback])
+                if refusal is None:
+                    raise
+                raise refusal from exc
+            captured = session.end_or_none()
+        except CaptureError as err:
+            if self.fallback != "eager" or not eager:  # (inside a capture nothing runs eagerly)
+                raise
+            return self._refused(key, bucket, len(ins), err)
+        if captured is None:  # nothing to replay (a zero-size batch): calls run fn
             self._entries[key] = entry
             return entry
         graph.output = None
@@ -590,6 +611,22 @@ class GraphedCallable:
         entry.graph = graph
         entry.memory = self.pool.reserved - before
         self._entries[key] = entry
+        return entry
+
+    def _refused(self, key: Any, bucket: int | None, inputs: int, err: CaptureError) -> Entry:
+        """Let ``key``, whose capture ``err`` refused, run the function eagerly from now on (warned once).
+
+        The lock is held: a call of the same key from another thread waits,
+        then finds this entry.
+        """
+        entry = Entry(bucket, inputs)
+        entry.eager = str(err)
+        self._entries[key] = entry
+        warn(
+            f"cudagraphs: the capture of {self._lease.name} for {self._name(key, entry)!r} was "
+            f"refused; that key runs eagerly from now on (fallback='eager'): {err}",
+            FallbackWarning,
+        )
         return entry
 
     def _as_lib(self, array: DeviceArray, lib: Any) -> Any:
@@ -674,35 +711,53 @@ class GraphedCallable:
         for key, entry in self._entries.items():
             if entry.graph is None:
                 continue
-            name = entry.bucket if entry.bucket is not None else tuple(shape for _, shape in key[1])
+            name = self._name(key, entry)
             name = name if name not in names else (name, len(out))
             names.add(name)
             out.append((name, entry.graph, entry))
         return out
 
+    def _name(self, key: Any, entry: Entry) -> Any:
+        """A key's name in stats() and graphs: its bucket, or its inputs' shapes."""
+        return entry.bucket if entry.bucket is not None else tuple(shape for _, shape in key[1])
+
     def stats(self) -> dict[str, Any]:
-        """Calls, hits, misses, captures, memory, and per graph its hits, nodes and memory.
+        """Calls, hits, misses, captures, memory, per graph its hits, nodes and memory, and keys run eagerly.
 
         ``reserved`` is what the callable's pools hold, PyTorch's ``MemPool``
         included; a graph's ``memory`` is what its capture added to the
         cudagraphs pool (other libraries' pools are shared and not split).
+        ``eager`` has, per key whose capture was refused under
+        ``fallback="eager"`` (named as in ``graphs``), its ``hits`` (calls
+        after the refused one, each an eager run) and the refusal's message
+        as ``reason``; ``captures`` counts the keys captured, not those.
         """
         with self._lock:
             per = {
                 name: {"hits": e.hits, "memory": e.memory, "nodes": len(g.nodes)}
                 for name, g, e in self._named()
             }
+            eager = {
+                self._name(key, e): {"hits": e.hits, "reason": e.eager}
+                for key, e in self._entries.items()
+                if e.eager is not None
+            }
             return {
                 "calls": self._lease.made,
                 "hits": self._lease.made - self._misses,
                 "misses": self._misses,
-                "captures": len(self._entries),
+                "captures": len(self._entries) - len(eager),
                 "reserved": self._reserved(),
                 "graphs": per,
+                "eager": eager,
             }
 
     def close(self) -> None:
-        """Free every graph and buffer (after their replays); later calls capture again."""
+        """Free every graph and buffer (after their replays); later calls capture again.
+
+        Keys run eagerly after a refused capture (``fallback="eager"``) are
+        forgotten too: their next calls try to capture again.
+        """
         with self._lock:
             self._armed = None
             entries, self._entries = self._entries, {}
@@ -732,6 +787,12 @@ class _streams_only:
         self.routing.close()
 
 
+_HINT = {  # what a refusal in a key's capture says to do, besides moving the call out
+    "raise": 'let this callable run such keys eagerly: cg.graphed(fn, fallback="eager") (GraphModule too)',
+    "eager": "run that part eagerly",
+}
+
+
 def _torch_pool_bytes(pool: Any) -> int:
     """Bytes a ``torch.cuda.MemPool`` holds (0 where PyTorch cannot say)."""
     try:
@@ -752,6 +813,7 @@ def graphed(
     copy_outputs: bool = False,
     pad_value: Any = 0,
     device: Device | int | None = None,
+    fallback: str = "raise",
 ) -> Any:
     """Run ``fn`` as CUDA graphs: one per input shape (or bucket), captured on first use.
 
@@ -794,6 +856,17 @@ def graphed(
         (None: left as they are, which saves a kernel per input).
     device : Device, optional
         Default: the stream's, the pool's or the current device.
+    fallback : {"raise", "eager"}
+        What a key whose capture is refused does (a
+        :class:`~cudagraphs.CaptureError`: a host read, a synchronize, an
+        allocation the capture forbids, in cudagraphs' code or another
+        library's): ``"raise"`` it (the default; the next call of the key
+        tries again), or run ``fn`` ``"eager"``-ly for that key from then on:
+        the refusal is warned once per key
+        (:class:`~cudagraphs.FallbackWarning`) and kept in
+        ``stats()["eager"]``, and the key's outputs are what ``fn`` returns
+        (plain arrays, not views that expire). The other keys are still
+        graphed. Inside another capture a refusal is always raised.
 
     Returns
     -------
@@ -804,6 +877,8 @@ def graphed(
     TypeError, ValueError
         For bad arguments, here or at the call (unhashable non-array
         arguments, sizes larger than the largest bucket).
+    CaptureError
+        At a call whose key's capture is refused, unless ``fallback="eager"``.
     """
     options = functools.partial(
         GraphedOptions.checked,
@@ -816,6 +891,7 @@ def graphed(
         copy_outputs=copy_outputs,
         pad_value=pad_value,
         device=device,
+        fallback=fallback,
     )
 
     def make(f: Callable[..., Any]) -> GraphedCallable:

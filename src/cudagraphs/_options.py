@@ -17,9 +17,10 @@ from ._capture import capture_options
 from ._device import Device, Stream
 from ._pool import GraphPool
 
-__all__ = ["MAX_WARMUP", "GraphedOptions"]
+__all__ = ["FALLBACKS", "MAX_WARMUP", "GraphedOptions"]
 
 MAX_WARMUP = 1000  # eager runs before a capture: more is a mistake (2**70 would never end)
+FALLBACKS = ("raise", "eager")  # what a key whose capture is refused does
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -46,6 +47,9 @@ class GraphedOptions:
         What padding rows are filled with (None: left as they are).
     device : Device
         The device: given, or the stream's, the pool's or the current one.
+    fallback : str
+        What a key whose capture is refused does: ``"raise"`` the
+        CaptureError, or run the function ``"eager"``-ly from then on.
     """
 
     buckets: tuple[int, ...] | None
@@ -57,6 +61,7 @@ class GraphedOptions:
     copy_outputs: bool
     pad_value: Any
     device: Device
+    fallback: str = "raise"
 
     @classmethod
     def checked(
@@ -71,6 +76,7 @@ class GraphedOptions:
         copy_outputs: bool,
         pad_value: Any,
         device: Device | int | None,
+        fallback: str = "raise",
     ) -> GraphedOptions:
         """The options, checked (the keywords of :func:`cudagraphs.graphed`).
 
@@ -81,8 +87,8 @@ class GraphedOptions:
             not an int, a stream, pool or device that is not cudagraphs'.
         ValueError
             For buckets that are not positive integers, a negative ``dim``, a
-            warmup out of range, an unknown mode, a pool or stream on another
-            device.
+            warmup out of range, an unknown mode or fallback, a pool or stream
+            on another device.
         """
         sizes = None
         if buckets is not None:
@@ -97,6 +103,8 @@ class GraphedOptions:
             raise TypeError(f"warmup must be an int (eager runs before capturing), got {warmup!r}")
         if not 0 <= warmup <= MAX_WARMUP:
             raise ValueError(f"warmup must be in 0..{MAX_WARMUP} (eager runs before a capture), got {warmup}")
+        if not isinstance(fallback, str) or fallback not in FALLBACKS:
+            raise ValueError(f"fallback must be one of {FALLBACKS}, got {fallback!r}")
         resolved, stream = capture_options(device, stream, mode, pool)
         if stream is not None and stream.device is not resolved:
             raise ValueError(f"stream {stream} is on {stream.device}, the callable on {resolved}")
@@ -110,4 +118,5 @@ class GraphedOptions:
             copy_outputs=bool(copy_outputs),
             pad_value=pad_value,
             device=resolved,
+            fallback=fallback,
         )

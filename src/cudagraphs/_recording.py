@@ -52,8 +52,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import os
-import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -70,6 +68,7 @@ except ImportError:  # (run as Python where Cython is not installed: nothing is 
 from ._config import compiled_part
 from ._errors import CaptureError, CaptureInvalidatedError, CudaError
 from ._fields import ArrayFields
+from ._where import user_line
 from .backends.base import (
     CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
     CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
@@ -110,22 +109,8 @@ __all__ = [
     "when_unheld",
 ]
 
-_PACKAGE = os.path.dirname(os.path.abspath(__file__))
 BY_VALUE = (int, float, complex, bytes, str, np.generic, type(None))  # passed by value, never kept
 _BY_VALUE = BY_VALUE  # (the same, for the hot paths: compiled, a C global, no name lookup)
-
-
-def user_line() -> str:
-    """``file:line`` of the innermost caller outside cudagraphs."""
-    # (from this frame: compiled, the functions of compiled modules have none, and the innermost
-    # Python frame may already be the caller's)
-    frame = sys._getframe(0)
-    while frame is not None:
-        path = os.path.abspath(frame.f_code.co_filename)
-        if not path.startswith(_PACKAGE):
-            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
-        frame = frame.f_back  # type: ignore[assignment]
-    return "<unknown>"  # type: ignore[unreachable]  # (a frame chain ends in None)
 
 
 class Work:

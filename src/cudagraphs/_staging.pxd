@@ -16,7 +16,7 @@ cpdef Input new_input(object obj, object lib, object ptr, object shape, object d
 
 @cython.final
 cdef class Entry:
-    cdef public object bucket, graph, out_spec, memory
+    cdef public object bucket, graph, out_spec, memory, eager
     cdef public list copies, sources, held, scratch, static, outs, out_libs
     cdef public Py_ssize_t hits
 

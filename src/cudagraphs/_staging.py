@@ -85,11 +85,16 @@ def first_rows(shape: tuple[int, ...], dim: int, size: int) -> tuple[slice | int
 
 
 class Entry:
-    """One captured graph of a graphed callable: its key's static inputs and outputs."""
+    """One captured graph of a graphed callable: its key's static inputs and outputs.
+
+    A key whose capture was refused under ``fallback="eager"`` has an entry
+    without a graph, whose ``eager`` is the refusal's message.
+    """
 
     __slots__ = (
         "bucket",
         "copies",
+        "eager",
         "graph",
         "held",
         "hits",
@@ -118,6 +123,7 @@ class Entry:
         self.out_libs: list[Any] = []  # the library of each output (None: cudagraphs)
         self.hits = 0
         self.memory = 0  # bytes the capture added to the cudagraphs pool
+        self.eager: str | None = None  # why the key runs eagerly (its capture was refused), if so
 
 
 class Staging:
