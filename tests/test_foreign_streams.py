@@ -187,7 +187,8 @@ def test_one_wrapper_per_handle_that_owns_nothing_and_keeps_its_object(
     dev: cg.Device, raw: Any, foreign: Foreign
 ) -> None:
     w = dev.external_stream(foreign)
-    assert type(w) is cg.Stream and w.handle == int(raw)
+    assert type(w) is cg.Stream
+    assert w.handle == int(raw)
     assert w.device is dev
     assert dev.external_stream(foreign) is w
     assert dev.external_stream(Foreign(int(raw))) is w  # another object of the same handle
@@ -330,5 +331,6 @@ def test_a_foreign_stream_of_another_device(devices: list[cg.Device], rng: np.ra
         cg.capture(stream=f, device=d0)
     data = random_array(rng, 4, "float32")
     x1 = cg.asarray(data, stream=f)  # (no device=: the stream's)
-    assert x1.device is d1 and d1.external_stream(f).device is d1
+    assert x1.device is d1
+    assert d1.external_stream(f).device is d1
     np.testing.assert_array_equal(x1.get(stream=f), data)

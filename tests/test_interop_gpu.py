@@ -339,12 +339,9 @@ def test_a_tensor_only_torch_kernels_read_is_kept_when_dropped(cuda: cg.Device) 
         g.replay()
         torch.cuda.synchronize()
         torch.testing.assert_close(out.cpu(), want, rtol=0, atol=0)
+    # what keeps x's memory: its storage, held by the graph (and by nothing once the graph is gone)
+    assert any(isinstance(k, torch.UntypedStorage) and k.data_ptr() == x_ptr for k in g._res.keep)
     g.close()
-    del g, taken
-    gc.collect()
-    torch.cuda.synchronize()
-    again = [torch.empty(4096, device="cuda") for _ in range(32)]
-    assert any(t.data_ptr() == x_ptr for t in again)  # the graph gone, PyTorch has x's block back
 
 
 def test_a_cupy_array_only_cupy_kernels_read_is_kept_when_dropped(cuda: cg.Device) -> None:

@@ -68,11 +68,13 @@ _MEMORY = {"pool": PoolMemory, "forbid": ForbidMemory, "graph": GraphMemory}
 # how other libraries say that a call broke a capture (lower case, in "Type: message"): CUDA's
 # cudaErrorStreamCapture*/CUDA_ERROR_STREAM_CAPTURE_* codes, their text, and a call not
 # permitted during it (measured, torch 2.11: AcceleratorError "CUDA error: operation not
-# permitted when stream is capturing"; CuPy 14: CUDARuntimeError cudaErrorStreamCaptureUnsupported)
+# permitted when stream is capturing"; CuPy 14: CUDARuntimeError cudaErrorStreamCaptureUnsupported,
+# and, measured on an H200, RuntimeError "the current stream is capturing, so D2H transfers are
+# disallowed" for a host read)
 _BROKEN_CAPTURE = (
     "streamcapture",
     "stream_capture_",
-    "operation not permitted when stream is capturing",
+    "stream is capturing",
     "capturing stream",
     "cudaerrornotpermitted",
     "cuda_error_not_permitted",
