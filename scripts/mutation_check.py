@@ -414,7 +414,7 @@ MUTATIONS = [
     (
         "a graph keeps nothing of the memory other libraries' kernels in it use",
         "src/cudagraphs/_graph.py",
-        "        res.keep.extend(interop.keep_foreign(self.device, raw_graph, self._records).keep)\n",
+        "        res.keep.extend(interop.keep_foreign(self.device, raw_graph, self._records, res.keep, res.pools).keep)\n",
         "",
     ),
     (
@@ -422,6 +422,18 @@ MUTATIONS = [
         "src/cudagraphs/interop/_keep.py",
         "            lib = kinds[t] = _library_for(t, wanted)",
         "            lib = kinds[t] = None",
+    ),
+    (
+        "a census is forgotten: every capture with other libraries' nodes makes a new one",
+        "src/cudagraphs/interop/_keep.py",
+        "        _remember(device.index, spans)\n",
+        "",
+    ),
+    (
+        "the graph's own pools are looked for in a census",
+        "src/cudagraphs/interop/_keep.py",
+        "    addresses = _outside(owned, sorted(",
+        "    addresses = _outside([], sorted(",
     ),
 ]
 

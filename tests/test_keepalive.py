@@ -138,3 +138,72 @@ def test_the_census_is_what_finds_the_arrays(
     g, _out, x_ptr, _s = _capture_scale(lib, rng.standard_normal(N).astype(np.float32), 2.0)
     assert lib.array(np.zeros(N, np.float32)).ptr == x_ptr
     g.close()
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the census's passes over the collector's objects."""
+    calls: list[int] = []
+
+    def get_objects() -> list[object]:
+        calls.append(1)
+        return gc.get_objects()
+
+    monkeypatch.setattr(interop._keep, "gc", SimpleNamespace(get_objects=get_objects))
+    return calls
+
+
+def test_a_census_is_made_only_for_memory_no_known_array_holds(
+    lib: ForeignLib, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The arrays one census found serve the next capture; a new array makes a new census."""
+    censuses = _counting(monkeypatch)
+    s = lib.device.create_stream()
+    x_h, y_h = rng.standard_normal(N).astype(np.float32), rng.standard_normal(N).astype(np.float32)
+    x, out = lib.array(x_h), lib.array(np.zeros(N, np.float32))
+    graphs = []
+    for _ in range(2):  # the same arrays: one census
+        with cg.capture(stream=s) as g:
+            lib.scale(out, x, 2.0, s)
+        graphs.append(g)
+    assert len(censuses) == 1
+    y = lib.array(y_h)  # an array the census has not seen
+    with cg.capture(stream=s) as g3:
+        lib.scale(out, y, 5.0, s)
+    assert len(censuses) == 2
+    del x, y  # kept by their graphs, the second's found without a census
+    taken = [lib.array(np.full(N, 99.0, np.float32)) for _ in range(2)]
+    for g, a, want in ((graphs[1], 2.0, x_h), (g3, 5.0, y_h)):
+        out.set(np.full(N, -7.0, np.float32))
+        g.replay(stream=s)
+        s.synchronize()
+        np.testing.assert_allclose(out.get(), a * want, rtol=1e-6)
+    for g in (*graphs, g3):
+        g.close()
+    del taken
+
+
+def test_memory_of_the_graphs_own_pool_makes_no_census(
+    lib: ForeignLib, device: cg.Device, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A foreign kernel reading and writing arrays of the capture's pool: nothing to look for."""
+    censuses = _counting(monkeypatch)
+    s = device.create_stream()
+
+    class View:  # the library's array over cudagraphs' memory (an address)
+        def __init__(self, a: cg.DeviceArray) -> None:
+            self.ptr, self.n = a.ptr, a.size
+
+        def spec(self) -> object:
+            from cudagraphs.backends.base import ArrayArg
+
+            return ArrayArg(self.ptr, (self.n,), (4,), np.dtype("float32"))
+
+    with cg.capture(stream=s) as g:
+        a = cg.full(N, 2.0, "float32", device=device, stream=s)  # from the graph's pool
+        b = cg.empty(N, "float32", device=device, stream=s)
+        lib.scale(View(b), View(a), 3.0, s)  # type: ignore[arg-type]
+    assert censuses == []
+    cg.ops.fill(b, -1.0, stream=s)  # poisoned
+    g.replay(stream=s)
+    np.testing.assert_allclose(b.get(stream=s), np.full(N, 6.0, np.float32))
+    g.close()

@@ -152,6 +152,11 @@ class GraphPool:
         _recording.release(self.device, _give_back, self.device.allocator, segments, streams)
 
     # inspection ---------------------------------------------------------------
+    def ranges(self) -> list[tuple[int, int]]:
+        """``(start, end)`` of each segment the pool holds now."""
+        with self._lock:
+            return [(ptr, ptr + n) for ptr, n in self._segments.items()]
+
     @property
     def reserved(self) -> int:
         """Bytes the pool holds (in use by arrays or free for its graphs)."""

@@ -556,6 +556,13 @@ class Backend(Protocol):
     def graph_launch(self, exec_: Handle, stream: Handle, upload: bool = False) -> None:
         """Queue a launch of ``exec_`` on ``stream`` (``upload``: only upload it)."""
 
+    def memory_range(self, ptr: int) -> tuple[int, int] | None:
+        """``(start, end)`` of the device allocation holding address ``ptr``, or None if none does.
+
+        (``cuMemGetAddressRange``: a whole allocation of the driver, such as a
+        caching allocator's segment, not one array in it.)
+        """
+
 
 class SimulatedCollectives(Backend, Protocol):
     """A backend whose communicator is simulated (``capabilities.collectives == "simulated"``).

@@ -982,6 +982,13 @@ class CudaBackend:
         return values
 
     @staticmethod
+    def memory_range(ptr: int) -> tuple[int, int] | None:
+        err, base, size = _driver().cuMemGetAddressRange(ptr)
+        if err:  # (not device memory: CUDA_ERROR_NOT_FOUND, or an invalid value)
+            return None
+        return int(base), int(base) + int(size)
+
+    @staticmethod
     def graph_launch(exec_: Any, stream: Any, upload: bool = False) -> None:
         # the replay hot path: a plain function, the driver call bound once
         if upload:

@@ -87,6 +87,10 @@ class Library(Protocol):
         """``(device index, start, end, keeper)`` of one of its arrays' memory (see :class:`ArrayMemory`)."""
         ...
 
+    def pool_memory(self, obj: Any) -> list[tuple[int, int]] | None:
+        """The memory of one of its pools that a graph holds (``[(start, end)]``), or None."""
+        ...
+
     def current_stream(self, device_index: int) -> int:
         """The driver handle of the library's current stream on that device."""
         ...
@@ -187,12 +191,24 @@ def route(
     return routing
 
 
-def keep_foreign(device: Any, graph: Any, records: list[Any]) -> ForeignMemory:
+def keep_foreign(
+    device: Any, graph: Any, records: list[Any], keep: list[Any], pools: list[Any]
+) -> ForeignMemory:
     """What a captured ``graph`` must keep of the memory other libraries' nodes in it use.
 
     See :mod:`cudagraphs.interop._keep`: the graph's nodes that are not
     among ``records`` (cudagraphs' own, top-level) are read, and the live
     arrays of the imported and registered libraries whose memory they use
-    are found; the result's ``keep`` lists what holds that memory.
+    are found; the result's ``keep`` lists what holds that memory. The
+    memory the graph holds already is not looked for: its ``pools``
+    (GraphPools) and the libraries' pools among what it ``keep``s.
     """
-    return foreign_memory(device, graph, records, list(libraries()))
+    libs = list(libraries())
+    owned = [r for pool in pools for r in pool.ranges()]
+    for obj in keep:
+        for lib in libs:
+            found = lib.pool_memory(obj)
+            if found is not None:
+                owned.extend(found)
+                break
+    return foreign_memory(device, graph, records, libs, owned)

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import bisect
 import gc
-from collections.abc import Iterable, Iterator
+import weakref
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 from .._array import DeviceArray
@@ -113,11 +114,14 @@ class ForeignMemory:
         self.unseen = unseen
 
 
-def _spans(libraries: list[ArrayMemory], device_index: int) -> list[tuple[int, int, Any]]:
-    """``(start, end, keeper)`` of every live array of ``libraries`` on the device, sorted."""
+_Span = tuple[int, int, Any, Any, Any]  # (start, end, keeper, the array, its library)
+
+
+def _spans(libraries: list[ArrayMemory], device_index: int) -> list[_Span]:
+    """Every live array of ``libraries`` on the device: ``(start, end, keeper, array, library)``, sorted."""
     kinds: dict[type, ArrayMemory | None] = {}
     wanted = [(lib, lib.array_types()) for lib in libraries]
-    spans: dict[int, tuple[int, int, Any]] = {}
+    spans: dict[int, _Span] = {}
     for obj in gc.get_objects():
         t = type(obj)
         if t in kinds:
@@ -133,8 +137,8 @@ def _spans(libraries: list[ArrayMemory], device_index: int) -> list[tuple[int, i
         if found is None or found[0] != device_index:
             continue
         _, start, end, keeper = found
-        if start and end > start and end - start > (spans.get(start, (0, 0, None))[1] - start):
-            spans[start] = (start, end, keeper)  # (the widest memory starting there)
+        if start and end > start and end - start > (spans.get(start, (0, 0))[1] - start):
+            spans[start] = (start, end, keeper, obj, lib)  # (the widest memory starting there)
     return [spans[k] for k in sorted(spans)]  # (by start: each start is one key)
 
 
@@ -146,40 +150,120 @@ def _library_for(t: type, wanted: list[tuple[ArrayMemory, tuple[type, ...]]]) ->
     return None
 
 
-def _hits(spans: list[tuple[int, int, Any]], addresses: list[int]) -> Iterator[Any]:
-    """The keepers of the spans holding any of ``addresses``, each once."""
+def _hits(spans: list[_Span], addresses: list[int], found: dict[int, Any]) -> list[int]:
+    """Put the keepers of the spans holding ``addresses`` in ``found`` (by id); the addresses none holds."""
     starts = [s[0] for s in spans]
-    widest = max((end - start for start, end, _ in spans), default=0)
-    seen: set[int] = set()
+    widest = max((s[1] - s[0] for s in spans), default=0)
+    missed = []
     for a in addresses:
         i = bisect.bisect_right(starts, a) - 1
+        hit = False
         # spans may overlap (a tensor's storage inside a cudagraphs block): look back while a
         # span that starts there could still reach a
         while i >= 0 and a - spans[i][0] < widest:
-            _, end, keeper = spans[i]
-            if a < end and id(keeper) not in seen:
-                seen.add(id(keeper))
-                yield keeper
+            if a < spans[i][1]:
+                keeper = spans[i][2]
+                found[id(keeper)] = keeper
+                hit = True
             i -= 1
+        if not hit:
+            missed.append(a)
+    return missed
+
+
+# what the last census found on each device: (start, end, weak reference to the array, its
+# library), for the next capture (a census costs a pass over every object the collector tracks)
+_LAST: dict[int, list[tuple[int, int, Any, Any]]] = {}
+
+
+def _remember(device_index: int, spans: list[_Span]) -> None:
+    """Keep weak references to the arrays a census found (those that take one)."""
+    known = []
+    for start, end, _keeper, obj, lib in spans:
+        try:
+            known.append((start, end, weakref.ref(obj), lib))
+        except TypeError:  # (an array type without weak references: found again by the next census)
+            continue
+    _LAST[device_index] = known
+
+
+def _recalled(device_index: int) -> list[_Span]:
+    """The arrays the last census found that still live where they were (their keepers asked anew)."""
+    out: list[_Span] = []
+    for start, end, ref, lib in _LAST.get(device_index, ()):
+        obj = ref()
+        if obj is None:
+            continue
+        try:
+            found = lib.memory_of(obj)
+        except Exception:  # (its memory cannot be read any more)
+            continue
+        if found is not None and found[1] == start and found[2] == end:
+            out.append((start, end, found[3], obj, lib))
+    return out
+
+
+def _outside(ranges: list[tuple[int, int]], addresses: list[int]) -> list[int]:
+    """The addresses that none of ``ranges`` holds."""
+    if not ranges:
+        return addresses
+    ranges = sorted(ranges)
+    starts = [lo for lo, _ in ranges]
+    out = []
+    for a in addresses:
+        i = bisect.bisect_right(starts, a) - 1
+        if i < 0 or a >= ranges[i][1]:
+            out.append(a)
+    return out
+
+
+def _device_memory(backend: Any, addresses: list[int]) -> list[int]:
+    """The addresses that are device memory (each allocation asked of the driver once)."""
+    known: list[tuple[int, int]] = []
+    out = []
+    for a in addresses:  # (sorted: an allocation's addresses come together)
+        if known and known[-1][0] <= a < known[-1][1]:
+            out.append(a)
+            continue
+        found = backend.memory_range(a)
+        if found is not None:
+            known.append(found)
+            out.append(a)
+    return out
 
 
 def foreign_memory(
-    device: Any, graph: Any, records: list[Any], imported: Iterable[ArrayMemory]
+    device: Any,
+    graph: Any,
+    records: list[Any],
+    imported: Iterable[ArrayMemory],
+    owned: list[tuple[int, int]],
 ) -> ForeignMemory:
     """What the graph must keep of the memory its unrecorded nodes use.
 
     ``graph`` is the driver graph of a capture on ``device``; ``records`` are
     its top-level nodes cudagraphs recorded (their handles found here);
-    ``imported`` the adapters of the libraries the program imported.
+    ``imported`` the adapters of the libraries the program imported;
+    ``owned`` the memory the graph holds already (its pools' segments).
     Nothing is looked at when every node of the graph is one of ``records``.
+    The words left after the graph's own memory are first matched against
+    the arrays the last census found that still live; only device memory
+    none of them holds makes a new census (words that are not addresses are
+    dropped by asking the driver).
     """
     backend = device.backend
     if not has_unrecorded(backend, graph, records):
         return ForeignMemory([], [])
     ours = {int(r.handle) for r in resolve_handles(backend, graph, records) if r.kind != "child"}
     found, unseen = backend.graph_addresses(graph, ours)
-    addresses = sorted({a for _, used in found for a in used if a})
-    if not addresses:
-        return ForeignMemory([], unseen)
-    spans = _spans(registered(imported), device.index)
-    return ForeignMemory(list(_hits(spans, addresses)), unseen)
+    addresses = _outside(owned, sorted({a for _, used in found for a in used if a}))
+    kept: dict[int, Any] = {}
+    if addresses:
+        addresses = _hits(_recalled(device.index), addresses, kept)
+    if addresses:
+        addresses = _device_memory(backend, addresses)
+    if addresses:
+        spans = _spans(registered(imported), device.index)
+        _remember(device.index, spans)
+        _hits(spans, addresses, kept)
+    return ForeignMemory(list(kept.values()), unseen)

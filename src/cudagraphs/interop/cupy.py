@@ -70,6 +70,10 @@ class CupyLibrary:
         start = int(mem.ptr)
         return int(obj.device.id), start, start + int(mem.size), mem
 
+    def pool_memory(self, obj: Any) -> list[tuple[int, int]] | None:
+        """None: CuPy allocates a capture's memory from the graph's own pool (see :meth:`route`)."""
+        return None
+
     def view(self, array: Any) -> Any:
         """``array`` as a ``cupy.ndarray`` sharing its memory."""
         cupy = sys.modules["cupy"]

@@ -92,6 +92,17 @@ class TorchLibrary:
         start = storage.data_ptr()
         return obj.get_device(), start, start + storage.nbytes(), storage
 
+    def pool_memory(self, obj: Any) -> list[tuple[int, int]] | None:
+        """The segments of a ``torch.cuda.MemPool`` (a graph's, from :meth:`route`); None for others."""
+        torch = sys.modules["torch"]
+        pool_type = getattr(torch.cuda, "MemPool", None)
+        if pool_type is None or not isinstance(obj, pool_type):
+            return None
+        snapshot = getattr(obj, "snapshot", None)
+        if snapshot is None:  # (an older PyTorch: its segments are not known, the census decides)
+            return []
+        return [(int(s["address"]), int(s["address"]) + int(s["total_size"])) for s in snapshot()]
+
     def view(self, array: Any) -> Any:
         """``array`` as a ``torch.Tensor`` sharing its memory (DLPack)."""
         torch = sys.modules["torch"]

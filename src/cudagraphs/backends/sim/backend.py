@@ -926,6 +926,9 @@ class SimBackend:
         self._live(graph, "cuGraphKernelNodeGetParams")
         return addresses(graph, skip)
 
+    def memory_range(self, ptr: int) -> tuple[int, int] | None:
+        return self._memory.range_of(ptr)
+
     def graph_launch(self, exec_: SimExec, stream: SimStream, upload: bool = False) -> None:
         self._faults.check("upload" if upload else "graph_launch")
         if upload:

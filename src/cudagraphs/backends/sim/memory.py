@@ -123,6 +123,17 @@ class DeviceMemory:
         if live:
             self.free(ptr)
 
+    def range_of(self, ptr: int) -> tuple[int, int] | None:
+        """``(start, end)`` of the live allocation holding ``ptr`` (None: none does)."""
+        with self.lock:
+            i = bisect.bisect_right(self.starts, ptr) - 1
+            if i >= 0:
+                start = self.starts[i]
+                end = start + max(self.buffers[start].nbytes, 1)
+                if ptr < end:
+                    return start, end
+            return None
+
     def owner_of(self, ptr: int) -> int | None:
         """The device whose live allocation holds ``ptr`` (None: none does)."""
         i = bisect.bisect_right(self.starts, ptr) - 1
