@@ -381,3 +381,47 @@ def test_graphed_torch_step_keeps_a_module_it_closes_over(cuda: cg.Device) -> No
     with torch.no_grad():
         got = step(x).clone()
     torch.testing.assert_close(got, torch.tanh(x @ w.T + b), rtol=1e-5, atol=1e-5)
+
+
+def test_torch_streams_are_accepted_by_capture_graphed_and_replay(cuda: cg.Device) -> None:
+    """A torch.cuda.Stream where cudagraphs takes a stream: the work lands on it, in order with torch's."""
+    torch = pytest.importorskip("torch")
+    ts = torch.cuda.Stream()
+    x = torch.randn(4096, device="cuda")
+    out = torch.empty(4096, device="cuda")
+    torch.cuda.synchronize()
+    with torch.cuda.stream(ts):
+        torch.sin(x)  # (warm, on that stream)
+    with cg.capture(stream=ts) as g, torch.cuda.stream(ts):
+        out.copy_(torch.sin(x) * 3)
+    assert g.stream.handle == ts.cuda_stream
+    out.fill_(float("nan"))
+    torch.cuda.synchronize()
+    g.replay(ts)
+    with torch.cuda.stream(ts):
+        after = out * 1  # torch's next work on the stream sees the replay's result
+    ts.synchronize()
+    torch.testing.assert_close(after, torch.sin(x) * 3)
+    step = cg.graphed(lambda a: torch.cos(a) + 1, stream=ts)
+    for _ in range(3):
+        y = torch.randn(64, device="cuda")
+        got = step(y)
+        ts.synchronize()
+        torch.testing.assert_close(torch.as_tensor(got), torch.cos(y) + 1)
+    g.close()
+
+
+def test_cupy_and_cuda_core_streams_are_accepted(cuda: cg.Device) -> None:
+    cp = pytest.importorskip("cupy")
+    from cuda.core import Device as CoreDevice
+
+    x_h = np.random.default_rng(6).standard_normal(1024).astype(np.float32)
+    for make in (lambda: cp.cuda.Stream(non_blocking=True), lambda: CoreDevice(0).create_stream()):
+        s = make()
+        x = cg.asarray(x_h, stream=s)
+        y = cg.full(1024, -1.0, "float32", stream=s)
+        with cg.capture(stream=s) as g:
+            cg.ops.scale(2.0, x, out=y, stream=s)
+        g.replay(s)
+        np.testing.assert_allclose(y.get(stream=s), 2 * x_h, rtol=1e-6)
+        g.close()
