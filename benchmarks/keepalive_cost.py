@@ -32,7 +32,7 @@ def main(rounds: int) -> None:
     pos = torch.zeros(8, dtype=torch.long, device="cuda")
     real = interop.keep_foreign
 
-    def nothing(device: Any, graph: Any, records: list[Any]) -> Any:
+    def nothing(*args: Any) -> Any:
         return _keep.ForeignMemory([], [])
 
     def capture_all() -> float:

@@ -416,7 +416,9 @@ def test_cupy_and_cuda_core_streams_are_accepted(cuda: cg.Device) -> None:
     from cuda.core import Device as CoreDevice
 
     x_h = np.random.default_rng(6).standard_normal(1024).astype(np.float32)
-    for make in (lambda: cp.cuda.Stream(non_blocking=True), lambda: CoreDevice(0).create_stream()):
+    core = CoreDevice(0)
+    core.set_current()
+    for make in (lambda: cp.cuda.Stream(non_blocking=True), core.create_stream):
         s = make()
         x = cg.asarray(x_h, stream=s)
         y = cg.full(1024, -1.0, "float32", stream=s)
@@ -425,3 +427,28 @@ def test_cupy_and_cuda_core_streams_are_accepted(cuda: cg.Device) -> None:
         g.replay(s)
         np.testing.assert_allclose(y.get(stream=s), 2 * x_h, rtol=1e-6)
         g.close()
+
+
+def test_a_capture_failing_at_its_end_with_dlpack_views_alive_raises_its_own_error(
+    cuda: cg.Device, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PyTorch frees our DLPack views while the error unwinds: their deleters keep that error.
+
+    (Measured on an H200 before the fix: the deleter, a ctypes callback, ran with the exception set,
+    and the graphed call ended in "SystemError: ... returned NULL without setting an exception".)
+    """
+    torch = pytest.importorskip("torch")
+    from cudagraphs import interop
+
+    def broken(*args: Any) -> Any:
+        raise ValueError("planted failure at the end of the capture")
+
+    step = cg.graphed(lambda t: torch.sin(t) + 1)
+    t = torch.randn(64, device="cuda")
+    monkeypatch.setattr(interop, "keep_foreign", broken)
+    with pytest.raises(ValueError, match="planted failure"):
+        for _ in range(3):
+            step(t)
+    monkeypatch.undo()
+    got = [torch.as_tensor(step(t)).clone() for _ in range(3)]  # the callable still works
+    torch.testing.assert_close(got[-1], torch.sin(t) + 1)

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ._config import compiled_part
 from ._dtypes import dlpack_code, from_dlpack_code
 
 __all__ = ["Exported", "Imported", "device_of", "export", "import_"]
@@ -98,17 +99,38 @@ def _forget(address: int) -> None:
         _alive.pop(address, None)
 
 
-@_Deleter  # type: ignore[untyped-decorator]  # (ctypes' callback types are untyped)
-def _delete(managed: Any) -> None:
-    _forget(ctypes.addressof(managed.contents))
+def _destroyed(capsule: int) -> None:
+    """A capsule of ours dies: an unconsumed one still holds our tensor, which is freed here.
 
-
-@ctypes.CFUNCTYPE(None, ctypes.c_void_p)  # type: ignore[untyped-decorator]
-def _capsule_destructor(capsule: int) -> None:
-    # a consumer renames the capsule to "used_dltensor" and owns the deleter;
-    # an unconsumed one still holds our tensor, which we free here
+    (A consumer renames the capsule to "used_dltensor" and owns the deleter.)
+    """
     if _api.PyCapsule_IsValid(capsule, _NAME):
         _forget(_api.PyCapsule_GetPointer(capsule, _NAME))
+
+
+def _callbacks() -> tuple[Any, int]:
+    """The tensor's deleter and the capsule's destructor, as the C functions other libraries call.
+
+    They may be called while an exception is being raised in the thread that
+    drops the other library's last reference; the C part's callbacks set it
+    aside around :func:`_forget` and :func:`_destroyed`. Without the C part,
+    ctypes callbacks call them (correct, except while such an exception is
+    pending: then Python reports a SystemError and that exception is lost).
+    """
+    fast = compiled_part()
+    if fast is not None and hasattr(fast, "dlpack_callbacks"):
+        deleter, destructor = fast.dlpack_callbacks(_forget, _destroyed)
+        return ctypes.cast(deleter, _Deleter), destructor
+    keep = (
+        _Deleter(lambda managed: _forget(ctypes.addressof(managed.contents))),
+        ctypes.CFUNCTYPE(None, ctypes.c_void_p)(_destroyed),
+    )
+    _KEEP.extend(keep)
+    return keep[0], int(ctypes.cast(keep[1], ctypes.c_void_p).value or 0)
+
+
+_KEEP: list[Any] = []  # (the ctypes callbacks, alive as long as the module)
+_DELETE, _DESTRUCTOR = _callbacks()
 
 
 def device_of(x: Exported) -> tuple[int, int]:
@@ -165,12 +187,10 @@ def export(x: Exported, *, stream: int | None, dl_device: Any, copy: bool | None
     t.strides = strides
     t.byte_offset = 0
     managed.manager_ctx = None
-    managed.deleter = _delete
+    managed.deleter = _DELETE
     with _lock:
         _alive[ctypes.addressof(managed)] = (x, shape, strides, managed)
-    return _api.PyCapsule_New(
-        ctypes.addressof(managed), _NAME, ctypes.cast(_capsule_destructor, ctypes.c_void_p)
-    )
+    return _api.PyCapsule_New(ctypes.addressof(managed), _NAME, _DESTRUCTOR)
 
 
 class Imported:

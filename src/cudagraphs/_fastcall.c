@@ -1028,8 +1028,64 @@ static PyObject *names(PyObject *self, PyObject *unused) {
     return out;
 }
 
+/* Callbacks other libraries call from C at any moment: a DLPack tensor's deleter, a capsule's
+ * destructor. They run when the other library drops its last reference, which may be while an
+ * exception is being raised in that thread (a failing capture unwinding through compiled code):
+ * a ctypes callback would then run Python with that exception set (a SystemError, and the
+ * exception lost). Each C callback here takes the GIL, sets the pending exception aside, calls the
+ * Python function bound to it with the address it was given, and restores the exception; what the
+ * function does is decided in Python (_dlpack). */
+enum { CB_DELETER, CB_DESTRUCTOR, CB_COUNT };
+static PyObject *callbacks[CB_COUNT];
+
+static void call_aside(int which, void *address) {
+    PyGILState_STATE gil = PyGILState_Ensure();
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *pending = PyErr_GetRaisedException();
+#else
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+#endif
+    PyObject *fn = callbacks[which];
+    if (fn != NULL) {
+        PyObject *arg = PyLong_FromVoidPtr(address);
+        PyObject *r = arg != NULL ? PyObject_CallOneArg(fn, arg) : NULL;
+        Py_XDECREF(arg);
+        if (r == NULL)
+            PyErr_WriteUnraisable(fn);
+        else
+            Py_DECREF(r);
+    }
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(pending);
+#else
+    PyErr_Restore(type, value, tb);
+#endif
+    PyGILState_Release(gil);
+}
+
+static void dlpack_deleter(void *managed) { call_aside(CB_DELETER, managed); }
+static void capsule_destructor(PyObject *capsule) { call_aside(CB_DESTRUCTOR, capsule); }
+
+/* dlpack_callbacks(deleter, destructor): bind the Python functions; the C callbacks' addresses. */
+static PyObject *dlpack_callbacks(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyCallable_Check(args[0]) || !PyCallable_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "dlpack_callbacks takes two callables");
+        return NULL;
+    }
+    for (int i = 0; i < CB_COUNT; ++i) {
+        Py_INCREF(args[i]);
+        Py_XSETREF(callbacks[i], args[i]);
+    }
+    return Py_BuildValue("(NN)", PyLong_FromVoidPtr((void *)dlpack_deleter),
+                         PyLong_FromVoidPtr((void *)capsule_destructor));
+}
+
 static PyMethodDef methods[] = {
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "bind(name, address)"},
+    {"dlpack_callbacks", (PyCFunction)(void (*)(void))dlpack_callbacks, METH_FASTCALL,
+     "dlpack_callbacks(deleter, destructor): the addresses of C callbacks that call them, any\n"
+     "exception pending in the calling thread set aside (a DLPack deleter, a capsule destructor)"},
     {"bound", bound, METH_O, "bound(name): the address bound to name (0: none)."},
     {"names", names, METH_NOARGS, "The driver functions this module calls, in bind() names."},
     {"cuLaunchKernel", (PyCFunction)(void (*)(void))launch, METH_FASTCALL, NULL},
