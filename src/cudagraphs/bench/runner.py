@@ -26,7 +26,7 @@ import numpy as np
 
 import cudagraphs as cg
 
-from . import decoder, graphs, rawc
+from . import decoder, graphs, rawc, sampling
 from .targets import judge
 
 TINY = 'extern "C" __global__ void inc(float* p) { p[0] += 1.0f; }'
@@ -182,6 +182,9 @@ def run(quick: bool = False) -> tuple[dict[str, Any], str]:
     )
     benches.update(graph_results)
     decoder_results, decoder_notes = decoder.run(quick)
+    sampling_results, sampling_notes = sampling.run(quick)
+    decoder_results.update(sampling_results)
+    decoder_notes += sampling_notes
     benches.update(decoder_results)
     results: dict[str, Any] = {
         "gpu": dev.name,
