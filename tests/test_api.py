@@ -36,6 +36,7 @@ PUBLIC = {
     "SUPPORTED_DTYPES",
     "Settings",
     "Stream",
+    "StreamLike",
     "UpdateError",
     "__version__",
     "as_strided",

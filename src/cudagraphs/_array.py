@@ -32,7 +32,7 @@ from . import _dlpack
 from ._allocator import Block, new_block
 from ._builtin_kernels import c_strides, check_same, copy_view, fill_view
 from ._builtin_kernels import fill_value as _fill_value
-from ._device import Device, Stream, _current_stream_of, as_device, as_stream, resolve_stream
+from ._device import Device, Stream, StreamLike, _current_stream_of, as_device, as_stream, resolve_stream
 from ._dtypes import normalize_dtype
 from ._fields import ArrayFields
 from ._recording import Work, release, submit
@@ -340,7 +340,7 @@ class DeviceArray(ArrayFields):
         self[key].set(value)
 
     # data movement ----------------------------------------------------------
-    def set(self, value: Any, *, stream: Stream | None = None) -> DeviceArray:
+    def set(self, value: Any, *, stream: Stream | StreamLike | None = None) -> DeviceArray:
         """Overwrite the elements with ``value``; returns ``self``.
 
         ``value`` is a scalar (fills), a DeviceArray of the same shape and
@@ -369,7 +369,7 @@ class DeviceArray(ArrayFields):
             to_device(self, value, stream)
         return self
 
-    def get(self, *, stream: Stream | None = None) -> np.ndarray:
+    def get(self, *, stream: Stream | StreamLike | None = None) -> np.ndarray:
         """Copy to a new numpy array, waiting for queued work on ``stream``.
 
         Raises
@@ -380,7 +380,7 @@ class DeviceArray(ArrayFields):
         """
         return to_host(self, resolve_stream(stream, self.device))
 
-    def get_async(self, *, stream: Stream | None = None) -> PendingCopy:
+    def get_async(self, *, stream: Stream | StreamLike | None = None) -> PendingCopy:
         """Start a copy to pinned host memory on the copy stream.
 
         Returns at once; ``.result()`` on the returned handle waits for that
@@ -388,7 +388,7 @@ class DeviceArray(ArrayFields):
         """
         return PendingCopy(self, resolve_stream(stream, self.device))
 
-    def copy(self, *, stream: Stream | None = None) -> DeviceArray:
+    def copy(self, *, stream: Stream | StreamLike | None = None) -> DeviceArray:
         """A new contiguous array with the same elements (allocated on ``stream``)."""
         stream = resolve_stream(stream, self.device)
         out = empty(self.shape, self.dtype, device=self.device, stream=stream)
@@ -491,7 +491,7 @@ def empty(
     dtype: Any = "float64",
     *,
     device: Device | int | None = None,
-    stream: Stream | None = None,
+    stream: Stream | StreamLike | None = None,
 ) -> DeviceArray:
     """A new array whose elements are not initialized.
 
@@ -539,7 +539,7 @@ def zeros(
     dtype: Any = "float64",
     *,
     device: Device | int | None = None,
-    stream: Stream | None = None,
+    stream: Stream | StreamLike | None = None,
 ) -> DeviceArray:
     """A new array of zeros (a device memset)."""
     a = empty(shape, dtype, device=device, stream=stream)
@@ -556,7 +556,7 @@ def full(
     dtype: Any = None,
     *,
     device: Device | int | None = None,
-    stream: Stream | None = None,
+    stream: Stream | StreamLike | None = None,
 ) -> DeviceArray:
     """A new array with every element ``fill_value`` (dtype inferred as numpy does)."""
     dt = np.asarray(fill_value).dtype if dtype is None else dtype
@@ -570,7 +570,7 @@ def ones(
     dtype: Any = "float64",
     *,
     device: Device | int | None = None,
-    stream: Stream | None = None,
+    stream: Stream | StreamLike | None = None,
 ) -> DeviceArray:
     """A new array of ones."""
     return full(shape, 1, dtype, device=device, stream=stream)
@@ -581,7 +581,7 @@ def asarray(
     dtype: Any = None,
     *,
     device: Device | int | None = None,
-    stream: Stream | None = None,
+    stream: Stream | StreamLike | None = None,
 ) -> DeviceArray:
     """A device array from host data (numpy array, list, scalar) or a device array.
 
@@ -751,7 +751,11 @@ def _like(a: Any, dtype: Any, device: Device | int | None) -> tuple[tuple[int, .
 
 
 def empty_like(
-    a: Any, dtype: Any = None, *, device: Device | int | None = None, stream: Stream | None = None
+    a: Any,
+    dtype: Any = None,
+    *,
+    device: Device | int | None = None,
+    stream: Stream | StreamLike | None = None,
 ) -> DeviceArray:
     """A new uninitialized array with the shape (and dtype) of ``a``."""
     shape, dt, dev = _like(a, dtype, device)
@@ -759,7 +763,11 @@ def empty_like(
 
 
 def zeros_like(
-    a: Any, dtype: Any = None, *, device: Device | int | None = None, stream: Stream | None = None
+    a: Any,
+    dtype: Any = None,
+    *,
+    device: Device | int | None = None,
+    stream: Stream | StreamLike | None = None,
 ) -> DeviceArray:
     """A new array of zeros with the shape (and dtype) of ``a``."""
     shape, dt, dev = _like(a, dtype, device)
@@ -772,7 +780,7 @@ def full_like(
     dtype: Any = None,
     *,
     device: Device | int | None = None,
-    stream: Stream | None = None,
+    stream: Stream | StreamLike | None = None,
 ) -> DeviceArray:
     """A new array filled with ``fill_value``, with the shape (and dtype) of ``a``."""
     shape, dt, dev = _like(a, dtype, device)

@@ -18,7 +18,7 @@ import contextvars
 import operator
 import threading
 import weakref
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 try:
     import cython
@@ -39,6 +39,7 @@ __all__ = [
     "Device",
     "Event",
     "Stream",
+    "StreamLike",
     "as_device",
     "as_stream",
     "current_device",
@@ -52,6 +53,17 @@ _CURRENT: contextvars.ContextVar[tuple[Stream, ...]] = contextvars.ContextVar(
     "cudagraphs_current_streams", default=()
 )
 _CURRENT_VAR = _CURRENT  # (the same, for the hot path: compiled, a C global, no name lookup)
+
+
+class StreamLike(Protocol):
+    """Another library's stream: any object with ``__cuda_stream__`` (PyTorch's, CuPy's, cuda.core's).
+
+    Every ``stream=`` of cudagraphs takes one (see :func:`as_stream`).
+    """
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        """``(0, handle)``: the protocol's version and the driver stream's address."""
+        ...
 
 
 class Stream(StreamFields):

@@ -45,7 +45,7 @@ except ImportError:  # (run as Python where Cython is not installed: nothing is 
 
 from . import _nvrtc
 from ._config import compiled_part
-from ._device import Device, Stream, _current_stream_of, as_device, current_device, resolve_stream
+from ._device import Device, Stream, StreamLike, _current_stream_of, as_device, current_device, resolve_stream
 from ._dtypes import SUPPORTED
 from ._errors import BackendUnavailableError, CudaError
 from ._fields import ArrayFields, DeviceFields
@@ -402,7 +402,7 @@ class Kernel:
         grid: int | tuple[int, ...],
         block: int | tuple[int, ...],
         *args: Any,
-        stream: Stream | None = None,
+        stream: Stream | StreamLike | None = None,
         shared_mem: int = 0,
         device: Device | int | None = None,
     ) -> None:

@@ -33,7 +33,7 @@ import numpy as np
 
 from ._array import DeviceArray, empty
 from ._builtin_kernels import _LAYOUT, MAX_NDIM, _make, layout
-from ._device import Device, Stream, as_device, as_stream, resolve_stream
+from ._device import Device, Stream, StreamLike, as_device, as_stream, resolve_stream
 from ._dtypes import SUPPORTED, normalize_dtype
 from ._kernel import Kernel
 
@@ -435,7 +435,7 @@ class Generator:
     """
 
     def __init__(
-        self, seed: int = 0, *, device: Device | int | None = None, stream: Stream | None = None
+        self, seed: int = 0, *, device: Device | int | None = None, stream: Stream | StreamLike | None = None
     ) -> None:
         value = _check_u64("Generator seed", seed)
         if stream is not None and type(stream) is not Stream:  # (another library's: its Stream)
@@ -469,13 +469,13 @@ class Generator:
             1,
         )
 
-    def _stream(self, stream: Stream | None) -> Stream:
+    def _stream(self, stream: Stream | StreamLike | None) -> Stream:
         s = resolve_stream(stream, self._device)
         if s is not self._home:
             self._state.record_stream(s)  # its memory is not reused before that stream is done
         return s
 
-    def seed(self, value: int, *, stream: Stream | None = None) -> Generator:
+    def seed(self, value: int, *, stream: Stream | StreamLike | None = None) -> Generator:
         """Restart the stream at ``value`` with offset 0, on the device; returns ``self``.
 
         Stream-ordered: draws queued after it on ``stream`` use the new seed.
@@ -492,7 +492,7 @@ class Generator:
 
     manual_seed = seed
 
-    def get_state(self, *, stream: Stream | None = None) -> tuple[int, int]:
+    def get_state(self, *, stream: Stream | StreamLike | None = None) -> tuple[int, int]:
         """``(seed, offset)`` after the work queued on ``stream`` (waits for it).
 
         Raises
@@ -503,7 +503,7 @@ class Generator:
         seed, offset = self._state.get(stream=self._stream(stream))
         return int(seed), int(offset)
 
-    def set_state(self, state: tuple[int, int], *, stream: Stream | None = None) -> Generator:
+    def set_state(self, state: tuple[int, int], *, stream: Stream | StreamLike | None = None) -> Generator:
         """Set ``(seed, offset)`` on the device (stream-ordered), as :meth:`get_state` gave it.
 
         Raises
@@ -523,7 +523,12 @@ class Generator:
 
     # draws ----------------------------------------------------------------------------
     def uniform(
-        self, out: DeviceArray, low: float = 0.0, high: float = 1.0, *, stream: Stream | None = None
+        self,
+        out: DeviceArray,
+        low: float = 0.0,
+        high: float = 1.0,
+        *,
+        stream: Stream | StreamLike | None = None,
     ) -> DeviceArray:
         """Fill ``out`` with numbers uniform on ``[low, high)``; returns ``out``.
 
@@ -543,7 +548,12 @@ class Generator:
         return self._draw("uniform", out, low, high, stream)
 
     def normal(
-        self, out: DeviceArray, mean: float = 0.0, std: float = 1.0, *, stream: Stream | None = None
+        self,
+        out: DeviceArray,
+        mean: float = 0.0,
+        std: float = 1.0,
+        *,
+        stream: Stream | StreamLike | None = None,
     ) -> DeviceArray:
         """Fill ``out`` with normal numbers of ``mean`` and ``std`` (Box-Muller); returns ``out``.
 
@@ -561,7 +571,9 @@ class Generator:
         """
         return self._draw("normal", out, mean, std, stream)
 
-    def randint(self, out: DeviceArray, low: int, high: int, *, stream: Stream | None = None) -> DeviceArray:
+    def randint(
+        self, out: DeviceArray, low: int, high: int, *, stream: Stream | StreamLike | None = None
+    ) -> DeviceArray:
         """Fill ``out`` with integers uniform on ``[low, high)`` (high exclusive); returns ``out``.
 
         ``out`` is an int32 or int64 array of any layout. Each value is
@@ -580,7 +592,9 @@ class Generator:
         """
         return self._draw("randint", out, low, high, stream)
 
-    def _draw(self, kind: str, out: DeviceArray, a: Any, b: Any, stream: Stream | None) -> DeviceArray:
+    def _draw(
+        self, kind: str, out: DeviceArray, a: Any, b: Any, stream: Stream | StreamLike | None
+    ) -> DeviceArray:
         if not isinstance(out, DeviceArray):
             raise TypeError(f"{kind}: out must be a cudagraphs DeviceArray, got {type(out).__name__}")
         out._view_spec()  # a subclass's own check (an expired graph output raises here)
@@ -667,7 +681,9 @@ def seed(value: int) -> None:
         gen.seed(value)
 
 
-def _generator(kind: str, out: Any, generator: Generator | None, stream: Stream | None) -> Generator:
+def _generator(
+    kind: str, out: Any, generator: Generator | None, stream: Stream | StreamLike | None
+) -> Generator:
     if generator is not None:
         if not isinstance(generator, Generator):
             raise TypeError(
@@ -687,7 +703,7 @@ def uniform(
     high: float = 1.0,
     *,
     generator: Generator | None = None,
-    stream: Stream | None = None,
+    stream: Stream | StreamLike | None = None,
 ) -> DeviceArray:
     """:meth:`Generator.uniform` with ``generator`` (default: ``out``'s device's default generator)."""
     return _generator("uniform", out, generator, stream).uniform(out, low, high, stream=stream)
@@ -699,7 +715,7 @@ def normal(
     std: float = 1.0,
     *,
     generator: Generator | None = None,
-    stream: Stream | None = None,
+    stream: Stream | StreamLike | None = None,
 ) -> DeviceArray:
     """:meth:`Generator.normal` with ``generator`` (default: ``out``'s device's default generator)."""
     return _generator("normal", out, generator, stream).normal(out, mean, std, stream=stream)
@@ -711,7 +727,7 @@ def randint(
     high: int,
     *,
     generator: Generator | None = None,
-    stream: Stream | None = None,
+    stream: Stream | StreamLike | None = None,
 ) -> DeviceArray:
     """:meth:`Generator.randint` with ``generator`` (default: ``out``'s device's default generator)."""
     return _generator("randint", out, generator, stream).randint(out, low, high, stream=stream)

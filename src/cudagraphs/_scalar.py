@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ._array import DeviceArray, Shape, _prod, _shape, empty
-from ._device import Device, Stream, as_device, resolve_stream
+from ._device import Device, Stream, StreamLike, as_device, resolve_stream
 from ._dtypes import normalize_dtype
 from ._fields import ArrayFields
 from ._host import hold, pinned_array
@@ -76,7 +76,7 @@ class DeviceScalar(DeviceArray):
                 setattr(self, name, getattr(a, name))
         self.set(value)
 
-    def set(self, value: Any, *, stream: Stream | None = None) -> DeviceScalar:
+    def set(self, value: Any, *, stream: Stream | StreamLike | None = None) -> DeviceScalar:
         """Queue an update of the value on ``stream`` (default: the current stream).
 
         Raises
@@ -91,7 +91,7 @@ class DeviceScalar(DeviceArray):
         to_device(self, host, resolve_stream(stream, self.device), refuse=_FROZEN)
         return self
 
-    def get(self, *, stream: Stream | None = None) -> Any:
+    def get(self, *, stream: Stream | StreamLike | None = None) -> Any:
         """The value, after the work queued on ``stream``, as a Python number."""
         return DeviceArray.get(self, stream=stream).item()
 
@@ -154,7 +154,7 @@ class HostSlot:
         """Whether :meth:`close` was called."""
         return self._bytes is None
 
-    def _check(self, x: DeviceArray, stream: Stream | None, what: str) -> Stream:
+    def _check(self, x: DeviceArray, stream: Stream | StreamLike | None, what: str) -> Stream:
         if not isinstance(x, DeviceArray):
             raise TypeError(f"HostSlot.{what} takes a DeviceArray, got {type(x).__name__}")
         if x.device is not self.device:
@@ -169,7 +169,7 @@ class HostSlot:
             raise ValueError("this HostSlot was closed")
         return resolve_stream(stream, x.device)
 
-    def copy_to(self, x: DeviceArray, *, stream: Stream | None = None) -> DeviceArray:
+    def copy_to(self, x: DeviceArray, *, stream: Stream | StreamLike | None = None) -> DeviceArray:
         """Queue a copy of the slot's contents (as they are when it runs) into ``x``."""
         stream = self._check(x, stream, "copy_to")
         if x.nbytes:
@@ -181,7 +181,7 @@ class HostSlot:
                 hold(buf, stream)  # type: ignore[arg-type]
         return x
 
-    def copy_from(self, x: DeviceArray, *, stream: Stream | None = None) -> None:
+    def copy_from(self, x: DeviceArray, *, stream: Stream | StreamLike | None = None) -> None:
         """Queue a copy of ``x`` into the slot; read ``array`` after synchronizing."""
         stream = self._check(x, stream, "copy_from")
         if x.nbytes:

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from .. import _recording
 from .._array import DeviceArray, empty, operand
-from .._device import Device, Stream, as_device, device_count, resolve_stream
+from .._device import Device, Stream, StreamLike, as_device, device_count, resolve_stream
 from .._errors import CaptureError, CollectiveTimeoutError, DistributedError
 from .._recording import Work, submit
 from . import _nccl, _simulated
@@ -168,36 +168,48 @@ class Communicator:
 
     # the operations --------------------------------------------------------------------------
     def all_reduce(
-        self, x: Array, out: Array | None = None, *, op: str = "sum", stream: Stream | None = None
+        self,
+        x: Array,
+        out: Array | None = None,
+        *,
+        op: str = "sum",
+        stream: Stream | StreamLike | None = None,
     ) -> Array:
         """Reduce ``x`` over the ranks into ``out`` on every rank (default: in place); returns ``out``."""
         return self._run(self._plan_all_reduce(x, out, op, stream), stream)
 
-    def all_gather(self, x: Array, out: Array | None = None, *, stream: Stream | None = None) -> Array:
+    def all_gather(
+        self, x: Array, out: Array | None = None, *, stream: Stream | StreamLike | None = None
+    ) -> Array:
         """Every rank's ``x``, in rank order along a new first axis: ``out.shape == (size, *x.shape)``."""
         return self._run(self._plan_all_gather(x, out, stream), stream)
 
     def reduce_scatter(
-        self, x: Array, out: Array | None = None, *, op: str = "sum", stream: Stream | None = None
+        self,
+        x: Array,
+        out: Array | None = None,
+        *,
+        op: str = "sum",
+        stream: Stream | StreamLike | None = None,
     ) -> Array:
         """Reduce ``x`` (shape ``(size, *rest)``) over the ranks; rank ``r`` gets part ``r`` in ``out``."""
         return self._run(self._plan_reduce_scatter(x, out, op, stream), stream)
 
     def broadcast(
-        self, x: Array, out: Array | None = None, *, root: int = 0, stream: Stream | None = None
+        self, x: Array, out: Array | None = None, *, root: int = 0, stream: Stream | StreamLike | None = None
     ) -> Array:
         """``root``'s ``x`` into ``out`` on every rank (default: ``x``, in place); returns ``out``."""
         return self._run(self._plan_broadcast(x, out, root, stream), stream)
 
-    def send(self, x: Array, peer: int, *, stream: Stream | None = None) -> None:
+    def send(self, x: Array, peer: int, *, stream: Stream | StreamLike | None = None) -> None:
         """Send ``x`` to rank ``peer`` (which calls :meth:`recv` with the same size and type)."""
         self._run(self._plan_p2p("send", x, peer), stream)
 
-    def recv(self, out: Array, peer: int, *, stream: Stream | None = None) -> Array:
+    def recv(self, out: Array, peer: int, *, stream: Stream | StreamLike | None = None) -> Array:
         """Receive into ``out`` what rank ``peer`` sends; returns ``out``."""
         return self._run(self._plan_p2p("recv", out, peer), stream)
 
-    def synchronize(self, stream: Stream | None = None, *, timeout: float | None = None) -> None:
+    def synchronize(self, stream: Stream | StreamLike | None = None, *, timeout: float | None = None) -> None:
         """Wait for the work queued so far on ``stream``, at most ``timeout`` seconds.
 
         Raises
@@ -288,7 +300,12 @@ class Communicator:
         return a
 
     def _out(
-        self, name: str, out: Any, like: DeviceArray, shape: tuple[int, ...], stream: Stream | None
+        self,
+        name: str,
+        out: Any,
+        like: DeviceArray,
+        shape: tuple[int, ...],
+        stream: Stream | StreamLike | None,
     ) -> DeviceArray:
         if out is None:
             return empty(shape, like.dtype, device=self.device, stream=self._stream(stream))
@@ -306,22 +323,22 @@ class Communicator:
             raise IndexError(f"{what} {peer} is not a rank of this communicator (0..{self.size - 1})")
         return peer
 
-    def _stream(self, stream: Stream | None) -> Stream:
+    def _stream(self, stream: Stream | StreamLike | None) -> Stream:
         return resolve_stream(stream, self.device)
 
     # plans ------------------------------------------------------------------------------------
-    def _plan_all_reduce(self, x: Any, out: Any, op: str, stream: Stream | None) -> _Plan:
+    def _plan_all_reduce(self, x: Any, out: Any, op: str, stream: Stream | StreamLike | None) -> _Plan:
         xa = self._array("x", x)
         oa = xa if out is None else self._out("out", out, xa, xa.shape, stream)
         red = _reduction(op)
         return _Plan(Op("all_reduce", xa.ptr, oa.ptr, xa.size, xa.dtype, red), (xa,), (oa,), _given(out, x))
 
-    def _plan_all_gather(self, x: Any, out: Any, stream: Stream | None) -> _Plan:
+    def _plan_all_gather(self, x: Any, out: Any, stream: Stream | StreamLike | None) -> _Plan:
         xa = self._array("x", x)
         oa = self._out("out", out, xa, (self.size, *xa.shape), stream)
         return _Plan(Op("all_gather", xa.ptr, oa.ptr, xa.size, xa.dtype), (xa,), (oa,), _given(out, oa))
 
-    def _plan_reduce_scatter(self, x: Any, out: Any, op: str, stream: Stream | None) -> _Plan:
+    def _plan_reduce_scatter(self, x: Any, out: Any, op: str, stream: Stream | StreamLike | None) -> _Plan:
         xa = self._array("x", x)
         if xa.ndim == 0 or xa.shape[0] != self.size:
             raise ValueError(
@@ -332,7 +349,7 @@ class Communicator:
         op_ = Op("reduce_scatter", xa.ptr, oa.ptr, oa.size, xa.dtype, _reduction(op))
         return _Plan(op_, (xa,), (oa,), _given(out, oa))
 
-    def _plan_broadcast(self, x: Any, out: Any, root: Any, stream: Stream | None) -> _Plan:
+    def _plan_broadcast(self, x: Any, out: Any, root: Any, stream: Stream | StreamLike | None) -> _Plan:
         xa = self._array("x", x)
         root = self._peer("root", root)
         oa = xa if out is None else self._out("out", out, xa, xa.shape, stream)
@@ -357,7 +374,7 @@ class Communicator:
 
         submit(stream, Work("", issue, None, plan.reads, plan.writes, (self,), _call_name(op)))
 
-    def _run(self, plan: _Plan, stream: Stream | None) -> Array:
+    def _run(self, plan: _Plan, stream: Stream | StreamLike | None) -> Array:
         if self.closed:
             raise ValueError(f"{self!r} is closed: make a new communicator")
         s = self._stream(stream)

@@ -52,7 +52,7 @@ from .._builtin_kernels import (
 )
 from .._builtin_kernels import condition_kernel as _condition_kernel
 from .._control import Condition
-from .._device import Device, Stream, as_device, resolve_stream
+from .._device import Device, Stream, StreamLike, as_device, resolve_stream
 from .._dtypes import normalize_dtype
 from .._kernel import Kernel
 from .._kernel import preload as preload_kernels
@@ -166,7 +166,7 @@ def preload(dtypes: Any = ("float32",), device: Device | int | None = None) -> N
     preload_dtypes(dtypes, device)
 
 
-def set_condition(cond: Any, flag: DeviceArray, *, stream: Stream | None = None) -> None:
+def set_condition(cond: Any, flag: DeviceArray, *, stream: Stream | StreamLike | None = None) -> None:
     """Set a graph condition on the device from ``flag[0]`` when the kernel runs.
 
     An integer flag sets the value ``flag[0]`` (any non-zero value is true

@@ -13,7 +13,7 @@ import numpy as np
 
 from .._array import DeviceArray, empty
 from .._builtin_kernels import ARITH, check_same, copy_view, fill_value, fill_view, layout, run
-from .._device import Device, Stream, _current_stream_of, as_stream, resolve_stream
+from .._device import Device, Stream, StreamLike, _current_stream_of, as_stream, resolve_stream
 from .._errors import CaptureError
 from .._recording import Work, submit
 from ..backends.base import Copy
@@ -86,7 +86,7 @@ def _scalar_arg(op: str, alpha: Any, dtype: np.dtype, device: Device) -> tuple[b
 
 
 # the ops ------------------------------------------------------------------
-def fill(x: DeviceArray, value: Any, *, stream: Stream | None = None) -> DeviceArray:
+def fill(x: DeviceArray, value: Any, *, stream: Stream | StreamLike | None = None) -> DeviceArray:
     """Set every element of ``x`` to ``value`` (converted to ``x.dtype``); returns ``x``.
 
     Raises
@@ -103,7 +103,7 @@ def fill(x: DeviceArray, value: Any, *, stream: Stream | None = None) -> DeviceA
     return x
 
 
-def copy(dst: DeviceArray, src: DeviceArray, *, stream: Stream | None = None) -> DeviceArray:
+def copy(dst: DeviceArray, src: DeviceArray, *, stream: Stream | StreamLike | None = None) -> DeviceArray:
     """Copy ``src`` into ``dst`` (same shape and dtype, any layouts); returns ``dst``.
 
     Contiguous pairs use a device-to-device memcpy; any other layout runs the
@@ -139,7 +139,7 @@ def copy(dst: DeviceArray, src: DeviceArray, *, stream: Stream | None = None) ->
     return dst
 
 
-def _copy_across(dst: DeviceArray, src: DeviceArray, stream: Stream | None) -> None:
+def _copy_across(dst: DeviceArray, src: DeviceArray, stream: Stream | StreamLike | None) -> None:
     """``dst[...] = src`` for arrays on two devices (see :func:`copy`)."""
     if dst.dtype != src.dtype:
         raise TypeError(f"copy: dst is {dst.dtype} but src is {src.dtype} (copy does not convert)")
@@ -186,7 +186,11 @@ def _copy_across(dst: DeviceArray, src: DeviceArray, stream: Stream | None) -> N
 
 
 def add(
-    a: DeviceArray, b: DeviceArray, out: DeviceArray | None = None, *, stream: Stream | None = None
+    a: DeviceArray,
+    b: DeviceArray,
+    out: DeviceArray | None = None,
+    *,
+    stream: Stream | StreamLike | None = None,
 ) -> DeviceArray:
     """``out = a + b`` element-wise (a new array when ``out`` is None); returns ``out``."""
     if out is None:
@@ -209,7 +213,9 @@ def add(
     return out
 
 
-def axpy(alpha: Any, x: DeviceArray, y: DeviceArray, *, stream: Stream | None = None) -> DeviceArray:
+def axpy(
+    alpha: Any, x: DeviceArray, y: DeviceArray, *, stream: Stream | StreamLike | None = None
+) -> DeviceArray:
     """``y += alpha * x`` in place; returns ``y``.
 
     ``alpha`` is a number or a one-element device array (read when the
@@ -222,7 +228,7 @@ def axpy(alpha: Any, x: DeviceArray, y: DeviceArray, *, stream: Stream | None = 
 
 
 def scale(
-    alpha: Any, x: DeviceArray, out: DeviceArray | None = None, *, stream: Stream | None = None
+    alpha: Any, x: DeviceArray, out: DeviceArray | None = None, *, stream: Stream | StreamLike | None = None
 ) -> DeviceArray:
     """``out = alpha * x`` (a new array when ``out`` is None); returns ``out``."""
     device = _arrays("scale", ("x",), (x,))

@@ -31,7 +31,7 @@ import numpy as np
 from .. import _blas
 from .._array import DeviceArray, _extent, empty, operand
 from .._builtin_kernels import Scratch, fill_view, layout, run, scratch
-from .._device import Device, Stream, resolve_stream
+from .._device import Device, Stream, StreamLike, resolve_stream
 from .._recording import Work, submit
 from ..backends.base import ArrayArg, KernelLaunch, Param
 
@@ -61,7 +61,7 @@ def matmul(
     *,
     alpha: float = 1,
     beta: float = 0,
-    stream: Stream | None = None,
+    stream: Stream | StreamLike | None = None,
     tf32: bool = False,
 ) -> Any:
     """``out = alpha * a @ b + beta * out``: a matrix product through cuBLASLt; returns ``out``.
