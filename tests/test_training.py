@@ -43,6 +43,11 @@ _BAD = [
 ]
 
 
+def test_grad_refuses_a_stream(dev: cg.Device) -> None:
+    with pytest.raises(ValueError, match="stream= is not accepted"):
+        cg.graphed(_affine, device=dev, grad=True, stream=dev.create_stream())
+
+
 @pytest.mark.parametrize(("bad", "error", "message"), _BAD)
 def test_grad_options_are_checked(
     dev: cg.Device, bad: dict[str, Any], error: type[Exception], message: str

@@ -100,7 +100,8 @@ class GraphedOptions:
         ValueError
             For buckets that are not positive integers, a negative ``dim``, a
             warmup out of range, an unknown mode or fallback, a pool or stream
-            on another device, ``params`` without ``grad=True``.
+            on another device, ``params`` without ``grad=True``, ``stream``
+            with it.
         """
         sizes = None
         if buckets is not None:
@@ -125,6 +126,11 @@ class GraphedOptions:
         if held is not None and not grad:
             raise ValueError(
                 "params= names the tensors a graphed callable takes gradients for: it needs grad=True"
+            )
+        if grad and stream is not None:
+            raise ValueError(
+                "grad=True calls replay on PyTorch's current stream, where autograd orders the "
+                "backward and the outputs' uses: stream= is not accepted with it"
             )
         resolved, stream = capture_options(device, stream, mode, pool)
         if stream is not None and stream.device is not resolved:

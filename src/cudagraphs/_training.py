@@ -147,7 +147,6 @@ class Trainer:
         self.steps: dict[Any, _Step] = {}
         self.flags: dict[Any, Any] = {}  # per key, the requires_grad of its first grad-mode call
         self.token: Any = None  # a tensor each call's Function saves (torch frees it after a backward)
-        self.held: list[Any] = []  # the last call's Function (kept: its outputs' grad_fn)
 
     def _params(self) -> tuple[Any, ...]:
         module = self.module
@@ -221,7 +220,7 @@ class Trainer:
     def _source(self, ins: list[Input], grad: bool, torch: Any) -> Any:
         """The call's stream source: a differentiable call's is PyTorch's current stream (autograd's)."""
         owner = self.owner
-        if grad and owner._stream is None:
+        if grad:  # (grad=True takes no stream=: the options refuse it)
             return interop_stream(torch, owner.device.index)
         return owner._stream_source(ins)
 
