@@ -51,7 +51,7 @@ cdef class GraphedCallable:
     cdef object __weakref__
     cdef public object fn, buckets, dim, warmup, pool, mode, copy_outputs, pad_value, fallback
     cdef public DeviceFields device
-    cdef public object _stream, _capture_stream, _lock, _last
+    cdef public object _stream, _capture_stream, _lock, _last, _trainer
     cdef public dict _entries
     cdef public _Armed _armed
     cdef public Staging _staging

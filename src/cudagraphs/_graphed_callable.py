@@ -71,6 +71,7 @@ from ._graph import Graph
 from ._options import GraphedOptions
 from ._pool import GraphPool
 from ._staging import Entry, Input, Staging, array_of, first_rows, new_input
+from ._training import Trainer, is_module, refuse_untracked
 from ._where import warn
 
 __all__ = ["GraphOutput", "GraphedCallable", "graphed"]
@@ -312,6 +313,7 @@ class GraphedCallable:
         "_repeats",
         "_staging",
         "_stream",
+        "_trainer",
         "buckets",
         "copy_outputs",
         "device",
@@ -344,6 +346,7 @@ class GraphedCallable:
     _last: Stream | None
     _misses: int
     _repeats: int  # calls made by _repeat (for tests)
+    _trainer: Trainer | None  # the differentiable calls (grad=True), None without
 
     def __init__(self, fn: Callable[..., Any], options: GraphedOptions) -> None:
         self.fn = _function(fn)
@@ -367,6 +370,14 @@ class GraphedCallable:
         self._last = None
         self._misses = 0
         self._repeats = 0
+        self._trainer = None
+        if options.grad:
+            if options.params is not None and is_module(fn):
+                raise ValueError(
+                    "graphed: params= is for a plain function; a torch.nn.Module's gradients "
+                    "are taken for its own parameters"
+                )
+            self._trainer = Trainer(self, options.params, _describe, _streams_only)
 
     # the call ----------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -374,6 +385,8 @@ class GraphedCallable:
         lock = self._lock
         cg_lock_take(lock, True)  # (inputs that are this callable's outputs are checked under it)
         try:
+            if self._trainer is not None:  # grad=True: its own path (_training)
+                return self._trainer.call(args, kwargs)
             armed = self._armed
             if armed is not None and not kwargs:
                 self._armed = None  # (until this call is made: a call that raises leaves it so)
@@ -565,6 +578,8 @@ class GraphedCallable:
     def _capture(
         self, key: Any, spec: Any, ins: list[Input], n: int | None, bucket: int | None, stream: Stream
     ) -> Entry:
+        if self._trainer is None:  # (grad mode with inputs or parameters requiring grad: refused)
+            refuse_untracked(self.fn, ins)
         entry = Entry(bucket, len(ins))
         entry.static = self._staging.static_inputs(spec, ins, bucket)
         self._staging.stage(entry, ins, n, bucket, stream)
@@ -634,9 +649,10 @@ class GraphedCallable:
 
     def _reserved(self) -> int:
         total = self.pool.reserved
-        torch_pool = self.pool.foreign.get("torch")
-        if torch_pool is not None:
-            total += _torch_pool_bytes(torch_pool)
+        for name in ("torch", "torch-stream"):  # (the second: allocations of autograd's thread)
+            torch_pool = self.pool.foreign.get(name)
+            if torch_pool is not None:
+                total += _torch_pool_bytes(torch_pool)
         return total
 
     # outputs ------------------------------------------------------------------------------
@@ -675,6 +691,10 @@ class GraphedCallable:
         """
         if self.buckets is None:
             raise ValueError("capture_all needs buckets: without them, graphs are keyed by exact shape")
+        if self._trainer is not None:  # grad=True: differentiable keys get both graphs
+            with self._lock:
+                self._trainer.capture_all(args, kwargs)
+            return self
         leaves: list[Any] = []
         spec = flatten((args, kwargs), leaves)
         d = self.dim
@@ -715,6 +735,13 @@ class GraphedCallable:
             name = name if name not in names else (name, len(out))
             names.add(name)
             out.append((name, entry.graph, entry))
+        if self._trainer is not None:  # (a differentiable key's forward and backward graphs)
+            for key, graph, entry in self._trainer.named():
+                kind = "backward" if key[-1] == "backward" else "forward"
+                name = (self._name(key, entry), kind)
+                name = name if name not in names else (name, len(out))
+                names.add(name)
+                out.append((name, graph, entry))
         return out
 
     def _name(self, key: Any, entry: Entry) -> Any:
@@ -746,11 +773,17 @@ class GraphedCallable:
                 "calls": self._lease.made,
                 "hits": self._lease.made - self._misses,
                 "misses": self._misses,
-                "captures": len(self._entries) - len(eager),
+                "captures": len(self._entries) - len(eager) + self._steps(),
                 "reserved": self._reserved(),
                 "graphs": per,
                 "eager": eager,
             }
+
+    def _steps(self) -> int:
+        """The differentiable keys captured (grad=True; those refused are counted as eager)."""
+        if self._trainer is None:
+            return 0
+        return sum(1 for step in self._trainer.steps.values() if step.entry.graph is not None)
 
     def close(self) -> None:
         """Free every graph and buffer (after their replays); later calls capture again.
@@ -761,6 +794,8 @@ class GraphedCallable:
         with self._lock:
             self._armed = None
             entries, self._entries = self._entries, {}
+            if self._trainer is not None:
+                self._trainer.close()
             self._staging.buffers.clear()
             self._lease.calls += 1
             for e in entries.values():
@@ -814,6 +849,8 @@ def graphed(
     pad_value: Any = 0,
     device: Device | int | None = None,
     fallback: str = "raise",
+    grad: bool = False,
+    params: Any = None,
 ) -> Any:
     """Run ``fn`` as CUDA graphs: one per input shape (or bucket), captured on first use.
 
@@ -867,6 +904,20 @@ def graphed(
         ``stats()["eager"]``, and the key's outputs are what ``fn`` returns
         (plain arrays, not views that expire). The other keys are still
         graphed. Inside another capture a refusal is always raised.
+    grad : bool
+        Train through the callable (PyTorch): a call in PyTorch's grad mode
+        whose inputs or parameters require grad replays a forward graph and
+        returns tensors that autograd tracks; their backward replays a
+        backward graph captured with ``torch.autograd.grad``, and the
+        parameters' ``.grad`` accumulate as eagerly (as
+        ``torch.cuda.make_graphed_callables``; docs/graphed.md, "Training").
+        Without it (the default), such a call is refused with a
+        ``ValueError`` when its key is captured: the graph would carry no
+        gradient.
+    params : iterable of tensors, optional
+        With ``grad=True`` and a plain function: the tensors (weights it
+        reads from a closure) gradients are taken for. A
+        ``torch.nn.Module`` passed as ``fn`` uses its own parameters.
 
     Returns
     -------
@@ -876,7 +927,8 @@ def graphed(
     ------
     TypeError, ValueError
         For bad arguments, here or at the call (unhashable non-array
-        arguments, sizes larger than the largest bucket).
+        arguments, sizes larger than the largest bucket, a ``requires_grad``
+        that changed between differentiable calls).
     CaptureError
         At a call whose key's capture is refused, unless ``fallback="eager"``.
     """
@@ -892,6 +944,8 @@ def graphed(
         pad_value=pad_value,
         device=device,
         fallback=fallback,
+        grad=grad,
+        params=params,
     )
 
     def make(f: Callable[..., Any]) -> GraphedCallable:

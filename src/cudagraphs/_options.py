@@ -17,7 +17,7 @@ from ._capture import capture_options
 from ._device import Device, Stream
 from ._pool import GraphPool
 
-__all__ = ["FALLBACKS", "MAX_WARMUP", "GraphedOptions"]
+__all__ = ["FALLBACKS", "MAX_WARMUP", "GraphedOptions", "checked_params"]
 
 MAX_WARMUP = 1000  # eager runs before a capture: more is a mistake (2**70 would never end)
 FALLBACKS = ("raise", "eager")  # what a key whose capture is refused does
@@ -50,6 +50,12 @@ class GraphedOptions:
     fallback : str
         What a key whose capture is refused does: ``"raise"`` the
         CaptureError, or run the function ``"eager"``-ly from then on.
+    grad : bool
+        Whether calls in PyTorch's grad mode are differentiable (a forward
+        and a backward graph per key: :mod:`cudagraphs._training`).
+    params : tuple or None
+        The tensors, besides the inputs, a plain function's gradients are
+        taken for (``grad=True`` only; a module's are its parameters).
     """
 
     buckets: tuple[int, ...] | None
@@ -62,6 +68,8 @@ class GraphedOptions:
     pad_value: Any
     device: Device
     fallback: str = "raise"
+    grad: bool = False
+    params: tuple[Any, ...] | None = None
 
     @classmethod
     def checked(
@@ -77,6 +85,8 @@ class GraphedOptions:
         pad_value: Any,
         device: Device | int | None,
         fallback: str = "raise",
+        grad: bool = False,
+        params: Any = None,
     ) -> GraphedOptions:
         """The options, checked (the keywords of :func:`cudagraphs.graphed`).
 
@@ -84,11 +94,14 @@ class GraphedOptions:
         ------
         TypeError
             For buckets that are not a non-empty sequence, a warmup that is
-            not an int, a stream, pool or device that is not cudagraphs'.
+            not an int, a stream, pool or device that is not cudagraphs', a
+            ``grad`` that is not a bool, ``params`` that are not a sequence
+            of tensors.
         ValueError
             For buckets that are not positive integers, a negative ``dim``, a
             warmup out of range, an unknown mode or fallback, a pool or stream
-            on another device.
+            on another device, ``params`` without ``grad=True``, ``stream``
+            with it.
         """
         sizes = None
         if buckets is not None:
@@ -105,6 +118,20 @@ class GraphedOptions:
             raise ValueError(f"warmup must be in 0..{MAX_WARMUP} (eager runs before a capture), got {warmup}")
         if not isinstance(fallback, str) or fallback not in FALLBACKS:
             raise ValueError(f"fallback must be one of {FALLBACKS}, got {fallback!r}")
+        if not isinstance(grad, bool):
+            raise TypeError(
+                f"grad must be a bool (True: calls in PyTorch's grad mode get a backward graph), got {grad!r}"
+            )
+        held = checked_params(params)
+        if held is not None and not grad:
+            raise ValueError(
+                "params= names the tensors a graphed callable takes gradients for: it needs grad=True"
+            )
+        if grad and stream is not None:
+            raise ValueError(
+                "grad=True calls replay on PyTorch's current stream, where autograd orders the "
+                "backward and the outputs' uses: stream= is not accepted with it"
+            )
         resolved, stream = capture_options(device, stream, mode, pool)
         if stream is not None and stream.device is not resolved:
             raise ValueError(f"stream {stream} is on {stream.device}, the callable on {resolved}")
@@ -119,4 +146,33 @@ class GraphedOptions:
             pad_value=pad_value,
             device=resolved,
             fallback=fallback,
+            grad=grad,
+            params=held,
         )
+
+
+def checked_params(params: Any) -> tuple[Any, ...] | None:
+    """``params`` as a tuple of tensors (None stays None), checked.
+
+    Accepted: None, or a sequence or other iterable (``model.parameters()``)
+    of tensors, each an object with ``requires_grad`` and ``data_ptr`` (a
+    ``torch.Tensor``; a torch.nn.Module is refused: pass the module itself as
+    the function, or its ``.parameters()``).
+
+    Raises
+    ------
+    TypeError
+        For anything else, naming what is accepted.
+    """
+    if params is None:
+        return None
+    accepted = "None or an iterable of torch tensors (e.g. model.parameters())"
+    if isinstance(params, (str, bytes, dict)) or not hasattr(params, "__iter__"):
+        raise TypeError(f"params must be {accepted}, got {type(params).__name__}")
+    if hasattr(params, "parameters") and hasattr(params, "forward"):  # a module
+        raise TypeError(f"params must be {accepted}, got a module: pass module.parameters()")
+    held = tuple(params)
+    for p in held:
+        if not (hasattr(p, "requires_grad") and hasattr(p, "data_ptr")):
+            raise TypeError(f"params must be {accepted}; an element is a {type(p).__name__}")
+    return held

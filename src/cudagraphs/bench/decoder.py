@@ -12,13 +12,17 @@ one process and on the same weights:
 * through ``cg.graphed`` and ``cg.GraphModule`` with batch buckets 1-8.
 
 Each graphed version is checked against the eager logits after the same
-steps. The module also measures the call overhead of a graphed callable
+steps. A training step at batch 1 (a 32-token sequence: forward, loss,
+backward, SGD) is timed eagerly and through ``cg.graphed(module, grad=True)``,
+on copies of the same weights checked against each other. The module also
+measures the call overhead of a graphed callable
 beyond its bare replay, and the capture time and reserved memory of 8 batch
 buckets sharing one pool against 8 separate graphs.
 """
 
 from __future__ import annotations
 
+import copy
 import statistics
 import time
 from collections.abc import Callable
@@ -198,6 +202,7 @@ def run(quick: bool = False) -> tuple[dict[str, dict[str, float]], list[str]]:
             steps[name] = min(steps.get(name, us), us)
     results["decoder step, batch 1 (µs)"] = steps
 
+    results["decoder training step, batch 1 (µs)"] = train = _training(torch, model, n, rounds, notes)
     results["graphed-callable call overhead (µs)"] = over = _overhead(torch, rounds)
     results.update(_buckets(torch, forward, inputs))
     mem = results["8 buckets: reserved memory (MiB)"]
@@ -208,6 +213,10 @@ def run(quick: bool = False) -> tuple[dict[str, dict[str, float]], list[str]]:
             f"{steps[name] / best_torch:.3f}x PyTorch's best graphed step"
         )
     notes.append(
+        f"decoder training step (forward, backward, SGD): cudagraphs graphed(grad=True) is "
+        f"{train['PyTorch eager'] / train['cudagraphs graphed (grad=True)']:.2f}x eager"
+    )
+    notes.append(
         f"graphed-callable overhead: cudagraphs {over['cudagraphs graphed']:.2f} µs, PyTorch "
         f"make_graphed_callables {over['PyTorch make_graphed_callables']:.2f} µs per call"
     )
@@ -217,6 +226,75 @@ def run(quick: bool = False) -> tuple[dict[str, dict[str, float]], list[str]]:
         f"bucket alone, against {mem['8 separate graphs']:.2f} MiB for 8 separate graphs"
     )
     return results, notes
+
+
+def _trainable(torch: Any, model: Any) -> Any:
+    """A copy of the decoder that trains: causal attention over a whole sequence, no cache."""
+    decoder = copy.deepcopy(model).train().requires_grad_(True)
+    heads = 4  # (make_decoder's default)
+
+    class Trainable(torch.nn.Module):  # type: ignore[misc,name-defined,unused-ignore]
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = decoder
+
+        def forward(self, tokens: Any) -> Any:
+            m = self.m
+            b, t = tokens.shape
+            width = m.emb.weight.shape[1]
+            hd = width // heads
+            x = m.emb(tokens) + m.pos(m.steps[:t])
+            for blk in m.blocks:
+                q, k, v = blk.qkv(blk.ln1(x)).view(b, t, 3, heads, hd).permute(2, 0, 3, 1, 4).unbind(0)
+                o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+                x = x + blk.proj(o.transpose(1, 2).reshape(b, t, width))
+                x = x + blk.fc2(torch.nn.functional.gelu(blk.fc1(blk.ln2(x))))
+            return m.head(m.lnf(x))
+
+    return Trainable()
+
+
+def _training(torch: Any, model: Any, n: int, rounds: int, notes: list[str]) -> dict[str, float]:
+    """Microseconds per training step at batch 1 (a 32-token sequence), eager and graphed.
+
+    One step: the forward, the cross-entropy loss, the backward and an SGD
+    step; graphed, the decoder's forward and backward are graphs
+    (``cg.graphed(module, grad=True)``), the loss and the step eager. Both
+    train copies of the same weights on the same data, checked against each
+    other first.
+    """
+    gen = torch.Generator("cuda").manual_seed(2)
+    data = torch.randint(0, 1024, (16, 1, 33), device="cuda", generator=gen)
+    eager_model, graphed_model = _trainable(torch, model), _trainable(torch, model)
+    graphed = cg.graphed(graphed_model, grad=True)
+    made = {}
+    for name, m, fwd in (("PyTorch eager", eager_model, eager_model), ("graphed", graphed_model, graphed)):
+        opt = torch.optim.SGD(m.parameters(), lr=1e-3)
+
+        def step(i: int, fwd: Any = fwd, opt: Any = opt) -> Any:
+            seq = data[i % 16]
+            opt.zero_grad(set_to_none=True)
+            logits = fwd(seq[:, :-1])
+            loss = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), seq[:, 1:].reshape(-1)
+            )
+            loss.backward()
+            opt.step()
+            return loss
+
+        made[name] = step
+    losses = {name: [float(step(i)) for i in range(4)] for name, step in made.items()}
+    err = max(abs(a - b) for a, b in zip(losses["PyTorch eager"], losses["graphed"]))
+    if err > 1e-3:
+        raise AssertionError(f"decoder training: graphed steps differ from eager by {err:.3g}")
+    notes.append(f"decoder training: 4 graphed steps match eager (max loss difference {err:.2g})")
+    times: dict[str, float] = {}
+    names = {"PyTorch eager": "PyTorch eager", "graphed": "cudagraphs graphed (grad=True)"}
+    for _ in range(rounds):  # interleaved
+        for name, step in made.items():
+            us = _time_steps(step, torch.cuda.synchronize, max(n // 3, 30), 1)
+            times[names[name]] = min(times.get(names[name], us), us)
+    return times
 
 
 def _overhead(torch: Any, rounds: int) -> dict[str, float]:
