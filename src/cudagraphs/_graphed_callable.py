@@ -318,6 +318,7 @@ class GraphedCallable:
         "dim",
         "fallback",
         "fn",
+        "generators",
         "mode",
         "pad_value",
         "pool",
@@ -334,6 +335,7 @@ class GraphedCallable:
     copy_outputs: bool
     pad_value: Any
     fallback: str
+    generators: tuple[Any, ...]  # PyTorch generators put in capture mode with each capture
     _stream: Stream | None
     _capture_stream: Stream | None
     _entries: dict[Any, Entry]
@@ -356,6 +358,7 @@ class GraphedCallable:
         self.copy_outputs = options.copy_outputs
         self.pad_value = options.pad_value
         self.fallback = options.fallback
+        self.generators = options.generators
         self._stream = options.stream
         self._capture_stream = None
         self._entries = {}
@@ -581,7 +584,7 @@ class GraphedCallable:
         if eager:  # (capturing runs nothing; the wait orders the side stream's own uses)
             side.wait(stream)  # (inside a capture it would join the side stream to it)
         before = self.pool.reserved
-        session = CaptureSession(self.device, side, self.mode, self.pool, "pool")
+        session = CaptureSession(self.device, side, self.mode, self.pool, "pool", generators=self.generators)
         graph = session.begin()
         try:
             try:
@@ -814,6 +817,7 @@ def graphed(
     pad_value: Any = 0,
     device: Device | int | None = None,
     fallback: str = "raise",
+    generators: Sequence[Any] | None = None,
 ) -> Any:
     """Run ``fn`` as CUDA graphs: one per input shape (or bucket), captured on first use.
 
@@ -867,6 +871,11 @@ def graphed(
         ``stats()["eager"]``, and the key's outputs are what ``fn`` returns
         (plain arrays, not views that expire). The other keys are still
         graphed. Inside another capture a refusal is always raised.
+    generators : list of torch.Generator, optional
+        PyTorch generators (``torch.Generator(device="cuda")``) that ``fn``
+        draws random numbers from, besides the default one of the device,
+        which is always registered: each call draws new numbers, as eager
+        calls would (see :func:`cudagraphs.capture`).
 
     Returns
     -------
@@ -892,6 +901,7 @@ def graphed(
         pad_value=pad_value,
         device=device,
         fallback=fallback,
+        generators=generators,
     )
 
     def make(f: Callable[..., Any]) -> GraphedCallable:

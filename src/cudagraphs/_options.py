@@ -16,6 +16,7 @@ import numpy as np
 from ._capture import capture_options
 from ._device import Device, Stream
 from ._pool import GraphPool
+from .interop import _torch_rng
 
 __all__ = ["FALLBACKS", "MAX_WARMUP", "GraphedOptions"]
 
@@ -50,6 +51,9 @@ class GraphedOptions:
     fallback : str
         What a key whose capture is refused does: ``"raise"`` the
         CaptureError, or run the function ``"eager"``-ly from then on.
+    generators : tuple of torch.Generator
+        PyTorch generators registered with every capture, besides the
+        device's default one (see :func:`cudagraphs.capture`).
     """
 
     buckets: tuple[int, ...] | None
@@ -62,6 +66,7 @@ class GraphedOptions:
     pad_value: Any
     device: Device
     fallback: str = "raise"
+    generators: tuple[Any, ...] = ()
 
     @classmethod
     def checked(
@@ -77,6 +82,7 @@ class GraphedOptions:
         pad_value: Any,
         device: Device | int | None,
         fallback: str = "raise",
+        generators: Sequence[Any] | None = None,
     ) -> GraphedOptions:
         """The options, checked (the keywords of :func:`cudagraphs.graphed`).
 
@@ -84,7 +90,8 @@ class GraphedOptions:
         ------
         TypeError
             For buckets that are not a non-empty sequence, a warmup that is
-            not an int, a stream, pool or device that is not cudagraphs'.
+            not an int, a stream, pool or device that is not cudagraphs',
+            generators that are not a list or tuple of CUDA ``torch.Generator`` objects.
         ValueError
             For buckets that are not positive integers, a negative ``dim``, a
             warmup out of range, an unknown mode or fallback, a pool or stream
@@ -105,6 +112,7 @@ class GraphedOptions:
             raise ValueError(f"warmup must be in 0..{MAX_WARMUP} (eager runs before a capture), got {warmup}")
         if not isinstance(fallback, str) or fallback not in FALLBACKS:
             raise ValueError(f"fallback must be one of {FALLBACKS}, got {fallback!r}")
+        gens = _torch_rng.check_generators(generators)
         resolved, stream = capture_options(device, stream, mode, pool)
         if stream is not None and stream.device is not resolved:
             raise ValueError(f"stream {stream} is on {stream.device}, the callable on {resolved}")
@@ -119,4 +127,5 @@ class GraphedOptions:
             pad_value=pad_value,
             device=resolved,
             fallback=fallback,
+            generators=gens,
         )
