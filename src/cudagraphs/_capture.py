@@ -295,10 +295,12 @@ class CaptureSession:
         library and its operation where they can be read, and what to do
         (``hint``: the alternative to moving the call out). cudagraphs' own
         CaptureErrors, other errors and BaseExceptions such as
-        KeyboardInterrupt are not refusals, except random-number calls the
-        capture cannot take (PyTorch's generator not in capture mode, CuPy's
-        cuRAND: :func:`cudagraphs.interop._torch_rng.refusal`): None, and the caller re-raises
-        ``exc`` unchanged. Either way the capture is undone (:meth:`abort`).
+        KeyboardInterrupt are not refusals: None, and the caller re-raises
+        ``exc`` unchanged. A random-number call the capture cannot take
+        (PyTorch's generator not in capture mode, CuPy's cuRAND) breaks
+        nothing and is a refusal by its words alone
+        (:func:`cudagraphs.interop._torch_rng.refusal`). Either way the
+        capture is undone (:meth:`abort`).
         """
         refusal = None
         if isinstance(exc, Exception) and not isinstance(exc, CaptureError):
@@ -356,6 +358,7 @@ class CaptureSession:
             self._release_failed(rec, graph, raw)
 
     def _release_failed(self, rec: _recording.Recording, graph: Graph, raw: Any) -> None:
+        """The graph failed; what its capture held is released (see :meth:`_undo`)."""
         graph._failed()
         res = Resources(self.device, raw, list(rec.keep), list(self.memory.pools.values()), [])
         rec.keep.clear()
