@@ -279,9 +279,23 @@ class CaptureSession:
         return graph
 
     def _end_rng(self) -> bool:
-        """End the PyTorch generators' capture mode (idempotent); whether the capture drew numbers."""
+        """End the PyTorch generators' capture mode (idempotent); whether the capture drew numbers.
+
+        A shadow that the graph does not keep is dropped once no capture is
+        active: its destruction destroys PyTorch's executable, which a
+        capture's mode may refuse (as every release of ours, see
+        :func:`cudagraphs._recording.release`).
+        """
         shadow, self.rng = self.rng, None
-        return shadow is not None and shadow.end()
+        if shadow is None:
+            return False
+        drew = False
+        try:
+            drew = shadow.end()
+        finally:
+            if not drew:
+                _recording.release(self.device, _drop, shadow)
+        return drew
 
     def fail(self, exc: BaseException, hint: str = EAGER_HINT) -> CaptureError | None:
         """Undo the capture that ``exc`` left; return the :class:`CaptureError` to raise instead, if any.
@@ -363,6 +377,10 @@ class CaptureSession:
         res = Resources(self.device, raw, list(rec.keep), list(self.memory.pools.values()), [])
         rec.keep.clear()
         _recording.release(self.device, release_resources, res)
+
+
+def _drop(obj: object) -> None:
+    """Release the last reference to ``obj`` (an argument of a deferred release)."""
 
 
 class _CaptureContext:
