@@ -193,6 +193,7 @@ def test_a_capture_that_drew_calls_its_shadow_before_each_replay(dev: cg.Device,
     assert shadow.begun == "none"
     assert shadow.ended == ["none"]
     assert g._rng is shadow
+    assert any(k is shadow for k in g._res.keep)  # kept as long as the executable
     g.replay()
     g.replay()
     other = dev.create_stream()
@@ -374,3 +375,21 @@ def test_a_shadow_inside_an_open_shadow_is_not_made(torch: FakeTorch) -> None:
     assert outer is not None
     assert _torch_rng.begin(_device(), ()) is None
     outer.end()
+
+
+def test_an_update_takes_the_sources_shadow(dev: cg.Device, shadows: Any) -> None:
+    x = cg.asarray(np.ones(8, dtype=np.float32))
+    with cg.capture() as g:
+        cg.ops.scale(2.0, x, x)
+    with cg.capture(instantiate=False) as source:
+        cg.ops.scale(3.0, x, x)
+    first, second = shadows[1][0], shadows[2][0]
+    assert g._rng is first
+    g.update(source)
+    assert g._rng is second
+    assert any(k is second for k in g._res.keep)
+    assert source._rng is None
+    g.replay()
+    assert second.calls == [g.stream.handle]
+    assert first.calls == []
+    np.testing.assert_allclose(x.get(), 3 * np.ones(8))
