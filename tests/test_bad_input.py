@@ -452,6 +452,8 @@ SKIPPED = {
     "Device.spare_stream": "capture machinery's stream pool",
     "Device.return_spare_stream": "capture machinery's stream pool",
     "GraphPool.acquire": "capture protocol (CaptureSession)",
+    "GraphPool.ranges": "takes no arguments (what a capture's keep-alive sets aside)",
+    "StreamLike": "a Protocol (typing only): every stream= is swept with a bad stream",
     "GraphPool.allocate": "capture protocol (CaptureSession)",
     "GraphPool.drop": "capture protocol (CaptureSession)",
     "GraphPool.release": "capture protocol (CaptureSession)",

@@ -310,6 +310,12 @@ def test_what_is_not_a_stream_is_a_type_error_naming_the_protocol(dev: cg.Device
 
 
 def test_a_handle_the_driver_does_not_know_is_its_error(dev: cg.Device) -> None:
+    """On sim: the driver's answer to a destroyed handle (on a GPU, passing one is undefined).
+
+    (Measured on an H200: cuStreamGetCtx of a destroyed stream's handle crashed the process.)
+    """
+    if dev.backend_name == "cuda":
+        pytest.skip("a destroyed stream's handle crashes the real driver: the simulator's answer only")
     raw = dev.backend.stream_create(dev.index)
     handle = int(raw)
     dev.backend.destroy(raw)
