@@ -153,15 +153,20 @@ class Trainer:
         return tuple(module.parameters()) if module is not None else self.given
 
     # the call ----------------------------------------------------------------------------
+    def _arguments(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[Any, list[Any], Any, list[Any], Any]:
+        """(PyTorch, the arguments' leaves, their tree's spec, each leaf described, the staging)."""
+        owner = self.owner
+        leaves: list[Any] = []
+        spec = flatten((args, kwargs), leaves)
+        ins = [self.describe(x, owner.device) for x in leaves]
+        return sys.modules.get("torch"), leaves, spec, ins, owner._staging
+
     def call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """One call (the owner's lock held): differentiable where gradients flow."""
         owner = self.owner
-        torch = sys.modules.get("torch")
-        leaves: list[Any] = []
-        spec = flatten((args, kwargs), leaves)
-        device = owner.device
-        staging = owner._staging
-        ins = [self.describe(x, device) for x in leaves]
+        torch, leaves, spec, ins, staging = self._arguments(args, kwargs)
         n, bucket = staging.bucket(ins)
         shapes = tuple([(i.dtype, staging.shape(i.shape, bucket)) for i in ins])
         base = (spec, shapes, self._mode())
@@ -188,7 +193,7 @@ class Trainer:
                 staging.stage(step.entry, ins, n, bucket, stream)
         entry = step.entry
         if entry.graph is None:  # refused under fallback="eager", or nothing to replay
-            with stream, self.eager_streams(device, stream):
+            with stream, self.eager_streams(owner.device, stream):
                 return owner.fn(*args, **kwargs)
         entry.graph.replay(stream)
         return self._wrap(step, leaves, n, bucket, torch)
@@ -231,12 +236,7 @@ class Trainer:
         forward and backward graphs; others their forward graph.
         """
         owner = self.owner
-        torch = sys.modules.get("torch")
-        leaves: list[Any] = []
-        spec = flatten((args, kwargs), leaves)
-        device = owner.device
-        staging = owner._staging
-        ins = [self.describe(x, device) for x in leaves]
+        torch, leaves, spec, ins, staging = self._arguments(args, kwargs)
         n, _ = staging.bucket(ins)
         if n is None:
             raise TypeError("capture_all takes example arguments with at least one device array")
@@ -254,7 +254,7 @@ class Trainer:
             if n > b:  # the examples' first b rows
                 cut = []
                 for i in ins:
-                    part = array_of(i, device)[first_rows(i.shape, d, b)]
+                    part = array_of(i, owner.device)[first_rows(i.shape, d, b)]
                     cut.append(new_input(part, i.lib, part.ptr, part.shape, i.dtype, part.is_contiguous))
             if grad:
                 key = (*base, "grad")
