@@ -33,7 +33,7 @@ def main(rounds: int) -> None:
     real = interop.keep_foreign
 
     def nothing(*args: Any) -> Any:
-        return _keep.ForeignMemory([], [])
+        return []
 
     def capture_all() -> float:
         torch.cuda.synchronize()

@@ -414,7 +414,7 @@ MUTATIONS = [
     (
         "a graph keeps nothing of the memory other libraries' kernels in it use",
         "src/cudagraphs/_graph.py",
-        "        res.keep.extend(interop.keep_foreign(self.device, raw_graph, self._records, res.keep, res.pools).keep)\n",
+        "        res.keep.extend(interop.keep_foreign(self.device, raw_graph, self._records, res.keep, res.pools))\n",
         "",
     ),
     (

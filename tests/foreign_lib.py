@@ -61,6 +61,16 @@ class ForeignArray:
         self.lib._give(self.ptr, self.nbytes)
 
 
+class AddressView:
+    """The library's array over another's memory by its address alone (it does not hold that memory)."""
+
+    def __init__(self, a: cg.DeviceArray) -> None:
+        self.ptr, self.n = a.ptr, a.size
+
+    def spec(self) -> ArrayArg:
+        return ArrayArg(self.ptr, (self.n,), (4,), np.dtype("float32"))
+
+
 class ForeignLib:
     """The stand-in library on ``device``: its allocator, its arrays, its kernel."""
 

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from foreign_lib import ForeignLib
+from foreign_lib import AddressView, ForeignLib
 
 import cudagraphs as cg
 from cudagraphs import interop
@@ -78,17 +78,8 @@ def test_a_cudagraphs_array_read_by_a_foreign_kernel_by_address_is_kept(
     out = lib.array(np.zeros(N, np.float32))
     s = lib.device.create_stream()
 
-    class View:  # the library's array over cudagraphs' memory, not holding it (an address)
-        def __init__(self, a: cg.DeviceArray) -> None:
-            self.ptr, self.n = a.ptr, a.size
-
-        def spec(self) -> object:
-            from cudagraphs.backends.base import ArrayArg
-
-            return ArrayArg(self.ptr, (self.n,), (4,), np.dtype("float32"))
-
     with cg.capture(stream=s) as g:
-        lib.scale(out, View(x), 2.0, s)  # type: ignore[arg-type]
+        lib.scale(out, AddressView(x), 2.0, s)  # type: ignore[arg-type]
     ptr = x.ptr
     del x
     y = cg.full(N, 5.0, "float32", device=lib.device)  # the allocator's cached block, were x not kept
@@ -189,19 +180,10 @@ def test_memory_of_the_graphs_own_pool_makes_no_census(
     censuses = _counting(monkeypatch)
     s = device.create_stream()
 
-    class View:  # the library's array over cudagraphs' memory (an address)
-        def __init__(self, a: cg.DeviceArray) -> None:
-            self.ptr, self.n = a.ptr, a.size
-
-        def spec(self) -> object:
-            from cudagraphs.backends.base import ArrayArg
-
-            return ArrayArg(self.ptr, (self.n,), (4,), np.dtype("float32"))
-
     with cg.capture(stream=s) as g:
         a = cg.full(N, 2.0, "float32", device=device, stream=s)  # from the graph's pool
         b = cg.empty(N, "float32", device=device, stream=s)
-        lib.scale(View(b), View(a), 3.0, s)  # type: ignore[arg-type]
+        lib.scale(AddressView(b), AddressView(a), 3.0, s)  # type: ignore[arg-type]
     assert censuses == []
     cg.ops.fill(b, -1.0, stream=s)  # poisoned
     g.replay(stream=s)

@@ -241,7 +241,7 @@ class Graph:
         )
         # the memory other libraries' kernels in the graph use (PyTorch's, CuPy's, ...), kept
         # as the graph keeps the arrays of cudagraphs' own work
-        res.keep.extend(interop.keep_foreign(self.device, raw_graph, self._records, res.keep, res.pools).keep)
+        res.keep.extend(interop.keep_foreign(self.device, raw_graph, self._records, res.keep, res.pools))
         self._traced = None  # made from the records when an update compares graphs
         self._bodies = [] if rec.plain else [r for r in rec.nodes if not r.top]
         self._auto_free = auto_free

@@ -29,7 +29,7 @@ except ImportError:  # (run as Python where Cython is not installed: nothing is 
 from ._array import _extent
 from ._config import compiled_part
 from ._errors import UpdateError
-from ._recording import NodeRecord, resolve_handles
+from ._recording import NodeRecord, has_unrecorded, resolve_handles
 from .backends.base import ArrayArg, Copy, KernelLaunch
 
 if not cython.compiled:  # (compiled, _capi.pxd's C functions: the C part's kernel node updates)
@@ -282,11 +282,7 @@ def _unrecorded_users(
     res = graph._res
     # one record per node: every node is ours when the records, children aside, count them
     # all (the common case: no scan, no set of handles)
-    children = 0
-    for r in records:
-        if cg_item(r, _KIND) == "child":
-            children += 1
-    if len(records) - children == _node_count(graph):
+    if not has_unrecorded(records, _node_count(graph)):
         return []
     ours = {int(r.handle) for r in records if r.kind != "child"}
     if res.params_graph is not None:

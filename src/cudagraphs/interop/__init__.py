@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from . import cupy as _cupy
 from . import torch as _torch
-from ._keep import ArrayMemory, ForeignMemory, foreign_memory, register, unregister
+from ._keep import ArrayMemory, foreign_memory, register, unregister
 
 __all__ = [
     "ArrayMemory",
@@ -191,15 +191,13 @@ def route(
     return routing
 
 
-def keep_foreign(
-    device: Any, graph: Any, records: list[Any], keep: list[Any], pools: list[Any]
-) -> ForeignMemory:
+def keep_foreign(device: Any, graph: Any, records: list[Any], keep: list[Any], pools: list[Any]) -> list[Any]:
     """What a captured ``graph`` must keep of the memory other libraries' nodes in it use.
 
     See :mod:`cudagraphs.interop._keep`: the graph's nodes that are not
     among ``records`` (cudagraphs' own, top-level) are read, and the live
     arrays of the imported and registered libraries whose memory they use
-    are found; the result's ``keep`` lists what holds that memory. The
+    are found; the result lists what holds that memory. The
     memory the graph holds already is not looked for: its ``pools``
     (GraphPools) and the libraries' pools among what it ``keep``s.
     """

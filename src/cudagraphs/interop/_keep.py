@@ -16,8 +16,8 @@ memory to other code while the graph may still replay.
 A word that is not an address but falls inside an array keeps that array
 alive too (memory held longer, never a wrong result). Memory that no Python
 object holds (a tensor that only a library's C++ code references) cannot be
-kept; nodes whose parameters cannot be read (child graphs, kernels given an
-'extra' buffer) are reported by :func:`foreign_memory`.
+kept, nor memory behind nodes whose parameters cannot be read (child graphs,
+kernels given an 'extra' buffer).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from .._array import DeviceArray
 from .._recording import has_unrecorded, resolve_handles
 
-__all__ = ["ArrayMemory", "ForeignMemory", "foreign_memory", "register", "registered", "unregister"]
+__all__ = ["ArrayMemory", "foreign_memory", "register", "registered", "unregister"]
 
 
 class ArrayMemory(Protocol):
@@ -104,14 +104,6 @@ def unregister(library: ArrayMemory) -> None:
 def registered(imported: Iterable[ArrayMemory]) -> list[ArrayMemory]:
     """The libraries whose arrays are looked at: those registered, then ``imported``."""
     return [*_REGISTERED, *(lib for lib in imported if lib not in _REGISTERED)]
-
-
-class ForeignMemory:
-    """What :func:`foreign_memory` found: the keepers, and what it could not see."""
-
-    def __init__(self, keep: list[Any], unseen: list[tuple[int, str]]) -> None:
-        self.keep = keep
-        self.unseen = unseen
 
 
 _Span = tuple[int, int, Any, Any, Any]  # (start, end, keeper, the array, its library)
@@ -219,16 +211,15 @@ def _outside(ranges: list[tuple[int, int]], addresses: list[int]) -> list[int]:
 
 def _device_memory(backend: Any, addresses: list[int]) -> list[int]:
     """The addresses that are device memory (each allocation asked of the driver once)."""
-    known: list[tuple[int, int]] = []
+    last = (0, 0)  # (the allocation of the last address found: sorted, its addresses come together)
     out = []
-    for a in addresses:  # (sorted: an allocation's addresses come together)
-        if known and known[-1][0] <= a < known[-1][1]:
-            out.append(a)
-            continue
-        found = backend.memory_range(a)
-        if found is not None:
-            known.append(found)
-            out.append(a)
+    for a in addresses:
+        if not last[0] <= a < last[1]:
+            found = backend.memory_range(a)
+            if found is None:
+                continue
+            last = found
+        out.append(a)
     return out
 
 
@@ -238,8 +229,8 @@ def foreign_memory(
     records: list[Any],
     imported: Iterable[ArrayMemory],
     owned: list[tuple[int, int]],
-) -> ForeignMemory:
-    """What the graph must keep of the memory its unrecorded nodes use.
+) -> list[Any]:
+    """What the graph must keep of the memory its unrecorded nodes use (what holds it).
 
     ``graph`` is the driver graph of a capture on ``device``; ``records`` are
     its top-level nodes cudagraphs recorded (their handles found here);
@@ -252,10 +243,11 @@ def foreign_memory(
     dropped by asking the driver).
     """
     backend = device.backend
-    if not has_unrecorded(backend, graph, records):
-        return ForeignMemory([], [])
+    if not has_unrecorded(records, len(backend.graph_topology(graph, details=False)[0])):
+        return []
     ours = {int(r.handle) for r in resolve_handles(backend, graph, records) if r.kind != "child"}
-    found, unseen = backend.graph_addresses(graph, ours)
+    # (nodes whose arguments cannot be read, graph_addresses' second list, keep nothing: documented)
+    found, _unseen = backend.graph_addresses(graph, ours)
     addresses = _outside(owned, sorted({a for _, used in found for a in used if a}))
     kept: dict[int, Any] = {}
     if addresses:
@@ -266,4 +258,4 @@ def foreign_memory(
         spans = _spans(registered(imported), device.index)
         _remember(device.index, spans)
         _hits(spans, addresses, kept)
-    return ForeignMemory(list(kept.values()), unseen)
+    return list(kept.values())
