@@ -106,6 +106,10 @@ def install() -> None:
         raise _nvrtc.NvrtcUnavailable("not needed here")
 
     _nvrtc.compile_cubin = no_compiler
+    # (a no-op launch records no node in the simulator's graph: nothing for the keep-alive to read)
+    import cudagraphs.interop as interop
+
+    interop.foreign_memory = lambda *args: []
     if hasattr(fast, "fast_graph_launch"):  # (a tree before issue 27's replay: its C replay's launch)
         fast.fast_graph_launch(NullBackend.graph_launch)
 

@@ -11,6 +11,7 @@ read that array's data.
 from __future__ import annotations
 
 import gc
+import warnings
 from collections.abc import Iterator
 from types import SimpleNamespace
 
@@ -189,3 +190,25 @@ def test_memory_of_the_graphs_own_pool_makes_no_census(
     g.replay(stream=s)
     np.testing.assert_allclose(b.get(stream=s), np.full(N, 6.0, np.float32))
     g.close()
+
+
+def test_a_node_whose_arguments_cannot_be_read_is_warned_of(lib: ForeignLib, device: cg.Device) -> None:
+    """Another library's embedded graph is a node cudagraphs cannot see into: it says so, at the user's line."""
+    x = cg.zeros(8, "float32", device=device)
+    inner = cg.capture(lambda: cg.ops.fill(x, 1.0))
+    s = device.create_stream()
+    with pytest.warns(cg.CudaGraphsWarning, match=r"node 0: a child node.*not kept alive") as seen:
+        with cg.capture(stream=s) as g:  # (the other library's child node: not recorded by cudagraphs)
+            device.backend.capture_node(s._raw, "child", inner._res.graph)
+    assert seen[0].filename == __file__
+    g.close()
+    a, b = lib.array(np.ones(N, np.float32)), lib.array(np.ones(N, np.float32))
+    with warnings.catch_warnings():  # an embedded graph of cudagraphs' own is kept whole: no warning
+        warnings.simplefilter("error", cg.CudaGraphsWarning)
+        with cg.capture(stream=s) as g:
+            inner.replay(s)
+            lib.scale(a, b, 2.0, s)
+    g.replay(s)
+    s.synchronize()
+    g.close()
+    inner.close()

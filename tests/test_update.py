@@ -271,6 +271,33 @@ def test_rebind_refusals(dev: cg.Device) -> None:
     g.close()
 
 
+def test_node_changes_refuse_a_graph_embedding_another(dev: cg.Device, rng: np.random.Generator) -> None:
+    # a graph replayed inside a capture is a child node the driver copied: what it uses cannot
+    # be changed node by node (a repoint that skipped it would leave it on the old memory)
+    x_h, z_h = random_array(rng, 64, "float32"), random_array(rng, 64, "float32")
+    x, y, z, w = cg.asarray(x_h), cg.zeros(64, "float32"), cg.asarray(z_h), cg.zeros(64, "float32")
+    inner = cg.capture(lambda: cg.ops.add(z, z, out=w))
+
+    def step() -> None:
+        cg.ops.add(x, x, out=y)
+        inner.replay()
+
+    g = cg.capture(step)
+    assert [n.type for n in g.nodes] == ["kernel", "child"]
+    for change in (
+        lambda: g.repoint(w, cg.zeros(64, "float32")),
+        lambda: g.rebind(x, cg.zeros(64, "float32")),
+    ):
+        with pytest.raises(cg.UpdateError, match=r"node 1 \(child\) may use the memory") as info:
+            change()
+        assert info.value.node == 1
+    g.replay()  # unchanged by the refusals
+    np.testing.assert_allclose(y.get(), 2 * x_h, rtol=1e-6)
+    np.testing.assert_allclose(w.get(), 2 * z_h, rtol=1e-6)
+    g.close()
+    inner.close()
+
+
 def test_repoint_onto_the_same_memory_changes_nothing_and_counts_its_users(
     dev: cg.Device, rng: np.random.Generator
 ) -> None:

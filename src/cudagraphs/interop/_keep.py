@@ -29,7 +29,9 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from .._array import DeviceArray
+from .._errors import CudaGraphsWarning
 from .._recording import has_unrecorded, resolve_handles
+from .._where import warn
 
 __all__ = ["ArrayMemory", "foreign_memory", "register", "registered", "unregister"]
 
@@ -223,6 +225,19 @@ def _device_memory(backend: Any, addresses: list[int]) -> list[int]:
     return out
 
 
+def _warn_unseen(unseen: list[tuple[int, str]]) -> None:
+    """Say which nodes of a new graph use memory cudagraphs cannot see, so cannot keep."""
+    nodes = "; ".join(f"node {i}: {why}" for i, why in unseen[:3])
+    if len(unseen) > 3:
+        nodes += f"; and {len(unseen) - 3} more"
+    warn(
+        "the captured graph holds nodes of another library whose arguments cudagraphs cannot "
+        f"read ({nodes}): the memory they use is not kept alive by the graph; keep what they use "
+        "referenced as long as this graph replays",
+        CudaGraphsWarning,
+    )
+
+
 def foreign_memory(
     device: Any,
     graph: Any,
@@ -245,9 +260,11 @@ def foreign_memory(
     backend = device.backend
     if not has_unrecorded(records, len(backend.graph_topology(graph, details=False)[0])):
         return []
-    ours = {int(r.handle) for r in resolve_handles(backend, graph, records) if r.kind != "child"}
-    # (nodes whose arguments cannot be read, graph_addresses' second list, keep nothing: documented)
-    found, _unseen = backend.graph_addresses(graph, ours)
+    # (an embedded graph of cudagraphs' own is kept whole, its memory with it: not looked into)
+    ours = {int(r.handle) for r in resolve_handles(backend, graph, records)}
+    found, unseen = backend.graph_addresses(graph, ours)
+    if unseen:
+        _warn_unseen(unseen)
     addresses = _outside(owned, sorted({a for _, used in found for a in used if a}))
     kept: dict[int, Any] = {}
     if addresses:
