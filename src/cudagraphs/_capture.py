@@ -44,7 +44,7 @@ from typing import Any, Literal
 from . import _recording, interop
 from ._allocator import safe_point
 from ._array import empty
-from ._device import Device, Event, Stream, as_device, as_stream, current_device, resolve_stream
+from ._device import Device, Event, Stream, StreamLike, as_device, as_stream, current_device, resolve_stream
 from ._errors import CaptureError
 from ._executable import Resources, release_resources
 from ._graph import Graph
@@ -133,7 +133,7 @@ class CaptureSession:
     def __init__(
         self,
         device: Device | int | None,
-        stream: Stream | None,
+        stream: Stream | StreamLike | None,
         mode: str,
         pool: GraphPool | None,
         alloc: str,
@@ -349,7 +349,7 @@ def capture(
     fn: Callable[..., Any] | None = None,
     *args: Any,
     device: Device | int | None = None,
-    stream: Stream | None = None,
+    stream: Stream | StreamLike | None = None,
     mode: str = "thread_local",
     pool: GraphPool | None = None,
     alloc: str = "pool",
@@ -369,8 +369,9 @@ def capture(
         Closure form: called with ``args`` inside the capture.
     device : Device or int, optional
         Default: the stream's, the pool's, or the current device.
-    stream : Stream, optional
-        The stream to capture (default: this thread's current stream).
+    stream : Stream or StreamLike, optional
+        The stream to capture (default: this thread's current stream); another
+        library's stream (``__cuda_stream__``: PyTorch, CuPy, cuda.core) too.
     mode : {"thread_local", "global", "relaxed"}
         CUDA's capture mode: which unsafe calls from other code the driver
         refuses while capturing (global: from any thread; thread_local: from
@@ -409,7 +410,7 @@ def capture(
     return graph
 
 
-def is_capturing(stream: Stream | None = None) -> bool:
+def is_capturing(stream: Stream | StreamLike | None = None) -> bool:
     """Whether a capture of ``stream`` (default: the current stream) is active.
 
     False once the capture was invalidated (see :func:`capture_status`).
@@ -417,7 +418,7 @@ def is_capturing(stream: Stream | None = None) -> bool:
     return capture_status(stream) == "active"
 
 
-def capture_status(stream: Stream | None = None) -> str:
+def capture_status(stream: Stream | StreamLike | None = None) -> str:
     """``"none"``, ``"active"`` or ``"invalidated"`` for ``stream`` (default: current).
 
     ``"invalidated"`` once a call was refused during the capture, until it

@@ -40,7 +40,7 @@ from . import _node_changes, _picture, _recording, _update, interop
 from ._array import DeviceArray, foreign_view
 from ._config import compiled_part
 from ._control import Body, Condition, add_conditional, new_condition
-from ._device import Device, Stream, _current_stream_of, _live, as_stream
+from ._device import Device, Stream, StreamLike, _current_stream_of, _live, as_stream
 from ._errors import CaptureError, GraphStateError
 from ._executable import Resources, ordered_launch, release_resources
 from ._recording import NodeRecord, Work, submit
@@ -524,7 +524,7 @@ class Graph:
             )
         return self._exec
 
-    def upload(self, stream: Stream | None = None) -> Graph:
+    def upload(self, stream: Stream | StreamLike | None = None) -> Graph:
         """Prepare the graph on the device now, so the first replay is not slower.
 
         Idempotent; returns the graph.
@@ -536,7 +536,7 @@ class Graph:
             self._uploaded = True
         return self
 
-    def replay(self, stream: Stream | None = None) -> None:
+    def replay(self, stream: Stream | StreamLike | None = None) -> None:
         """Queue one run of the graph on ``stream`` (default: see below).
 
         Stream-ordered after earlier work on that stream; returns at once.
@@ -546,7 +546,8 @@ class Graph:
         The default stream is this thread's current stream while this thread
         captures it (inside ``with cg.capture():`` or a graphed function: the
         graph is embedded there), else the stream the graph was captured on
-        (:attr:`stream`).
+        (:attr:`stream`). ``stream`` may be another library's
+        (``__cuda_stream__``: PyTorch, CuPy, cuda.core).
 
         Raises
         ------

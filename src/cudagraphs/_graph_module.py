@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 from . import interop
 from ._argtree import foreign_view_possible
 from ._array import DeviceArray, foreign_view
-from ._device import Device, Stream
+from ._device import Device, Stream, StreamLike
 from ._errors import StaleParameterError, UpdateError
 from ._graphed_callable import GraphedCallable
 from ._options import GraphedOptions
@@ -133,7 +133,7 @@ class GraphModule:
         dim: int = 0,
         warmup: int = 1,
         pool: GraphPool | None = None,
-        stream: Stream | None = None,
+        stream: Stream | StreamLike | None = None,
         mode: str = "thread_local",
         copy_outputs: bool = False,
         pad_value: Any = 0,

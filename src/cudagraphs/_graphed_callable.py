@@ -65,7 +65,7 @@ from ._argtree import ARRAY_TYPES, flatten, in_host_memory, positional_spec, unf
 from ._array import DeviceArray, _new_array, foreign_view
 from ._capture import CaptureSession
 from ._config import compiled_part
-from ._device import Device, Stream, _current_stream_of
+from ._device import Device, Stream, StreamLike, _current_stream_of
 from ._errors import CaptureError, FallbackWarning, StaleOutputError
 from ._graph import Graph
 from ._options import GraphedOptions
@@ -843,7 +843,7 @@ def graphed(
     dim: int = 0,
     warmup: int = 1,
     pool: GraphPool | None = None,
-    stream: Stream | None = None,
+    stream: Stream | StreamLike | None = None,
     mode: str = "thread_local",
     copy_outputs: bool = False,
     pad_value: Any = 0,
@@ -881,9 +881,10 @@ def graphed(
         At most 1000.
     pool : GraphPool, optional
         The pool the graphs share (default: a new one for this callable).
-    stream : Stream, optional
+    stream : Stream or StreamLike, optional
         Where calls replay (default: the caller's current stream of the
-        inputs' library, or cudagraphs').
+        inputs' library, or cudagraphs'); another library's stream
+        (``__cuda_stream__``) too.
     mode : {"thread_local", "global", "relaxed"}
         The capture mode.
     copy_outputs : bool

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ._capture import capture_options
-from ._device import Device, Stream
+from ._device import Device, Stream, StreamLike
 from ._pool import GraphPool
 
 __all__ = ["FALLBACKS", "MAX_WARMUP", "GraphedOptions", "checked_params"]
@@ -79,7 +79,7 @@ class GraphedOptions:
         dim: int,
         warmup: int,
         pool: GraphPool | None,
-        stream: Stream | None,
+        stream: Stream | StreamLike | None,
         mode: str,
         copy_outputs: bool,
         pad_value: Any,
