@@ -193,13 +193,16 @@ def test_memory_of_the_graphs_own_pool_makes_no_census(
 
 
 def test_a_node_whose_arguments_cannot_be_read_is_warned_of(lib: ForeignLib, device: cg.Device) -> None:
-    """Another library's embedded graph is a node cudagraphs cannot see into: it says so, at the user's line."""
+    """Another library's embedded graph is a node cudagraphs cannot see into: said at the user's line."""
     x = cg.zeros(8, "float32", device=device)
     inner = cg.capture(lambda: cg.ops.fill(x, 1.0))
     s = device.create_stream()
-    with pytest.warns(cg.CudaGraphsWarning, match=r"node 0: a child node.*not kept alive") as seen:
-        with cg.capture(stream=s) as g:  # (the other library's child node: not recorded by cudagraphs)
-            device.backend.capture_node(s._raw, "child", inner._res.graph)
+    # (the other library's child node: not recorded by cudagraphs)
+    with (
+        pytest.warns(cg.CudaGraphsWarning, match=r"node 0: a child node.*not kept alive") as seen,
+        cg.capture(stream=s) as g,
+    ):
+        device.backend.capture_node(s._raw, "child", inner._res.graph)
     assert seen[0].filename == __file__
     g.close()
     a, b = lib.array(np.ones(N, np.float32)), lib.array(np.ones(N, np.float32))
