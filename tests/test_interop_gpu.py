@@ -452,3 +452,33 @@ def test_a_capture_failing_at_its_end_with_dlpack_views_alive_raises_its_own_err
     monkeypatch.undo()
     got = [torch.as_tensor(step(t)).clone() for _ in range(3)]  # the callable still works
     torch.testing.assert_close(got[-1], torch.sin(t) + 1)
+
+
+def test_captures_of_torch_cublas_and_cupy_kernels_see_every_node(cuda: cg.Device) -> None:
+    """PyTorch's kernels, cuBLAS's and CuPy's give their arguments to the driver: nothing unseen, no warning.
+
+    (A node whose arguments cannot be read, whose memory cudagraphs could not keep, is warned of.)
+    """
+    import warnings
+
+    torch = pytest.importorskip("torch")
+    cp = pytest.importorskip("cupy")
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    x = torch.randn(64, 256, device="cuda", generator=gen)
+    w = torch.randn(256, 256, device="cuda", generator=gen)
+    c = cp.arange(1024, dtype=cp.float32)
+    out = torch.empty(64, 256, device="cuda")
+    torch.softmax(x @ w, -1)  # (cuBLAS and the kernels loaded before the capture)
+    cp.sum(cp.sin(c))
+    torch.cuda.synchronize()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", cg.CudaGraphsWarning)
+        with cg.capture() as g:
+            out.copy_(torch.softmax(torch.nn.functional.gelu(x @ w), -1))
+            s = cp.sum(cp.sin(c))
+    g.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, torch.softmax(torch.nn.functional.gelu(x @ w), -1))
+    want = float(np.sin(np.arange(1024, dtype=np.float32)).sum())
+    np.testing.assert_allclose(float(s.get()), want, rtol=1e-4)
+    g.close()
