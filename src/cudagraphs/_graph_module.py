@@ -98,6 +98,10 @@ class GraphModule:
     * a subclass defining ``compute(self, *inputs)``; its parameters are the
       instance's attributes that are device arrays (``self.w = ...``).
 
+    It graphs inference only (no gradients); to train a module through
+    graphs, use ``cg.graphed(module, grad=True)`` (forward and backward
+    graphs, ``.grad`` accumulated as eagerly: docs/graphed.md).
+
     Every other keyword is :func:`cudagraphs.graphed`'s (``buckets``, ``warmup``,
     ``pool``, ``stream``, ``mode``, ``copy_outputs``, ``pad_value``, ``device``,
     ``fallback``).
