@@ -97,6 +97,22 @@ def test_training_through_a_graphed_module_equals_eager(cuda: cg.Device, kind: s
     assert {kind for _, kind in stats["graphs"]} == {"forward", "backward"}
 
 
+def test_the_backward_allocates_from_the_graphs_pool(cuda: cg.Device) -> None:
+    """The backward runs on autograd's device thread: its temporaries come from the graph's pool too.
+
+    (Routed by stream; from the general pool, they would be handed to other tensors after the
+    capture while every replay of the backward still writes them.)
+    """
+    torch = _torch()
+    model = _mlp(torch)
+    f = cg.graphed(model, grad=True)
+    x = torch.randn(4, 16, device="cuda")
+    f(x).sum().backward()
+    torch.cuda.synchronize()
+    routed = f.pool.foreign["torch-stream"]
+    assert sum(s["total_size"] for s in routed.snapshot()) > 0
+
+
 def test_a_plain_function_with_params_and_input_grads_equals_eager(cuda: cg.Device) -> None:
     torch = _torch()
     gen = torch.Generator(device="cuda").manual_seed(3)

@@ -136,9 +136,14 @@ def _stream_to_pool(torch: Any, index: int, pool: Any) -> Iterator[None]:
     stream routing (``_cuda_beginAllocateCurrentStreamToPool``), nothing is
     routed: a backward in a capture then allocates outside the graph's pools.
     """
-    begin = getattr(torch._C, "_cuda_beginAllocateCurrentStreamToPool", None)
-    end = getattr(torch._C, "_cuda_endAllocateCurrentStreamToPool", None)
-    release = getattr(torch._C, "_cuda_releasePool", None)
+    c = torch._C
+    begin = getattr(c, "_cuda_beginAllocateCurrentStreamToPool", None)
+    # (PyTorch 2.8 and later end any routing with _cuda_endAllocateToPool; earlier ones had an
+    # end of its own for the stream's)
+    end = getattr(c, "_cuda_endAllocateToPool", None) or getattr(
+        c, "_cuda_endAllocateCurrentStreamToPool", None
+    )
+    release = getattr(c, "_cuda_releasePool", None)
     if begin is None or end is None or release is None:
         yield
         return
@@ -151,9 +156,9 @@ def _stream_to_pool(torch: Any, index: int, pool: Any) -> Iterator[None]:
         yield
     finally:
         try:
-            end(index)
-        except TypeError:  # (PyTorch 2.1-2.3: the pool's id too)
             end(index, pool.id)
+        except TypeError:  # (an earlier PyTorch's stream end: the device alone)
+            end(index)
         release(index, pool.id)
 
 
