@@ -729,6 +729,12 @@ def unsafe_blocker() -> Recording | None:
     return None
 
 
+def captures_here() -> bool:
+    """Whether this thread has a capture in progress, on any device, in any mode."""
+    me = threading.get_ident()
+    return any(r.thread == me for r in _all_active())
+
+
 def _all_active() -> list[Recording]:
     """Every capture in progress, on any device (once each).
 
