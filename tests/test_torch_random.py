@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import types
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +24,7 @@ import numpy as np
 import pytest
 
 import cudagraphs as cg
+from cudagraphs import _recording
 from cudagraphs.interop import _torch_rng
 
 TORCH_ERROR = "Attempt to increase offset for a CUDA generator not in capture mode."
@@ -60,7 +62,21 @@ class FakeTorch(types.ModuleType):
         self.Generator = FakeGenerator
         self.Tensor = type("Tensor", (), {})
         self.device = lambda kind, index=None: (kind, index)
-        self._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda index: 7)
+        # PyTorch's caching allocator: the pools it allocates to for captures underway
+        # (beginAllocateToPool), and the MemPools that died while one was (each one an abort of
+        # the process: ~MemPool empties its cache, which asserts that none is underway)
+        self.underway: list[Any] = []
+        self.aborts: list[Any] = []
+        self.handles = 0
+
+        def end_allocate_to_pool(index: int, pool: Any) -> None:
+            if pool not in self.underway:
+                raise RuntimeError("endAllocatePool: not currently recording to mempool_id")
+            self.underway.remove(pool)
+
+        self._C = types.SimpleNamespace(
+            _cuda_getCurrentRawStream=lambda index: 7, _cuda_endAllocateToPool=end_allocate_to_pool
+        )
         self.is_grad_enabled = lambda: False  # (what the graphed call asks before a capture)
         torch = self
         default = FakeGenerator()
@@ -70,19 +86,23 @@ class FakeTorch(types.ModuleType):
                 self.gens = [default]
                 self.increments: list[int] = []
                 self.fail_end = False
+                self.pool: Any = None
 
             def register_generator_state(self, g: FakeGenerator) -> None:
                 self.gens.append(g)
 
-            def capture_begin(self, capture_error_mode: str) -> None:
+            def capture_begin(self, pool: Any = None, capture_error_mode: str = "global") -> None:
                 torch.log.append(f"capture_begin {capture_error_mode}")
+                self.pool = pool if pool is not None else torch.cuda.graph_pool_handle()
+                torch.underway.append(self.pool)  # (the allocator's beginAllocateToPool)
                 for g in self.gens:
                     g.capturing, g.intragraph = True, 0
 
             def capture_end(self) -> None:
                 torch.log.append("capture_end")
-                if self.fail_end:
+                if self.fail_end:  # (as PyTorch's: cudaStreamEndCapture failed, nothing after it ran)
                     raise RuntimeError("capture_end failed")
+                torch._C._cuda_endAllocateToPool(0, self.pool)
                 self.increments = [g.intragraph for g in self.gens]
                 for g in self.gens:
                     g.capturing = False
@@ -106,7 +126,27 @@ class FakeTorch(types.ModuleType):
             stream=stream,
             synchronize=lambda index: torch.log.append("synchronize"),
             is_available=lambda: True,
+            graph_pool_handle=self._handle,
+            MemPool=type("MemPool", (FakeMemPool,), {"torch": self}),
         )
+
+    def _handle(self) -> tuple[int, int]:
+        self.handles += 1
+        return (0, self.handles)
+
+
+class FakeMemPool:
+    """A ``torch.cuda.MemPool``: its destruction while a capture is underway aborts the process."""
+
+    torch: FakeTorch  # (each stand-in's MemPool is a subclass that names it)
+
+    def __init__(self) -> None:
+        weakref.finalize(self, FakeMemPool._died, self.torch)
+
+    @staticmethod
+    def _died(torch: FakeTorch) -> None:
+        if torch.underway:
+            torch.aborts.append(list(torch.underway))
 
 
 @pytest.fixture
@@ -259,6 +299,57 @@ def test_graphed_callables_pass_their_generators_and_replay_the_shadow(
     shadow, generators = shadows[1]
     assert generators == (gen,)
     assert len(shadow.calls) == 2
+
+
+# PyTorch's allocator: no MemPool dies while it counts a capture underway ----------------------
+@pytest.fixture
+def real_shadows(torch: FakeTorch, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Captures on sim get real shadows against the stand-in PyTorch (on sim none is made)."""
+    made: list[Any] = []
+
+    def begin(device: Any, generators: tuple[Any, ...]) -> Any:
+        shadow = _torch_rng.Shadow(torch, 0, generators)
+        shadow._begin(synchronize=False)
+        made.append(shadow)
+        return shadow
+
+    monkeypatch.setattr(_torch_rng, "begin", begin)
+    return made
+
+
+def test_no_mempool_dies_while_a_shadow_is_open(dev: cg.Device, torch: FakeTorch, real_shadows: Any) -> None:
+    """The loop of test_interop_gpu's LOOP: each graph's pool, and its MemPool, die in the next capture.
+
+    The release queued then ran as the driver's capture ended (Recording's
+    drain), while the shadow was still open: on a GPU, PyTorch aborted.
+    """
+    x = cg.asarray(np.ones(8, dtype=np.float32))
+    for _ in range(3):
+        with cg.capture() as g:  # (the previous g, its pool and its MemPool die here)
+            g.pool.foreign["torch"] = torch.cuda.MemPool()  # (kept as interop.torch.route keeps it)
+            cg.ops.scale(2.0, x, x)
+        g.replay()
+        g.close()
+    del g
+    cg.Device(0).synchronize()  # (a safe point: what is still queued runs)
+    assert len(real_shadows) == 3
+    assert torch.underway == []
+    assert torch.aborts == []
+    np.testing.assert_allclose(x.get(), 8 * np.ones(8))
+
+
+def test_releases_wait_for_an_open_shadow(torch: FakeTorch) -> None:
+    ran: list[int] = []
+    shadow = _torch_rng.begin(_device(), ())
+    assert shadow is not None
+    try:
+        _recording.release(None, ran.append, 1)  # (another thread's, say: no capture of ours is active)
+        assert ran == []
+    finally:
+        shadow.end()
+    assert ran == [1]
+    _recording.release(None, ran.append, 2)
+    assert ran == [1, 2]
 
 
 # the refusals -------------------------------------------------------------------------------

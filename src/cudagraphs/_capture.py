@@ -172,8 +172,8 @@ class CaptureSession:
         self.stream._live()
         before = Event(self.device)  # (see _recording.mark)
         # the releases queued so far run now, before PyTorch's generators enter capture mode:
-        # one that destroys a torch.cuda.CUDAGraph (a dropped graph's shadow) or a MemPool while
-        # they are in it aborts the process (measured on an H200, torch 2.11)
+        # from then on until the shadow ends they wait (one that destroys a MemPool while PyTorch
+        # counts the shadow's capture underway aborts the process: see _recording.hold)
         _recording.drain()
         self.rng = _torch_rng.begin(self.device, self.generators)
         self.pool.acquire()

@@ -18,10 +18,13 @@ is entered: registering a generator allocates its two tensors), its
 ``capture_end`` after cudagraphs' capture ended, whatever ended it (else
 every later eager random op of PyTorch fails), and its ``replay`` on the
 replay stream before each launch of the graph (:meth:`Shadow.__call__`, the
-graph's ``_rng`` hook). A capture that drew nothing keeps no shadow: its
-replays pay nothing. The default generator of the capture's device is
-always registered; a ``torch.Generator(device="cuda")`` of the user's is
-registered when named by ``generators=``.
+graph's ``_rng`` hook). While a shadow is open, PyTorch's allocator counts
+a capture underway, and a ``torch.cuda.MemPool`` that dies then aborts the
+process: cudagraphs' releases, on every thread, wait until it ends
+(:func:`cudagraphs._recording.hold`). A capture that drew nothing keeps no
+shadow: its replays pay nothing. The default generator of the capture's
+device is always registered; a ``torch.Generator(device="cuda")`` of the
+user's is registered when named by ``generators=``.
 
 Which torch works this way is decided once by a self-test (:func:`works`):
 after 2.11 PyTorch tracks RNG per capture, and the shadow would not be
@@ -135,6 +138,9 @@ class Shadow:
 
     def _begin(self, synchronize: bool) -> None:
         torch = self.torch
+        # (from capture_begin to capture_end PyTorch's allocator counts a capture underway, and a
+        # MemPool that dies meanwhile aborts the process: cudagraphs' releases wait, see hold)
+        _recording.hold()
         for lock in self.locks:
             lock.acquire()
         try:
@@ -153,6 +159,7 @@ class Shadow:
     def _release(self) -> None:
         for lock in reversed(self.locks):
             lock.release()
+        _recording.unhold()
 
     def end(self) -> bool:
         """End the shadow's capture (idempotent); whether the capture drew random numbers.
