@@ -75,7 +75,9 @@ class FakeTorch(types.ModuleType):
             self.underway.remove(pool)
 
         self._C = types.SimpleNamespace(
-            _cuda_getCurrentRawStream=lambda index: 7, _cuda_endAllocateToPool=end_allocate_to_pool
+            _cuda_getCurrentRawStream=lambda index: 7,
+            _cuda_endAllocateToPool=end_allocate_to_pool,
+            _cuda_releasePool=lambda index, pool: self.log.append(f"releasePool {pool}"),
         )
         self.is_grad_enabled = lambda: False  # (what the graphed call asks before a capture)
         torch = self
@@ -445,14 +447,51 @@ def test_a_shadow_that_drew_nothing_says_so(torch: FakeTorch) -> None:
     assert shadow.end() is False
 
 
-def test_the_shadow_releases_its_locks_when_its_end_fails(torch: FakeTorch) -> None:
-    shadow = _torch_rng.begin(_device(), ())
+def test_a_shadow_whose_end_fails_ends_pytorchs_capture_and_releases_its_locks(torch: FakeTorch) -> None:
+    """Its capture invalidated (a device-wide synchronize in the captured code), capture_end fails.
+
+    PyTorch then left its allocator's capture underway (every MemPool dying
+    later would abort the process) and the generators in capture mode.
+    """
+    gen = FakeGenerator()
+    shadow = _torch_rng.begin(_device(), (gen,))
     assert shadow is not None
-    shadow.graph.fail_end = True
+    failed = shadow.graph
+    failed.fail_end = True
+    ran: list[int] = []
+    _recording.release(None, ran.append, 1)
     with pytest.raises(RuntimeError, match="capture_end failed"):
         shadow.end()
+    assert torch.underway == []
+    assert f"releasePool {failed.pool}" in torch.log
+    default = torch.cuda.default_generators[0]
+    assert not default.capturing
+    assert not gen.capturing
+    assert shadow.graph is not failed
+    assert ran == [1]  # (the releases held meanwhile ran)
     assert all(lock.acquire(blocking=False) for lock in shadow.locks)
     assert _torch_rng._open_here() == []
+    for lock in shadow.locks:
+        lock.release()
+
+
+def test_a_failed_capture_raises_its_own_error_when_the_shadow_fails_too(
+    dev: cg.Device, torch: FakeTorch, real_shadows: Any
+) -> None:
+    x = cg.asarray(np.ones(8, dtype=np.float32))
+    with pytest.raises(ValueError, match="mine"), cg.capture() as g:
+        g.pool.foreign["torch"] = torch.cuda.MemPool()
+        cg.ops.scale(2.0, x, x)
+        real_shadows[0].graph.fail_end = True  # (invalidated with the capture)
+        raise ValueError("mine")
+    del g
+    cg.Device(0).synchronize()
+    assert torch.underway == []
+    assert torch.aborts == []
+    with cg.capture() as g:  # the next capture works
+        cg.ops.scale(2.0, x, x)
+    g.replay()
+    np.testing.assert_allclose(x.get(), 2 * np.ones(8))
 
 
 def test_no_shadow_without_routing_or_when_the_self_test_failed(

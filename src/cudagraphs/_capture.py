@@ -38,6 +38,7 @@ the stream left usable.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -371,7 +372,10 @@ class CaptureSession:
         assert rec is not None
         assert graph is not None
         try:
-            self._end_rng()
+            # (what broke the capture may have broken the shadow's too, a device-wide synchronize
+            # does: its failure to end is a consequence, and the capture's own error is raised)
+            with contextlib.suppress(Exception):
+                self._end_rng()
         finally:
             self._release_failed(rec, graph, raw)
 

@@ -124,7 +124,7 @@ class Shadow:
     free the device tensors the graph's kernels read.
     """
 
-    __slots__ = ("generators", "graph", "index", "locks", "open", "streams", "torch")
+    __slots__ = ("generators", "graph", "index", "locks", "open", "pool", "streams", "torch")
 
     def __init__(self, torch: Any, index: int, generators: Sequence[Any]) -> None:
         self.torch = torch
@@ -135,6 +135,7 @@ class Shadow:
         self.graph = torch.cuda.CUDAGraph()
         self.streams: dict[int, Any] = {}  # PyTorch's stream object of each replay stream
         self.open = False
+        self.pool: Any = None  # the id of the allocator's pool of its capture (see _abandon)
 
     def _begin(self, synchronize: bool) -> None:
         torch = self.torch
@@ -148,8 +149,9 @@ class Shadow:
                 torch.cuda.synchronize(self.index)
             for g in self.generators[1:]:  # (the default one: capture_begin registers it)
                 self.graph.register_generator_state(g)
+            self.pool = torch.cuda.graph_pool_handle()
             with torch.cuda.stream(_side(torch, self.index)):
-                self.graph.capture_begin(capture_error_mode="relaxed")
+                self.graph.capture_begin(pool=self.pool, capture_error_mode="relaxed")
             self.open = True
             _open_here().append(self)
         except BaseException:
@@ -178,9 +180,13 @@ class Shadow:
             if self in opened:
                 opened.remove(self)
             side = _side(torch, self.index)
-            with torch.cuda.stream(side), warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=_EMPTY)
-                self.graph.capture_end()
+            try:
+                with torch.cuda.stream(side), warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", message=_EMPTY)
+                    self.graph.capture_end()
+            except BaseException:
+                self._abandon(side)
+                raise
             before = [g.get_offset() for g in self.generators]
             with torch.cuda.stream(side):
                 self.graph.replay()
@@ -192,6 +198,39 @@ class Shadow:
             return drew
         finally:
             self._release()
+
+    def _abandon(self, side: Any) -> None:
+        """Undo what a failed ``capture_end`` left: the allocator's capture, the generators' capture mode.
+
+        PyTorch (2.11) ends the allocator's routing to the graph's pool and
+        takes the generators out of capture mode only after
+        ``cudaStreamEndCapture`` succeeded. It fails when the shadow's capture
+        was invalidated: a device-wide synchronize in the captured code
+        invalidates every capture on the device. Left so, the allocator would
+        count a capture underway for good (every MemPool that dies later
+        aborts the process) and every eager random op would fail. The routing
+        is ended here (and the pool released, which the graph's ``reset`` does
+        only after a capture that ended), and a fresh graph's empty capture
+        takes the generators out of capture mode; the failed graph holds no
+        graph of the driver's.
+        """
+        torch = self.torch
+        try:
+            torch._C._cuda_endAllocateToPool(self.index, self.pool)
+        except RuntimeError:
+            pass  # (ended already: what failed came after, and the graph's reset releases the pool)
+        else:  # (its reset would not: capture_end failed before the capture counted as ended)
+            torch._C._cuda_releasePool(self.index, self.pool)
+        # (the failed graph dies once the fresh one registered the generators: the last graph
+        # unregistered frees a generator's device tensors, which other graphs' kernels may read)
+        failed, self.graph = self.graph, torch.cuda.CUDAGraph()
+        for g in self.generators[1:]:
+            self.graph.register_generator_state(g)
+        with torch.cuda.stream(side), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_EMPTY)
+            self.graph.capture_begin(capture_error_mode="relaxed")
+            self.graph.capture_end()
+        del failed
 
     def __call__(self, handle: int) -> None:
         """Before a launch of the graph on stream ``handle``: the generators advance.
