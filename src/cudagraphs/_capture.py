@@ -38,6 +38,7 @@ the stream left usable.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -51,6 +52,7 @@ from ._graph import Graph
 from ._pool import ForbidMemory, GraphMemory, GraphPool, PoolMemory
 from ._where import raised_at
 from .backends.base import CAPTURE_MODES
+from .interop import _torch_rng
 
 __all__ = [
     "EAGER_HINT",
@@ -138,9 +140,11 @@ class CaptureSession:
         pool: GraphPool | None,
         alloc: str,
         instantiate: bool = True,
+        generators: Any = None,
     ) -> None:
         if alloc not in ALLOC_POLICIES:
             raise ValueError(f"alloc must be one of {ALLOC_POLICIES}, got {alloc!r}")
+        self.generators = _torch_rng.check_generators(generators)
         device, stream = capture_options(device, stream, mode, pool)
         stream = resolve_stream(stream, device)
         self.device, self.stream, self.mode, self.alloc = device, stream, mode, alloc
@@ -150,22 +154,37 @@ class CaptureSession:
         self.rec: _recording.Recording | None = None
         self.graph: Graph | None = None
         self.routing: interop.Routing | None = None
+        self.rng: _torch_rng.Shadow | None = None
 
     def begin(self) -> Graph:
         """Start capturing; return the graph being captured (state ``capturing``).
+
+        PyTorch's generators are put in capture mode first (see
+        :mod:`cudagraphs.interop._torch_rng`): before the driver's capture
+        begins, and outside the capture's ``torch.cuda.MemPool``.
 
         Raises
         ------
         CaptureError
             If the stream is already being captured.
+        ValueError
+            For a generator of another device.
         """
         self.stream._live()
         before = Event(self.device)  # (see _recording.mark)
+        # the releases queued so far run now, before PyTorch's generators enter capture mode:
+        # from then on until the shadow ends they wait (one that destroys a MemPool while PyTorch
+        # counts the shadow's capture underway aborts the process: see _recording.hold)
+        _recording.drain()
+        self.rng = _torch_rng.begin(self.device, self.generators)
         self.pool.acquire()
         try:
             rec = _recording.begin(self.device, self.stream, self.mode, self.memory, before)
         except BaseException:
-            self.pool.drop([])
+            try:
+                self.pool.drop([])
+            finally:
+                self._end_rng()
             raise
         self.rec = rec
         self.graph = Graph._capturing(self.device, self.stream, self.pool, rec)
@@ -224,6 +243,8 @@ class CaptureSession:
             self._undo(None)
             raise
         try:
+            shadow = self.rng
+            drew = self._end_rng()
             memory = self.memory
             if isinstance(memory, GraphMemory) and memory.live:
                 raise CaptureError(
@@ -254,10 +275,32 @@ class CaptureSession:
                     "kernels, copies or memsets on the captured stream inside the block"
                 )
             graph._ready_from(raw, rec, self.alloc == "graph", self.instantiate)
+            if drew:
+                assert shadow is not None
+                graph._take_rng(shadow)
         except BaseException:
             self._undo(raw)
             raise
         return graph
+
+    def _end_rng(self) -> bool:
+        """End the PyTorch generators' capture mode (idempotent); whether the capture drew numbers.
+
+        A shadow that the graph does not keep is dropped once no capture is
+        active: its destruction destroys PyTorch's executable, which a
+        capture's mode may refuse (as every release of ours, see
+        :func:`cudagraphs._recording.release`).
+        """
+        shadow, self.rng = self.rng, None
+        if shadow is None:
+            return False
+        drew = False
+        try:
+            drew = shadow.end()
+        finally:
+            if not drew:
+                _recording.release(self.device, _drop, shadow)
+        return drew
 
     def fail(self, exc: BaseException, hint: str = EAGER_HINT) -> CaptureError | None:
         """Undo the capture that ``exc`` left; return the :class:`CaptureError` to raise instead, if any.
@@ -272,16 +315,24 @@ class CaptureSession:
         (``hint``: the alternative to moving the call out). cudagraphs' own
         CaptureErrors, other errors and BaseExceptions such as
         KeyboardInterrupt are not refusals: None, and the caller re-raises
-        ``exc`` unchanged. Either way the capture is undone (:meth:`abort`).
+        ``exc`` unchanged. A random-number call the capture cannot take
+        (PyTorch's generator not in capture mode, CuPy's cuRAND) breaks
+        nothing and is a refusal by its words alone
+        (:func:`cudagraphs.interop._torch_rng.refusal`). Either way the
+        capture is undone (:meth:`abort`).
         """
         refusal = None
         if isinstance(exc, Exception) and not isinstance(exc, CaptureError):
-            try:
-                invalid = _recording.status(self.stream) == "invalidated"
-            except Exception:  # (a driver that cannot say: only the error's words count)
-                invalid = False
-            if invalid or breaks_capture(exc):
-                refusal = self._refusal(exc, hint)
+            # (a random-number call the capture cannot take: PyTorch's generator not in capture
+            # mode, CuPy's cuRAND; it breaks nothing, so it is named by its words alone)
+            refusal = _torch_rng.refusal(exc, self.stream.handle)
+            if refusal is None:
+                try:
+                    invalid = _recording.status(self.stream) == "invalidated"
+                except Exception:  # (a driver that cannot say: only the error's words count)
+                    invalid = False
+                if invalid or breaks_capture(exc):
+                    refusal = self._refusal(exc, hint)
         self.abort()
         return refusal
 
@@ -320,10 +371,24 @@ class CaptureSession:
         rec, graph = self.rec, self.graph
         assert rec is not None
         assert graph is not None
+        try:
+            # (what broke the capture may have broken the shadow's too, a device-wide synchronize
+            # does: its failure to end is a consequence, and the capture's own error is raised)
+            with contextlib.suppress(Exception):
+                self._end_rng()
+        finally:
+            self._release_failed(rec, graph, raw)
+
+    def _release_failed(self, rec: _recording.Recording, graph: Graph, raw: Any) -> None:
+        """The graph failed; what its capture held is released (see :meth:`_undo`)."""
         graph._failed()
         res = Resources(self.device, raw, list(rec.keep), list(self.memory.pools.values()), [])
         rec.keep.clear()
         _recording.release(self.device, release_resources, res)
+
+
+def _drop(obj: object) -> None:
+    """Release the last reference to ``obj`` (an argument of a deferred release)."""
 
 
 class _CaptureContext:
@@ -354,6 +419,7 @@ def capture(
     pool: GraphPool | None = None,
     alloc: str = "pool",
     instantiate: bool = True,
+    generators: Any = None,
 ) -> Any:
     """Capture work queued on a stream into a :class:`Graph`.
 
@@ -388,17 +454,27 @@ def capture(
         False leaves the graph in state "captured": not replayable until
         ``g.instantiate()``, but usable as the source of ``other.update(g)``
         without paying for an instantiation.
+    generators : list of torch.Generator, optional
+        PyTorch generators of the capture's device (``torch.Generator(device=
+        "cuda")``) that the captured code draws random numbers from, besides
+        the default one, which is always registered: each replay draws new
+        numbers from them, as eager calls would (see docs/interop.md). Accepted
+        and unused where PyTorch is not routed (the sim backend).
 
     Raises
     ------
     CaptureError
         For work that cannot be recorded, a stream already being captured,
         or a capture that recorded nothing; for another library's call that
-        broke the capture (chained to that library's error).
+        broke the capture (chained to that library's error), and for random
+        numbers the capture cannot take (a PyTorch generator not named in
+        ``generators``, CuPy's ``cupy.random``).
+    TypeError
+        For ``generators`` that are not a list or tuple of CUDA ``torch.Generator`` objects.
     CaptureInvalidatedError
         If the capture was invalidated (by such work, or by the driver).
     """
-    ctx = _CaptureContext(CaptureSession(device, stream, mode, pool, alloc, instantiate))
+    ctx = _CaptureContext(CaptureSession(device, stream, mode, pool, alloc, instantiate, generators))
     if fn is None:
         if args:
             raise TypeError("capture() takes positional arguments only with a function to call")

@@ -157,6 +157,7 @@ class Graph:
         "_rec",
         "_records",
         "_res",
+        "_rng",
         "_traced",
         "_uploaded",
         "device",
@@ -191,6 +192,7 @@ class Graph:
     _moves: list[tuple[int, int, int]]  # repoint()s of other libraries' nodes, from the captured values
     _broken: Callable[[], BaseException] | None  # what replays raise once the graph is unusable
     _holders: weakref.WeakSet[Graph] | None  # graphs that embed this one (see _unusable)
+    _rng: Callable[[int], None] | None  # PyTorch's generators advanced before each launch, or None
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("Graph objects are made by cg.capture(), not directly")
@@ -205,7 +207,7 @@ class Graph:
         g._nodes = None  # read from the driver on first use
         g._exec = None
         g._fast_exec = 0
-        g._broken = g._holders = None
+        g._broken = g._holders = g._rng = None
         g._launch = device.backend.graph_launch
         g._uploaded = False
         g._finalizer = None
@@ -265,6 +267,17 @@ class Graph:
             self.state = GraphState.READY
         else:
             self.state = GraphState.CAPTURED
+
+    def _take_rng(self, shadow: Callable[[int], None]) -> None:
+        """The capture drew PyTorch's random numbers: ``shadow(stream handle)`` runs before each launch.
+
+        It advances the generators as eager calls would (see
+        :mod:`cudagraphs.interop._torch_rng`); the graph keeps it as long as
+        its executable, whose kernels read the device tensors it registered.
+        """
+        assert self._res is not None
+        self._res.keep.append(shadow)
+        self._rng = shadow
 
     def _set_exec(self, exec_: Any) -> None:
         """Take ``exec_`` (None: none) as the executable replays launch.
@@ -368,6 +381,7 @@ class Graph:
         self._records, source._records = _update.update(self, exec_, source), []
         self._bodies, self._moves, self._count = source._bodies, [], None
         source._res, source.state = None, GraphState.CONSUMED
+        self._rng, source._rng = source._rng, None  # (its kept shadow came with its resources)
         source._set_exec(None)
         self._traced = source._traced
         self._nodes = None
@@ -579,14 +593,23 @@ class Graph:
             _recording.refuse_beside_capture(stream, "Graph.replay()", "the graph")
         if exec_ is None:
             exec_ = self._ready("Graph.replay()")
-        elif self._fast_exec and cg_graph_launch(self._fast_exec, on.handle) == 0:
+        elif self._rng is None and self._fast_exec and cg_graph_launch(self._fast_exec, on.handle) == 0:
             self.replays += 1  # (launched by the C part's cuGraphLaunch, no Python call)
             return
+        if self._rng is not None:  # (PyTorch's generators advance first, on the same stream)
+            self._rng(on.handle)
         # (else the backend's launch; after a refusal of the C part's it launches again and raises)
         self._launch(exec_, on._raw)
         self.replays += 1
 
     def _embed(self, stream: Stream) -> None:
+        if self._rng is not None:
+            raise CaptureError(
+                "this graph draws PyTorch random numbers, whose generators advance on the host "
+                "before each launch: embedded in another capture it would replay the same numbers "
+                "every time; replay it outside captures, or draw the numbers in the enclosing "
+                "capture itself"
+            )
         if self._patched:
             raise CaptureError(
                 "this graph was changed node by node (rebind/set_arg), which changes its "
@@ -668,6 +691,7 @@ class Graph:
             _recording.release(self.device, release_resources, self._res)
         self._set_exec(None)
         self._res = None
+        self._rng = None
         self._later = False
         self._nodes = ()
         if self.state in (GraphState.READY, GraphState.CAPTURED):

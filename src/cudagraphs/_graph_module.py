@@ -104,7 +104,7 @@ class GraphModule:
 
     Every other keyword is :func:`cudagraphs.graphed`'s (``buckets``, ``warmup``,
     ``pool``, ``stream``, ``mode``, ``copy_outputs``, ``pad_value``, ``device``,
-    ``fallback``).
+    ``fallback``, ``generators``).
 
     Attributes
     ----------
@@ -143,6 +143,7 @@ class GraphModule:
         pad_value: Any = 0,
         device: Device | int | None = None,
         fallback: str = "raise",
+        generators: Sequence[Any] | None = None,
     ) -> None:
         if module is not None and not callable(module):
             raise TypeError(f"GraphModule wraps a callable or a torch.nn.Module, got {type(module).__name__}")
@@ -170,6 +171,7 @@ class GraphModule:
             pad_value=pad_value,
             device=device,
             fallback=fallback,
+            generators=generators,
         )
         self.graphed = GraphedCallable(self._run, options)
         self._seen: list[_Param] | None = None  # parameters as the graphs use them

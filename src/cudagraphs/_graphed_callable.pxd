@@ -50,6 +50,7 @@ cdef _still_valid(object leaves, _Lease lease)
 cdef class GraphedCallable:
     cdef object __weakref__
     cdef public object fn, buckets, dim, warmup, pool, mode, copy_outputs, pad_value, fallback
+    cdef public object generators
     cdef public DeviceFields device
     cdef public object _stream, _capture_stream, _lock, _last, _trainer
     cdef public dict _entries

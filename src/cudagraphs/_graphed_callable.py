@@ -320,6 +320,7 @@ class GraphedCallable:
         "dim",
         "fallback",
         "fn",
+        "generators",
         "mode",
         "pad_value",
         "pool",
@@ -336,6 +337,7 @@ class GraphedCallable:
     copy_outputs: bool
     pad_value: Any
     fallback: str
+    generators: tuple[Any, ...]  # PyTorch generators put in capture mode with each capture
     _stream: Stream | None
     _capture_stream: Stream | None
     _entries: dict[Any, Entry]
@@ -359,6 +361,7 @@ class GraphedCallable:
         self.copy_outputs = options.copy_outputs
         self.pad_value = options.pad_value
         self.fallback = options.fallback
+        self.generators = options.generators
         self._stream = options.stream
         self._capture_stream = None
         self._entries = {}
@@ -596,7 +599,7 @@ class GraphedCallable:
         if eager:  # (capturing runs nothing; the wait orders the side stream's own uses)
             side.wait(stream)  # (inside a capture it would join the side stream to it)
         before = self.pool.reserved
-        session = CaptureSession(self.device, side, self.mode, self.pool, "pool")
+        session = CaptureSession(self.device, side, self.mode, self.pool, "pool", generators=self.generators)
         graph = session.begin()
         try:
             try:
@@ -851,6 +854,7 @@ def graphed(
     fallback: str = "raise",
     grad: bool = False,
     params: Any = None,
+    generators: Sequence[Any] | None = None,
 ) -> Any:
     """Run ``fn`` as CUDA graphs: one per input shape (or bucket), captured on first use.
 
@@ -919,6 +923,11 @@ def graphed(
         With ``grad=True`` and a plain function: the tensors (weights it
         reads from a closure) gradients are taken for. A
         ``torch.nn.Module`` passed as ``fn`` uses its own parameters.
+    generators : list of torch.Generator, optional
+        PyTorch generators (``torch.Generator(device="cuda")``) that ``fn``
+        draws random numbers from, besides the default one of the device,
+        which is always registered: each call draws new numbers, as eager
+        calls would (see :func:`cudagraphs.capture`).
 
     Returns
     -------
@@ -947,6 +956,7 @@ def graphed(
         fallback=fallback,
         grad=grad,
         params=params,
+        generators=generators,
     )
 
     def make(f: Callable[..., Any]) -> GraphedCallable:

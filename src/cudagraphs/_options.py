@@ -16,6 +16,7 @@ import numpy as np
 from ._capture import capture_options
 from ._device import Device, Stream, StreamLike
 from ._pool import GraphPool
+from .interop import _torch_rng
 
 __all__ = ["FALLBACKS", "MAX_WARMUP", "GraphedOptions", "checked_params"]
 
@@ -56,6 +57,9 @@ class GraphedOptions:
     params : tuple or None
         The tensors, besides the inputs, a plain function's gradients are
         taken for (``grad=True`` only; a module's are its parameters).
+    generators : tuple of torch.Generator
+        PyTorch generators registered with every capture, besides the
+        device's default one (see :func:`cudagraphs.capture`).
     """
 
     buckets: tuple[int, ...] | None
@@ -70,6 +74,7 @@ class GraphedOptions:
     fallback: str = "raise"
     grad: bool = False
     params: tuple[Any, ...] | None = None
+    generators: tuple[Any, ...] = ()
 
     @classmethod
     def checked(
@@ -87,6 +92,7 @@ class GraphedOptions:
         fallback: str = "raise",
         grad: bool = False,
         params: Any = None,
+        generators: Sequence[Any] | None = None,
     ) -> GraphedOptions:
         """The options, checked (the keywords of :func:`cudagraphs.graphed`).
 
@@ -96,7 +102,8 @@ class GraphedOptions:
             For buckets that are not a non-empty sequence, a warmup that is
             not an int, a stream, pool or device that is not cudagraphs', a
             ``grad`` that is not a bool, ``params`` that are not a sequence
-            of tensors.
+            of tensors, generators that are not a list or tuple of CUDA
+            ``torch.Generator`` objects.
         ValueError
             For buckets that are not positive integers, a negative ``dim``, a
             warmup out of range, an unknown mode or fallback, a pool or stream
@@ -132,6 +139,7 @@ class GraphedOptions:
                 "grad=True calls replay on PyTorch's current stream, where autograd orders the "
                 "backward and the outputs' uses: stream= is not accepted with it"
             )
+        gens = _torch_rng.check_generators(generators)
         resolved, stream = capture_options(device, stream, mode, pool)
         if stream is not None and stream.device is not resolved:
             raise ValueError(f"stream {stream} is on {stream.device}, the callable on {resolved}")
@@ -148,6 +156,7 @@ class GraphedOptions:
             fallback=fallback,
             grad=grad,
             params=held,
+            generators=gens,
         )
 
 

@@ -729,6 +729,12 @@ def unsafe_blocker() -> Recording | None:
     return None
 
 
+def captures_here() -> bool:
+    """Whether this thread has a capture in progress, on any device, in any mode."""
+    me = threading.get_ident()
+    return any(r.thread == me for r in _all_active())
+
+
 def _all_active() -> list[Recording]:
     """Every capture in progress, on any device (once each).
 
@@ -818,12 +824,42 @@ _draining = threading.local()
 # begun capturing one meanwhile, that would break its capture)
 _acting = [0]
 _settled = threading.Condition(_lock)
+# other libraries' captures that cudagraphs began around its own and has not ended (PyTorch's
+# shadow graphs, interop._torch_rng): not in _ACTIVE, but releases wait for them too (see hold)
+_holds = [0]
+
+
+def hold() -> None:
+    """Another library's capture begins outside ours: releases wait until :func:`unhold`.
+
+    PyTorch's caching allocator counts a capture underway from a
+    ``torch.cuda.CUDAGraph``'s ``capture_begin`` to its ``capture_end``, and
+    a ``torch.cuda.MemPool`` that dies meanwhile aborts the process (its
+    destructor empties the pool's cache, which asserts that no capture is
+    underway: ``captures_underway.empty()``, CUDACachingAllocator.cpp, torch
+    2.11). The shadow graphs cudagraphs begins before its own capture and
+    ends after it (:mod:`cudagraphs.interop._torch_rng`) are such captures,
+    and a graph's release may drop a MemPool: releases are queued while one
+    is open, as while a capture is active, from every thread. A release
+    running now finishes first, as before a capture begins.
+    """
+    with _lock:
+        while _acting[0]:
+            _settled.wait()
+        _holds[0] += 1
+
+
+def unhold() -> None:
+    """The capture announced by :func:`hold` has ended: the releases queued meanwhile run (:func:`drain`)."""
+    with _lock:
+        _holds[0] -= 1
+    drain()
 
 
 def _act() -> bool:
-    """Whether no capture is active; if so, none begins until :func:`_acted`."""
+    """Whether no capture is active (nor held, see :func:`hold`); if so, none begins until :func:`_acted`."""
     with _lock:
-        if _ACTIVE:
+        if _ACTIVE or _holds[0]:
             return False
         _acting[0] += 1
         return True

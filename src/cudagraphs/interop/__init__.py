@@ -16,6 +16,11 @@ A library is never imported here: one that the program has not imported is
 not routed (nothing of it can run in the capture). Each adapter
 (:class:`Library`) also converts arrays both ways without copies and names
 the library's current stream, which graphed callables use.
+
+PyTorch's random numbers drawn in a capture advance its generators at every
+replay (:mod:`._torch_rng`: a graph that drew them keeps a shadow
+``torch.cuda.CUDAGraph`` whose replay advances them before each launch);
+CuPy's cuRAND host API is refused.
 """
 
 from __future__ import annotations
