@@ -114,3 +114,61 @@ def test_capture_all_of_a_grad_callable_captures_each_bucket(dev: cg.Device) -> 
     x = np.arange(6, dtype=np.float32).reshape(3, 2)
     np.testing.assert_allclose(f(cg.asarray(x, device=dev)).get(), 3 * x)
     assert f.stats()["misses"] == 0
+
+
+class _Grad:
+    """A static gradient as ``_training._copies`` sees it: a dtype, ``clone()``; how it was copied."""
+
+    def __init__(self, dtype: str, how: str = "static") -> None:
+        self.dtype, self.how = dtype, how
+
+    def clone(self) -> _Grad:
+        return _Grad(self.dtype, "clone")
+
+
+class _FakeTorch:
+    """The names ``_plan`` and ``_copies`` look up; ``_foreach_mul`` counts its calls."""
+
+    float32, float64, float16, bfloat16, complex64 = "float32", "float64", "float16", "bfloat16", "complex64"
+
+    def __init__(self) -> None:
+        self.foreach_calls = 0
+
+    def _foreach_mul(self, grads: list[_Grad], scalar: float) -> list[_Grad]:
+        assert scalar == 1.0
+        self.foreach_calls += 1
+        return [_Grad(g.dtype, "foreach") for g in grads]
+
+
+def _copied(grads: tuple[_Grad | None, ...], torch: _FakeTorch) -> list[Any]:
+    from cudagraphs._training import _copies, _plan, _Step
+
+    step = _Step(None)  # type: ignore[arg-type]  (only its gradients and plan are read)
+    step.grads = (_Grad("float32"), *grads)  # (an input's gradient first: k=1)
+    step.plan = _plan(step.grads[1:], torch)
+    return _copies(step, 1, torch)
+
+
+def test_param_gradients_are_copied_by_one_foreach_call() -> None:
+    """Every parameter of a real floating dtype: one ``_foreach_mul`` by 1, no clone."""
+    torch = _FakeTorch()
+    grads = (_Grad("float32"), _Grad("bfloat16"), _Grad("float64"), _Grad("float16"))
+    out = _copied(grads, torch)
+    assert torch.foreach_calls == 1
+    assert [(g.dtype, g.how) for g in out] == [(g.dtype, "foreach") for g in grads]
+
+
+def test_unused_and_complex_param_gradients_keep_their_places() -> None:
+    """None stays None (an unused parameter), a complex gradient is cloned, the rest multiplied."""
+    torch = _FakeTorch()
+    out = _copied((_Grad("float32"), None, _Grad("complex64"), _Grad("float16")), torch)
+    assert torch.foreach_calls == 1
+    assert out[1] is None
+    assert [(g.dtype, g.how) for g in (out[0], out[2], out[3])] == [
+        ("float32", "foreach"),
+        ("complex64", "clone"),
+        ("float16", "foreach"),
+    ]
+    torch = _FakeTorch()
+    assert _copied((None, _Grad("complex64")), torch)[0] is None
+    assert torch.foreach_calls == 0  # (nothing to multiply: no call)

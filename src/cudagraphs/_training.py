@@ -14,7 +14,8 @@ mode are differentiable, with the contract of PyTorch's
 * that Function's backward copies the incoming gradients into the static
   grad-output buffers (the padding rows of a bucket zeroed), replays the
   backward graph and returns copies of the static gradients, which autograd
-  accumulates into ``.grad`` as it does eagerly;
+  accumulates into ``.grad`` as it does eagerly (the parameters' made by a
+  few multi-tensor kernels, :func:`_copies`, not a ``clone()`` each);
 * the parameters are a ``torch.nn.Module``'s (the module passed as the
   function) or the ``params=`` given for a plain function.
 
@@ -49,6 +50,7 @@ from ._capture import CaptureSession
 from ._device import Stream
 from ._errors import CaptureError, StaleOutputError, StaleParameterError
 from ._staging import Entry, Input, array_of, first_rows, new_input
+from .interop.torch import ADAPTER as _TORCH
 
 __all__ = ["Trainer", "is_module", "refuse_untracked"]
 
@@ -100,6 +102,7 @@ class _Step:
         "grad_outs",
         "grads",
         "params",
+        "plan",
         "ptrs",
         "views",
     )
@@ -113,6 +116,7 @@ class _Step:
         self.ptrs: tuple[int, ...] = ()  # their addresses at the capture
         self.grad_outs: list[Any] = []  # per output: its static grad buffer, or None
         self.grads: tuple[Any, ...] = ()  # the backward's static gradients (inputs, params)
+        self.plan: tuple[list[Any], str] = ([], "")  # how _copies copies the params' gradients
 
 
 class Trainer:
@@ -382,6 +386,7 @@ class Trainer:
             step.backward, grads = self._captured(side, backward)
             step.backward.keep(*buffers)
             step.grads = tuple(grads)
+            step.plan = _plan(step.grads[len(step.grad_ins) :], torch)
         entry.memory = owner.pool.reserved - before
         self.steps[key] = step
         return step
@@ -461,17 +466,12 @@ class Trainer:
             stream = owner._begin_on(owner.device.external_stream(interop_stream(torch, index)))
             step.backward.replay(stream)
             out: list[Any] = [None, None]
-            k = 0
-            for _ in step.grad_ins:
-                g = step.grads[k]
-                k += 1
+            k = len(step.grad_ins)
+            for g in step.grads[:k]:
                 if g is not None and cut and g.dim() > d and g.shape[d] == bucket:
                     g = g.narrow(d, 0, n)
                 out.append(None if g is None else g.clone())  # (a copy: autograd may keep it as .grad)
-            for _ in step.params:
-                g = step.grads[k]
-                k += 1
-                out.append(None if g is None else g.clone())
+            out += _copies(step, k, torch)
             return tuple(out)
 
     def close(self) -> None:
@@ -496,8 +496,45 @@ class Trainer:
 
 
 def interop_stream(torch: Any, index: int) -> int:
-    """The handle of PyTorch's current stream on device ``index`` (the backward's)."""
-    return int(torch.cuda.current_stream(index).cuda_stream)
+    """The handle of PyTorch's current stream on device ``index`` (the backward's).
+
+    The adapter's: asked twice a training step (the call, its backward), it makes no
+    ``torch.cuda.Stream`` object where PyTorch has its raw query.
+    """
+    return _TORCH.current_stream(index)
+
+
+def _copies(step: _Step, k: int, torch: Any) -> list[Any]:
+    """Copies of the parameters' static gradients (``step.grads[k:]``, None kept).
+
+    Copies, not the static buffers, so that the next replay cannot overwrite a ``.grad`` (nor
+    add into itself: two backwards before ``zero_grad``); autograd keeps each copy as the
+    ``.grad`` of a parameter whose ``.grad`` is None (``zero_grad()``'s default) without copying
+    it again. Those of :func:`_plan`'s list are made by one ``torch._foreach_mul(list, 1.0)``
+    (a few multi-tensor kernels, where a ``clone()`` each costs a launch and PyTorch's host work
+    for each parameter); the others are cloned.
+    """
+    fast, kinds = step.plan
+    made = torch._foreach_mul(fast, 1.0) if fast else []
+    if len(made) == len(kinds):  # (the common case: every one of them)
+        return made
+    each = iter(made)
+    return [
+        next(each) if c == "f" else None if g is None else g.clone() for c, g in zip(kinds, step.grads[k:])
+    ]
+
+
+def _plan(grads: tuple[Any, ...], torch: Any) -> tuple[list[Any], str]:
+    """How :func:`_copies` copies these static gradients: (those it multiplies by 1, a letter each).
+
+    ``"f"``: multiplied, a gradient of a real floating dtype, whose x * 1.0 is x exactly
+    (IEEE: -0.0 and infinities kept; a NaN stays a NaN); ``"n"``: None (an unused parameter);
+    ``"c"``: cloned (a complex product is computed as complex: an infinite part times the
+    scalar's 0 would make a NaN).
+    """
+    exact = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+    kinds = "".join(["n" if g is None else "f" if g.dtype in exact else "c" for g in grads])
+    return [g for g, c in zip(grads, kinds) if c == "f"], kinds
 
 
 class _CallState:
