@@ -172,3 +172,117 @@ def test_unused_and_complex_param_gradients_keep_their_places() -> None:
     torch = _FakeTorch()
     assert _copied((None, _Grad("complex64")), torch)[0] is None
     assert torch.foreach_calls == 0  # (nothing to multiply: no call)
+
+
+class _Module:
+    """The parts of ``torch.nn.Module`` that ``_training._Tree`` reads; ``walks`` counts walks."""
+
+    walks = 0
+
+    def __init__(self, *params: object, **children: _Module | None) -> None:
+        self._parameters: dict[str, object] = {f"p{j}": p for j, p in enumerate(params)}
+        self._modules: dict[str, _Module | None] = dict(children)
+
+    def modules(self) -> Any:
+        yield self
+        for child in self._modules.values():
+            if child is not None:
+                yield from child.modules()
+
+    def parameters(self) -> Any:
+        _Module.walks += 1
+        seen: set[int] = set()
+        for m in self.modules():
+            for p in m._parameters.values():
+                if p is not None and id(p) not in seen:
+                    seen.add(id(p))
+                    yield p
+
+    def named_parameters(self) -> None: ...
+
+    def _named_members(self) -> None: ...
+
+    def named_modules(self) -> None: ...
+
+
+def _tree() -> tuple[Any, _Module, list[object]]:
+    from cudagraphs._training import _Tree
+
+    ps = [object() for _ in range(4)]
+    root = _Module(ps[0], a=_Module(ps[1], ps[2]), b=_Module(ps[3], c=None))
+    return _Tree(root, _Module), root, ps
+
+
+def _walks(tree: Any, root: _Module) -> int:
+    """How many walks the next ``tree.parameters()`` makes; checks its answer against a walk."""
+    before = _Module.walks
+    got = tree.parameters()
+    made = _Module.walks - before
+    assert got == tuple(root.parameters())
+    return made
+
+
+def test_a_modules_parameters_are_walked_once_while_its_tree_is_the_same() -> None:
+    tree, root, ps = _tree()
+    assert tree.parameters() == tuple(ps)
+    for _ in range(3):
+        assert _walks(tree, root) == 0
+    root._modules["a"]._parameters["p0"] = ps[1]  # (the same object again: nothing changed)
+    assert _walks(tree, root) == 0
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "replace a parameter",
+        "remove a parameter",
+        "add a parameter",
+        "replace a submodule",
+        "add a submodule",
+        "remove a submodule",
+        "replace a dictionary",
+        "swap a class",
+    ],
+)
+def test_a_changed_tree_is_walked_again(change: str) -> None:
+    """Each change a walk would see is seen by the next call (which walks, then stands again)."""
+    tree, root, ps = _tree()
+    tree.parameters()
+    a = root._modules["a"]
+    assert a is not None
+    if change == "replace a parameter":
+        a._parameters["p1"] = object()
+    elif change == "remove a parameter":
+        del a._parameters["p0"]
+    elif change == "add a parameter":
+        a._parameters["extra"] = object()
+    elif change == "replace a submodule":
+        root._modules["a"] = _Module(object())
+    elif change == "add a submodule":
+        a._modules["d"] = _Module(object())
+    elif change == "remove a submodule":
+        del root._modules["b"]
+    elif change == "replace a dictionary":
+        a._parameters = {"p0": ps[1]}  # (the other one's first parameter alone)
+    else:
+
+        class Other(_Module):
+            pass
+
+        a.__class__ = Other
+    assert _walks(tree, root) == 1
+    assert _walks(tree, root) == 0
+
+
+def test_a_module_class_that_walks_otherwise_is_walked_every_call() -> None:
+    from cudagraphs._training import _Tree
+
+    class Own(_Module):
+        def parameters(self) -> Any:
+            yield from super().parameters()
+
+    root = _Module(object(), own=Own(object()))
+    tree = _Tree(root, _Module)
+    tree.parameters()
+    assert _walks(tree, root) == 1
+    assert _walks(tree, root) == 1

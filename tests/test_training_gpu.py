@@ -363,6 +363,29 @@ def test_a_replaced_parameter_is_refused(cuda: cg.Device) -> None:
         f(x)
 
 
+@pytest.mark.parametrize("how", ["same memory", "a submodule", "data"])
+def test_a_parameter_replaced_otherwise_is_refused(cuda: cg.Device, how: str) -> None:
+    """A new Parameter on the old memory, a submodule replaced, or ``.data`` replaced.
+
+    (Autograd would fill the old Parameter's ``.grad``; the parameters are not walked again
+    until the module's tree changes; ``.data`` keeps the object on new memory.)
+    """
+    torch = _torch()
+    model = _mlp(torch)
+    f = cg.graphed(model, grad=True)
+    x = torch.randn(4, 16, device="cuda")
+    for _ in range(2):  # (the second call: the parameters from the first walk)
+        f(x).sum().backward()
+    if how == "same memory":
+        model[0].weight = torch.nn.Parameter(model[0].weight.detach())
+    elif how == "a submodule":
+        model[2] = torch.nn.Linear(32, 32).cuda()
+    else:
+        model[0].weight.data = model[0].weight.detach().clone()
+    with pytest.raises(cg.StaleParameterError):
+        f(x)
+
+
 def test_params_with_a_module_is_refused(cuda: cg.Device) -> None:
     torch = _torch()
     model = _mlp(torch)
