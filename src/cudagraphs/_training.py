@@ -512,7 +512,8 @@ class _Tree:
     modules it reached (where no module's class overrides how they are walked): while each of
     those modules' two dictionaries holds the same objects, in order, the last answer stands.
     A parameter or submodule replaced, added or removed (by ``setattr``, ``del``, or in the
-    dictionary itself), or a dictionary replaced, is seen by the next call, which walks again.
+    dictionary itself), a dictionary replaced or a module's class swapped, is seen by the next
+    call, which walks again.
     """
 
     __slots__ = ("base", "module", "modules", "params", "seen")
