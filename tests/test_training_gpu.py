@@ -379,8 +379,66 @@ def test_a_replaced_parameter_is_refused(cuda: cg.Device) -> None:
         f(x)
 
 
+@pytest.mark.parametrize("how", ["same memory", "a submodule", "data"])
+def test_a_parameter_replaced_otherwise_is_refused(cuda: cg.Device, how: str) -> None:
+    """A new Parameter on the old memory, a submodule replaced, or ``.data`` replaced.
+
+    (Autograd would fill the old Parameter's ``.grad``; the parameters are not walked again
+    until the module's tree changes; ``.data`` keeps the object on new memory.)
+    """
+    torch = _torch()
+    model = _mlp(torch)
+    f = cg.graphed(model, grad=True)
+    x = torch.randn(4, 16, device="cuda")
+    for _ in range(2):  # (the second call: the parameters from the first walk)
+        f(x).sum().backward()
+    if how == "same memory":
+        model[0].weight = torch.nn.Parameter(model[0].weight.detach())
+    elif how == "a submodule":
+        model[2] = torch.nn.Linear(32, 32).cuda()
+    else:
+        model[0].weight.data = model[0].weight.detach().clone()
+    with pytest.raises(cg.StaleParameterError):
+        f(x)
+
+
 def test_params_with_a_module_is_refused(cuda: cg.Device) -> None:
     torch = _torch()
     model = _mlp(torch)
     with pytest.raises(ValueError, match="plain function"):
         cg.graphed(model, grad=True, params=model.parameters())
+
+
+def test_param_gradients_are_fresh_copies_with_unused_and_double_params(cuda: cg.Device) -> None:
+    """The parameters' gradients: equal to eager, None where unused, never the graph's memory."""
+    torch = _torch()
+
+    class Mixed(torch.nn.Module):  # type: ignore[misc,name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(16, 8)
+            self.scale = torch.nn.Parameter(torch.ones(8, dtype=torch.float64))
+            self.unused = torch.nn.Parameter(torch.ones(3))
+
+        def forward(self, x: Any) -> Any:
+            return self.lin(x) * self.scale.float()
+
+    torch.manual_seed(0)
+    eager = Mixed().cuda()
+    model = copy.deepcopy(eager)
+    f = cg.graphed(model, grad=True)
+    kept = []
+    for x, y in _data(torch, (4, 16), 3):
+        for step, m in ((f, model), (eager, eager)):
+            m.zero_grad(set_to_none=True)
+            torch.nn.functional.mse_loss(step(x), y).backward()
+        for p, q in zip(eager.parameters(), model.parameters()):
+            if p.grad is None:
+                assert q.grad is None
+            else:
+                torch.testing.assert_close(q.grad, p.grad, **TOL)
+        assert model.unused.grad is None
+        kept.append([(q.grad, q.grad.clone()) for q in model.parameters() if q.grad is not None])
+    for grads in kept:  # a .grad kept from an earlier step is not overwritten by later replays
+        for g, was in grads:
+            assert torch.equal(g, was)

@@ -13,8 +13,10 @@ one process and on the same weights:
 
 Each graphed version is checked against the eager logits after the same
 steps. A training step at batch 1 (a 32-token sequence: forward, loss,
-backward, SGD) is timed eagerly and through ``cg.graphed(module, grad=True)``,
-on copies of the same weights checked against each other. The module also
+backward, SGD) is timed eagerly, with its forward and loss through
+``make_graphed_callables`` and ``cg.graphed(module, grad=True)``, and whole as
+one graph (``torch.cuda.graph``, ``cg.capture``), on copies of the same
+weights checked against each other (:func:`training_steps`). The module also
 measures the call overhead of a graphed callable
 beyond its bare replay, and the capture time and reserved memory of 8 batch
 buckets sharing one pool against 8 separate graphs.
@@ -23,6 +25,7 @@ buckets sharing one pool against 8 separate graphs.
 from __future__ import annotations
 
 import copy
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -31,7 +34,7 @@ from typing import Any
 import cudagraphs as cg
 from cudagraphs.bench import graphs
 
-__all__ = ["make_decoder", "run"]
+__all__ = ["make_decoder", "run", "training_steps"]
 
 
 def make_decoder(
@@ -213,8 +216,11 @@ def run(quick: bool = False) -> tuple[dict[str, dict[str, float]], list[str]]:
             f"{steps[name] / best_torch:.3f}x PyTorch's best graphed step"
         )
     notes.append(
-        f"decoder training step (forward, backward, SGD): cudagraphs graphed(grad=True) is "
-        f"{train['PyTorch eager'] / train['cudagraphs graphed (grad=True)']:.2f}x eager"
+        "decoder training step (forward, loss, backward, SGD): "
+        + ", ".join(
+            f"{k} {train['PyTorch eager'] / v:.2f}x" for k, v in train.items() if k != "PyTorch eager"
+        )
+        + " eager"
     )
     notes.append(
         f"graphed-callable overhead: cudagraphs {over['cudagraphs graphed']:.2f} µs, PyTorch "
@@ -229,7 +235,11 @@ def run(quick: bool = False) -> tuple[dict[str, dict[str, float]], list[str]]:
 
 
 def _trainable(torch: Any, model: Any) -> Any:
-    """A copy of the decoder that trains: causal attention over a whole sequence, no cache."""
+    """A copy of the decoder that trains, with its loss: causal attention over a whole sequence.
+
+    ``forward(seq)`` is the cross-entropy of each next token of ``seq`` (batch, length + 1);
+    ``logits(tokens)`` the decoder's part alone.
+    """
     decoder = copy.deepcopy(model).train().requires_grad_(True)
     heads = 4  # (make_decoder's default)
 
@@ -238,7 +248,7 @@ def _trainable(torch: Any, model: Any) -> Any:
             super().__init__()
             self.m = decoder
 
-        def forward(self, tokens: Any) -> Any:
+        def logits(self, tokens: Any) -> Any:
             m = self.m
             b, t = tokens.shape
             width = m.emb.weight.shape[1]
@@ -251,49 +261,136 @@ def _trainable(torch: Any, model: Any) -> Any:
                 x = x + blk.fc2(torch.nn.functional.gelu(blk.fc1(blk.ln2(x))))
             return m.head(m.lnf(x))
 
+        def forward(self, seq: Any) -> Any:
+            logits = self.logits(seq[:, :-1])
+            return torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), seq[:, 1:].reshape(-1)
+            )
+
     return Trainable()
 
 
-def _training(torch: Any, model: Any, n: int, rounds: int, notes: list[str]) -> dict[str, float]:
-    """Microseconds per training step at batch 1 (a 32-token sequence), eager and graphed.
+def _sgd(torch: Any, module: Any) -> Any:
+    """Every contender's optimizer: SGD, one multi-tensor update for all the parameters."""
+    return torch.optim.SGD(module.parameters(), lr=1e-3, foreach=True)
 
-    One step: the forward, the cross-entropy loss, the backward and an SGD
-    step; graphed, the decoder's forward and backward are graphs
-    (``cg.graphed(module, grad=True)``), the loss and the step eager. Both
-    train copies of the same weights on the same data, checked against each
-    other first.
+
+def _stepper(loss_of: Callable[[Any], Any], opt: Any, data: Any) -> Callable[[int], Any]:
+    """Training step i on ``data[i % 16]``: zero_grad (to None), the loss, its backward, the step."""
+
+    def step(i: int) -> Any:
+        opt.zero_grad(set_to_none=True)
+        loss = loss_of(data[i % 16])
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+def _whole_step(torch: Any, module: Any, opt: Any, data: Any, kind: str) -> Callable[[int], Any]:
+    """Training step i as one graph's replay: forward, loss, backward and SGD step captured whole.
+
+    PyTorch's recipe: three eager steps on a side stream first (libraries' workspaces made before
+    the capture), then ``.grad`` set to None (the backward's gradients become the graph's memory,
+    written by each replay). The warm-up's steps are undone (the parameters copied back), so that
+    every contender trains the same weights. ``kind``: ``"torch"`` captures with
+    ``torch.cuda.graph``, ``"cudagraphs"`` with ``cg.capture``; both replay on PyTorch's current
+    stream, after the copy of the step's tokens into the graph's static input.
+    """
+    static = data[0].clone()
+    saved = [p.detach().clone() for p in module.parameters()]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            module(static).backward()
+            opt.step()
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.no_grad():
+        for p, was in zip(module.parameters(), saved):
+            p.copy_(was)
+    opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    replay: Callable[[], Any]
+    if kind == "torch":
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            loss = module(static)
+            loss.backward()
+            opt.step()
+        replay = graph.replay
+    else:
+        with cg.capture() as g:
+            loss = module(static)
+            loss.backward()
+            opt.step()
+        stream = cg.Device(0).external_stream(torch.cuda.current_stream().cuda_stream)
+        replay = functools.partial(g.replay, stream)
+
+    def step(i: int) -> Any:
+        static.copy_(data[i % 16])
+        replay()
+        return loss
+
+    return step
+
+
+def training_steps(torch: Any, model: Any, data: Any, notes: list[str]) -> dict[str, Callable[[int], Any]]:
+    """Each contender's training step i at batch 1, on its own copy of the decoder's weights.
+
+    One step: zero_grad (to None), the forward and the cross-entropy loss of a 32-token sequence
+    (``data[i % 16]``, (1, 33) tokens), the backward and an SGD step (``foreach=True``):
+
+    * eagerly;
+    * the forward and loss through PyTorch's ``make_graphed_callables`` and through
+      ``cg.graphed(module, grad=True)`` (a forward and a backward graph), zero_grad, the
+      backward's start and the optimizer's step eager;
+    * the whole step as one graph, by ``torch.cuda.graph`` and by ``cg.capture``.
+    """
+    steps: dict[str, Callable[[int], Any]] = {}
+    eager = _trainable(torch, model)
+    steps["PyTorch eager"] = _stepper(eager, _sgd(torch, eager), data)
+    try:
+        # (it patches the forward of the module it is given)
+        mgc = _trainable(torch, model)
+        graphed_mgc = torch.cuda.make_graphed_callables(mgc, (data[0].clone(),))
+        steps["PyTorch make_graphed_callables"] = _stepper(graphed_mgc, _sgd(torch, mgc), data)
+    except Exception as exc:
+        notes.append(f"training step: make_graphed_callables skipped: {type(exc).__name__}: {exc}")
+    ours = _trainable(torch, model)
+    steps["cudagraphs graphed (grad=True)"] = _stepper(cg.graphed(ours, grad=True), _sgd(torch, ours), data)
+    for name, kind in (
+        ("PyTorch CUDAGraph (whole step)", "torch"),
+        ("cudagraphs capture (whole step)", "cudagraphs"),
+    ):
+        whole = _trainable(torch, model)
+        steps[name] = _whole_step(torch, whole, _sgd(torch, whole), data, kind)
+    return steps
+
+
+def _training(torch: Any, model: Any, n: int, rounds: int, notes: list[str]) -> dict[str, float]:
+    """Microseconds per training step at batch 1 (a 32-token sequence), each contender's.
+
+    The contenders are :func:`training_steps`'; their first 4 steps' losses are checked
+    against eager's first (each trains its own copy of the same weights on the same data).
     """
     gen = torch.Generator("cuda").manual_seed(2)
     data = torch.randint(0, 1024, (16, 1, 33), device="cuda", generator=gen)
-    eager_model, graphed_model = _trainable(torch, model), _trainable(torch, model)
-    graphed = cg.graphed(graphed_model, grad=True)
-    made = {}
-    for name, m, fwd in (("PyTorch eager", eager_model, eager_model), ("graphed", graphed_model, graphed)):
-        opt = torch.optim.SGD(m.parameters(), lr=1e-3)
-
-        def step(i: int, fwd: Any = fwd, opt: Any = opt) -> Any:
-            seq = data[i % 16]
-            opt.zero_grad(set_to_none=True)
-            logits = fwd(seq[:, :-1])
-            loss = torch.nn.functional.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]), seq[:, 1:].reshape(-1)
-            )
-            loss.backward()
-            opt.step()
-            return loss
-
-        made[name] = step
+    made = training_steps(torch, model, data, notes)
     losses = {name: [float(step(i)) for i in range(4)] for name, step in made.items()}
-    err = max(abs(a - b) for a, b in zip(losses["PyTorch eager"], losses["graphed"]))
+    want = losses["PyTorch eager"]
+    err = max(abs(a - b) for got in losses.values() for a, b in zip(want, got))
     if err > 1e-3:
-        raise AssertionError(f"decoder training: graphed steps differ from eager by {err:.3g}")
-    notes.append(f"decoder training: 4 graphed steps match eager (max loss difference {err:.2g})")
+        worst = max(losses, key=lambda k: max(abs(a - b) for a, b in zip(want, losses[k])))
+        raise AssertionError(f"decoder training: {worst}'s steps differ from eager by {err:.3g}")
+    notes.append(f"decoder training: 4 steps of each contender match eager (max loss difference {err:.2g})")
     times: dict[str, float] = {}
-    names = {"PyTorch eager": "PyTorch eager", "graphed": "cudagraphs graphed (grad=True)"}
     for _ in range(rounds):  # interleaved
         for name, step in made.items():
             us = _time_steps(step, torch.cuda.synchronize, max(n // 3, 30), 1)
-            times[names[name]] = min(times.get(names[name], us), us)
+            times[name] = min(times.get(name, us), us)
     return times
 
 
