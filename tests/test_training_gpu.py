@@ -97,20 +97,32 @@ def test_training_through_a_graphed_module_equals_eager(cuda: cg.Device, kind: s
     assert {kind for _, kind in stats["graphs"]} == {"forward", "backward"}
 
 
-def test_the_backward_allocates_from_the_graphs_pool(cuda: cg.Device) -> None:
-    """The backward runs on autograd's device thread: its temporaries come from the graph's pool too.
+def test_the_backward_runs_in_the_graphs_pool_and_replays_the_same(cuda: cg.Device) -> None:
+    """Inside a capture the backward runs on the capturing thread: its memory is the graph's pool.
 
-    (Routed by stream; from the general pool, they would be handed to other tensors after the
-    capture while every replay of the backward still writes them.)
+    (On autograd's device thread its temporaries came from the general pool, handed to other
+    tensors after the capture while every replay of the backward still used them.) Replayed
+    twice on the same gradient, the backward graph gives the same gradients.
     """
     torch = _torch()
-    model = _mlp(torch)
-    f = cg.graphed(model, grad=True)
+    f = cg.graphed(_mlp(torch), grad=True)
     x = torch.randn(4, 16, device="cuda")
     f(x).sum().backward()
     torch.cuda.synchronize()
-    routed = f.pool.foreign["torch-stream"]
-    assert sum(s["total_size"] for s in routed.snapshot()) > 0
+    assert sum(s["total_size"] for s in f.pool.foreign["torch"].snapshot()) > 0
+    step = next(iter(f._trainer.steps.values()))
+    for g in step.grad_outs:
+        if g is not None:
+            g.fill_(1.0)
+    runs = []
+    for _ in range(2):
+        step.backward.replay()
+        torch.cuda.synchronize()
+        churn = [torch.full((n,), float("nan"), device="cuda") for n in (64, 512, 4096, 32768) * 4]
+        del churn
+        runs.append([g.clone() for g in step.grads if g is not None])
+    for a, b in zip(*runs):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
 def test_a_plain_function_with_params_and_input_grads_equals_eager(cuda: cg.Device) -> None:

@@ -652,10 +652,9 @@ class GraphedCallable:
 
     def _reserved(self) -> int:
         total = self.pool.reserved
-        for name in ("torch", "torch-stream"):  # (the second: allocations of autograd's thread)
-            torch_pool = self.pool.foreign.get(name)
-            if torch_pool is not None:
-                total += _torch_pool_bytes(torch_pool)
+        torch_pool = self.pool.foreign.get("torch")
+        if torch_pool is not None:
+            total += _torch_pool_bytes(torch_pool)
         return total
 
     # outputs ------------------------------------------------------------------------------

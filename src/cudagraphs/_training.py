@@ -388,7 +388,12 @@ class Trainer:
         step.grad_outs = [torch.empty_like(o) if o.requires_grad else None for o in outs_list]
         if diff and wrt:
             buffers = [g for g in step.grad_outs if g is not None]
-            backward = functools.partial(torch.autograd.grad, diff, wrt, buffers, allow_unused=True)
+            # (retain_graph: the forward's saved tensors stay, and no memory of theirs is handed
+            # to the backward's own temporaries: a second backward before the next forward, as
+            # retain_graph allows eagerly, reads them as they were)
+            backward = functools.partial(
+                torch.autograd.grad, diff, wrt, buffers, allow_unused=True, retain_graph=True
+            )
             step.backward, grads = self._captured(side, backward)
             step.backward.keep(*buffers)
             step.grads = tuple(grads)

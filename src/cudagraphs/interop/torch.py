@@ -68,14 +68,13 @@ class TorchLibrary:
                     pool = shared["torch"] = torch.cuda.MemPool()
                 keep.append(pool)
                 stack.enter_context(torch.cuda.use_mem_pool(pool, device=device.index))
-                # a backward runs its CUDA work on autograd's device thread, whose allocations
-                # use_mem_pool (this thread's) does not route: they go to a second pool, by
-                # stream, as torch.cuda.graph routes them (its capture's stream filter)
-                stream_pool = shared.get("torch-stream")
-                if stream_pool is None:
-                    stream_pool = shared["torch-stream"] = torch.cuda.MemPool()
-                keep.append(stream_pool)
-                stack.enter_context(_stream_to_pool(torch, device.index, stream_pool))
+                # a backward runs its CUDA work on autograd's device threads, whose allocations
+                # use_mem_pool (this thread's) does not route: inside the capture, it runs on
+                # this thread instead (as PyTorch's compiler runs it), every allocation routed and
+                # every call the capture forbids refused here
+                single = getattr(torch.autograd, "set_multithreading_enabled", None)
+                if single is not None:
+                    stack.enter_context(single(False))
             yield
 
     def describe(self, obj: Any) -> tuple[int, tuple[int, ...], Any, bool, int]:
@@ -124,42 +123,6 @@ class TorchLibrary:
         if raw:  # (no Stream object made: the fast way)
             return int(raw(device_index))
         return int(sys.modules["torch"].cuda.current_stream(device_index).cuda_stream)
-
-
-@contextlib.contextmanager
-def _stream_to_pool(torch: Any, index: int, pool: Any) -> Iterator[None]:
-    """Route allocations on PyTorch's current stream, from any thread, to ``pool``.
-
-    The calling thread's go to the pool ``use_mem_pool`` entered before
-    (PyTorch checks its filters in order); those of autograd's device
-    threads, on the captured stream, come here. Where this PyTorch has no
-    stream routing (``_cuda_beginAllocateCurrentStreamToPool``), nothing is
-    routed: a backward in a capture then allocates outside the graph's pools.
-    """
-    c = torch._C
-    begin = getattr(c, "_cuda_beginAllocateCurrentStreamToPool", None)
-    # (PyTorch 2.8 and later end any routing with _cuda_endAllocateToPool; earlier ones had an
-    # end of its own for the stream's)
-    end = getattr(c, "_cuda_endAllocateToPool", None) or getattr(
-        c, "_cuda_endAllocateCurrentStreamToPool", None
-    )
-    release = getattr(c, "_cuda_releasePool", None)
-    if begin is None or end is None or release is None:
-        yield
-        return
-    try:
-        begin(index, pool.id)
-    except RuntimeError:  # (a PyTorch that refuses it: only this thread's allocations are routed)
-        yield
-        return
-    try:
-        yield
-    finally:
-        try:
-            end(index, pool.id)
-        except TypeError:  # (an earlier PyTorch's stream end: the device alone)
-            end(index)
-        release(index, pool.id)
 
 
 def _torch_stream(torch: Any, handle: int, index: int) -> Any:

@@ -275,8 +275,8 @@ def repointed(
                 raise UpdateError(f"node {i} ({node.kind}) uses the memory: capture again", i)
         else:
             raise UpdateError(
-                f"node {i} ({node.kind}) may use the memory inside a graph cudagraphs cannot "
-                "see into: capture again",
+                f"node {i} (a {node.kind} node, inside which cudagraphs cannot see) may use the "
+                "memory: capture again",
                 i,
             )
     return changes
