@@ -52,7 +52,7 @@ def main(n: int) -> None:
     times = {}
     for name, fn in (("plain", plain), ("random", random)):
         t0 = time.perf_counter()
-        with cg.capture() as g:
+        with cg.capture(generators=True) as g:
             fn()
         times[name] = (time.perf_counter() - t0) * 1e3
         sync = g.stream.synchronize

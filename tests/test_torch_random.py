@@ -29,7 +29,7 @@ from cudagraphs.interop import _torch_rng
 
 TORCH_ERROR = "Attempt to increase offset for a CUDA generator not in capture mode."
 CURAND_ERROR = "calling cuRAND API during stream capture is currently unsupported"
-ACCEPTED = r"generators must be a list or tuple of torch.Generator\(device='cuda'\) objects"
+ACCEPTED = r"generators must be True or a list or tuple of torch.Generator\(device='cuda'\) objects"
 
 
 # a stand-in PyTorch: generators with host offsets, a CUDAGraph that keeps their bookkeeping
@@ -232,7 +232,7 @@ def shadows(monkeypatch: pytest.MonkeyPatch) -> list[tuple[FakeShadow, tuple[Any
 
 def test_a_capture_that_drew_calls_its_shadow_before_each_replay(dev: cg.Device, shadows: Any) -> None:
     x = cg.asarray(np.ones(8, dtype=np.float32))
-    with cg.capture() as g:
+    with cg.capture(generators=True) as g:
         cg.ops.scale(2.0, x, x)
     shadow, _ = shadows[1]
     assert shadow.begun == "none"
@@ -248,7 +248,7 @@ def test_a_capture_that_drew_calls_its_shadow_before_each_replay(dev: cg.Device,
     assert g.replays == 3
     other.synchronize()
     np.testing.assert_allclose(x.get(), 8 * np.ones(8))
-    with pytest.raises(cg.CaptureError, match="draws PyTorch random numbers"), cg.capture():
+    with pytest.raises(cg.CaptureError, match="draws PyTorch random numbers"), cg.capture(generators=True):
         g.replay()
     g.close()
     assert g._rng is None
@@ -257,7 +257,7 @@ def test_a_capture_that_drew_calls_its_shadow_before_each_replay(dev: cg.Device,
 def test_a_capture_that_drew_nothing_keeps_no_shadow(dev: cg.Device, shadows: Any) -> None:
     shadows[0][0].calls[0] = False
     x = cg.asarray(np.ones(8, dtype=np.float32))
-    with cg.capture() as g:
+    with cg.capture(generators=True) as g:
         cg.ops.scale(2.0, x, x)
     shadow, _ = shadows[1]
     assert shadow.ended == ["none"]
@@ -268,12 +268,12 @@ def test_a_capture_that_drew_nothing_keeps_no_shadow(dev: cg.Device, shadows: An
 
 def test_a_failed_capture_ends_its_shadow_after_the_capture(dev: cg.Device, shadows: Any) -> None:
     x = cg.asarray(np.ones(8, dtype=np.float32))
-    with pytest.raises(ValueError, match="mine"), cg.capture():
+    with pytest.raises(ValueError, match="mine"), cg.capture(generators=True):
         cg.ops.scale(2.0, x, x)
         raise ValueError("mine")
     shadow, _ = shadows[1]
     assert shadow.ended == ["none"]
-    with cg.capture() as g:  # the stream is usable
+    with cg.capture(generators=True) as g:  # the stream is usable
         cg.ops.scale(2.0, x, x)
     g.replay()
     np.testing.assert_allclose(x.get(), 2 * np.ones(8))
@@ -281,9 +281,9 @@ def test_a_failed_capture_ends_its_shadow_after_the_capture(dev: cg.Device, shad
 
 def test_a_capture_that_cannot_begin_ends_its_shadow(dev: cg.Device, shadows: Any) -> None:
     x = cg.asarray(np.ones(8, dtype=np.float32))
-    with cg.capture():
+    with cg.capture(generators=True):
         cg.ops.scale(2.0, x, x)
-        with pytest.raises(cg.CaptureError, match="already"), cg.capture():
+        with pytest.raises(cg.CaptureError, match="already"), cg.capture(generators=True):
             pass
     inner = shadows[2][0]
     assert inner.ended == ["active"]  # (the outer capture is still going on then)
@@ -310,7 +310,7 @@ def real_shadows(torch: FakeTorch, monkeypatch: pytest.MonkeyPatch) -> list[Any]
     made: list[Any] = []
 
     def begin(device: Any, generators: tuple[Any, ...]) -> Any:
-        shadow = _torch_rng.Shadow(torch, 0, generators)
+        shadow = _torch_rng.Shadow(torch, 0, generators or ())
         shadow._begin(synchronize=False)
         made.append(shadow)
         return shadow
@@ -327,7 +327,7 @@ def test_no_mempool_dies_while_a_shadow_is_open(dev: cg.Device, torch: FakeTorch
     """
     x = cg.asarray(np.ones(8, dtype=np.float32))
     for _ in range(3):
-        with cg.capture() as g:  # (the previous g, its pool and its MemPool die here)
+        with cg.capture(generators=True) as g:  # (the previous g, its pool and its MemPool die here)
             g.pool.foreign["torch"] = torch.cuda.MemPool()  # (kept as interop.torch.route keeps it)
             cg.ops.scale(2.0, x, x)
         g.replay()
@@ -357,12 +357,12 @@ def test_releases_wait_for_an_open_shadow(torch: FakeTorch) -> None:
 # the refusals -------------------------------------------------------------------------------
 def test_a_generator_not_in_capture_mode_is_a_named_refusal(dev: cg.Device) -> None:
     x = cg.asarray(np.ones(8, dtype=np.float32))
-    with pytest.raises(cg.CaptureError) as info, cg.capture():
+    with pytest.raises(cg.CaptureError) as info, cg.capture(generators=True):
         cg.ops.scale(2.0, x, x)
         FakeGenerator().draw(4)
     text = str(info.value)
     assert "PyTorch refused a random-number call" in text
-    assert "generators=[gen]" in text
+    assert "generators=True" in text
     assert f"{__file__}:" in text
     assert isinstance(info.value.__cause__, RuntimeError)
     assert cg.capture_status() == "none"
@@ -374,7 +374,7 @@ def test_a_torch_that_fails_the_self_test_is_named_with_its_version(
     monkeypatch.setattr(_torch_rng, "_verdict", [False, "RuntimeError: could not find the CUDAGraph"])
     torch.__version__ = "2.13.0"  # type: ignore[attr-defined]
     refused = r"PyTorch 2\.13\.0's generators .*self-test: RuntimeError"
-    with pytest.raises(cg.CaptureError, match=refused), cg.capture():
+    with pytest.raises(cg.CaptureError, match=refused), cg.capture(generators=True):
         cg.ops.scale(2.0, cg.asarray(np.ones(4, dtype=np.float32)))
         FakeGenerator().draw(4)
 
@@ -382,7 +382,7 @@ def test_a_torch_that_fails_the_self_test_is_named_with_its_version(
 def test_cupy_random_is_a_named_refusal(dev: cg.Device) -> None:
     x = cg.asarray(np.ones(8, dtype=np.float32))
     refused = r"CuPy refused a random-number call .*cg\.random"
-    with pytest.raises(cg.CaptureError, match=refused) as info, cg.capture():
+    with pytest.raises(cg.CaptureError, match=refused) as info, cg.capture(generators=True):
         cg.ops.scale(2.0, x, x)
         raise NotImplementedError(CURAND_ERROR)
     assert isinstance(info.value.__cause__, NotImplementedError)
@@ -479,7 +479,7 @@ def test_a_failed_capture_raises_its_own_error_when_the_shadow_fails_too(
     dev: cg.Device, torch: FakeTorch, real_shadows: Any
 ) -> None:
     x = cg.asarray(np.ones(8, dtype=np.float32))
-    with pytest.raises(ValueError, match="mine"), cg.capture() as g:
+    with pytest.raises(ValueError, match="mine"), cg.capture(generators=True) as g:
         g.pool.foreign["torch"] = torch.cuda.MemPool()
         cg.ops.scale(2.0, x, x)
         real_shadows[0].graph.fail_end = True  # (invalidated with the capture)
@@ -488,7 +488,7 @@ def test_a_failed_capture_raises_its_own_error_when_the_shadow_fails_too(
     cg.Device(0).synchronize()
     assert torch.underway == []
     assert torch.aborts == []
-    with cg.capture() as g:  # the next capture works
+    with cg.capture(generators=True) as g:  # the next capture works
         cg.ops.scale(2.0, x, x)
     g.replay()
     np.testing.assert_allclose(x.get(), 2 * np.ones(8))
@@ -512,9 +512,9 @@ def test_a_shadow_inside_an_open_shadow_is_not_made(torch: FakeTorch) -> None:
 
 def test_an_update_takes_the_sources_shadow(dev: cg.Device, shadows: Any) -> None:
     x = cg.asarray(np.ones(8, dtype=np.float32))
-    with cg.capture() as g:
+    with cg.capture(generators=True) as g:
         cg.ops.scale(2.0, x, x)
-    with cg.capture(instantiate=False) as source:
+    with cg.capture(instantiate=False, generators=True) as source:
         cg.ops.scale(3.0, x, x)
     first, second = shadows[1][0], shadows[2][0]
     assert g._rng is first

@@ -73,7 +73,7 @@ def _setup(torch: Any) -> tuple[dict[str, Any], Any, Any]:
 
 def test_each_replay_draws_new_numbers_equal_to_eager_after_the_same_seed(torch: Any) -> None:
     out, p, x = _setup(torch)
-    with cg.capture() as g:
+    with cg.capture(generators=True) as g:
         _draws(torch, out, p, x)
     assert g._rng is not None
     torch.manual_seed(123)
@@ -102,7 +102,7 @@ def test_each_replay_draws_new_numbers_equal_to_eager_after_the_same_seed(torch:
 
 def test_replays_are_reproducible_from_manual_seed(torch: Any) -> None:
     out, p, x = _setup(torch)
-    with cg.capture() as g:
+    with cg.capture(generators=True) as g:
         _draws(torch, out, p, x)
 
     def run(seed: int) -> list[Any]:
@@ -125,9 +125,9 @@ def test_two_graphs_sharing_the_default_generator_replay_as_eager(torch: Any) ->
     torch.rand(N, device="cuda")
     torch.randn(N, device="cuda")
     torch.cuda.synchronize()
-    with cg.capture() as ga:
+    with cg.capture(generators=True) as ga:
         a.copy_(torch.rand(N, device="cuda"))
-    with cg.capture() as gb:
+    with cg.capture(generators=True) as gb:
         b.copy_(torch.randn(2 * N, device="cuda"))
     torch.manual_seed(9)
     got = []
@@ -167,7 +167,7 @@ def test_a_user_generator_passed_by_the_option(torch: Any) -> None:
 def test_an_unregistered_user_generator_is_a_refusal_naming_the_option(torch: Any) -> None:
     gen = torch.Generator(device="cuda")
     out = torch.empty(N, device="cuda")
-    with pytest.raises(cg.CaptureError, match=r"generators=\[gen\]") as info, cg.capture():
+    with pytest.raises(cg.CaptureError, match=r"generators=\[gen") as info, cg.capture(generators=True):
         out.copy_(torch.rand(N, device="cuda", generator=gen))
     assert "not in capture mode" in str(info.value.__cause__)
     torch.rand(4, device="cuda", generator=gen)  # eager still works
@@ -178,7 +178,7 @@ def test_dropout_in_a_graphed_training_module_differs_per_call(torch: Any) -> No
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Dropout(0.5)).cuda().train()
     x = torch.randn(32, 64, device="cuda")
     with torch.no_grad():
-        f = cg.graphed(model, copy_outputs=True)
+        f = cg.graphed(model, copy_outputs=True, generators=True)
         a, b = f(x), f(x)
         torch.manual_seed(3)
         c = f(x)
@@ -198,7 +198,7 @@ def test_top_k_then_multinomial_sampling_graphed(torch: Any) -> None:
         return torch.gather(idx, -1, choice)
 
     logits = torch.randn(8, 1000, device="cuda")
-    f = cg.graphed(sample, copy_outputs=True)
+    f = cg.graphed(sample, copy_outputs=True, generators=True)
     f(logits)  # warmed up and captured (their draws come before the seed)
     torch.manual_seed(11)
     got = [f(logits) for _ in range(4)]
@@ -214,7 +214,7 @@ def test_a_graph_without_random_numbers_keeps_no_shadow(torch: Any) -> None:
     x = torch.randn(N, device="cuda")
     out = torch.empty(N, device="cuda")
     before = torch.cuda.default_generators[0].get_offset()
-    with cg.capture() as g:
+    with cg.capture(generators=True) as g:
         out.copy_(x * 2)
     assert g._rng is None
     g.replay()
@@ -226,18 +226,18 @@ def test_a_graph_without_random_numbers_keeps_no_shadow(torch: Any) -> None:
 def test_a_failed_capture_leaves_eager_random_numbers_usable(torch: Any) -> None:
     out = torch.empty(N, device="cuda")
     torch.rand(N, device="cuda")
-    with pytest.raises(ValueError, match="half-way"), cg.capture():
+    with pytest.raises(ValueError, match="half-way"), cg.capture(generators=True):
         out.copy_(torch.rand(N, device="cuda"))
         raise ValueError("half-way")
     torch.manual_seed(1)
     a = torch.rand(N, device="cuda")
     torch.manual_seed(1)
     assert torch.equal(a, torch.rand(N, device="cuda"))
-    with pytest.raises(cg.CaptureError), cg.capture():  # a refusal (a host read) after drawing
+    with pytest.raises(cg.CaptureError), cg.capture(generators=True):  # a refusal (a host read) after drawing
         out.copy_(torch.rand(N, device="cuda"))
         out.sum().item()
     torch.rand(N, device="cuda")
-    with cg.capture() as g:  # and the next capture works
+    with cg.capture(generators=True) as g:  # and the next capture works
         out.copy_(torch.rand(N, device="cuda"))
     g.replay()
     g.stream.synchronize()
@@ -246,9 +246,9 @@ def test_a_failed_capture_leaves_eager_random_numbers_usable(torch: Any) -> None
 def test_an_rng_graph_cannot_be_embedded(torch: Any) -> None:
     out = torch.empty(N, device="cuda")
     torch.rand(N, device="cuda")
-    with cg.capture() as g:
+    with cg.capture(generators=True) as g:
         out.copy_(torch.rand(N, device="cuda"))
-    with pytest.raises(cg.CaptureError, match="draws PyTorch random numbers"), cg.capture():
+    with pytest.raises(cg.CaptureError, match="draws PyTorch random numbers"), cg.capture(generators=True):
         g.replay()
 
 
@@ -268,7 +268,7 @@ def test_a_torch_that_fails_the_self_test_refuses_by_version(
     out = torch.empty(N, device="cuda")
     torch.rand(N, device="cuda")
     refusal = re.escape(f"PyTorch {torch.__version__}'s generators")
-    with pytest.raises(cg.CaptureError, match=refusal), cg.capture():
+    with pytest.raises(cg.CaptureError, match=refusal), cg.capture(generators=True):
         out.copy_(torch.rand(N, device="cuda"))
     torch.rand(N, device="cuda")  # eager still works
 
@@ -283,7 +283,7 @@ def test_captures_in_two_threads_are_serialized_and_replay_as_eager(torch: Any) 
 
     def capture(i: int) -> None:
         try:
-            with cg.capture() as g:  # (the backend setting is the process's)
+            with cg.capture(generators=True) as g:  # (the backend setting is the process's)
                 outs[i].copy_(torch.rand(N, device="cuda"))
             graphs[i] = g
         except BaseException as exc:

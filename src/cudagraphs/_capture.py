@@ -454,12 +454,14 @@ def capture(
         False leaves the graph in state "captured": not replayable until
         ``g.instantiate()``, but usable as the source of ``other.update(g)``
         without paying for an instantiation.
-    generators : list of torch.Generator, optional
-        PyTorch generators of the capture's device (``torch.Generator(device=
-        "cuda")``) that the captured code draws random numbers from, besides
-        the default one, which is always registered: each replay draws new
-        numbers from them, as eager calls would (see docs/interop.md). Accepted
-        and unused where PyTorch is not routed (the sim backend).
+    generators : True or list of torch.Generator, optional
+        PyTorch's random numbers in the capture: True puts the device's
+        default generator in capture mode, a list of ``torch.Generator(device=
+        "cuda")`` objects those too; each replay then draws new numbers from
+        them, as eager calls would (see docs/interop.md). Default None: PyTorch's
+        generators are left alone (no cost; a random-number call is refused,
+        naming this option). Accepted and unused where PyTorch is not routed
+        (the sim backend).
 
     Raises
     ------
@@ -467,10 +469,10 @@ def capture(
         For work that cannot be recorded, a stream already being captured,
         or a capture that recorded nothing; for another library's call that
         broke the capture (chained to that library's error), and for random
-        numbers the capture cannot take (a PyTorch generator not named in
-        ``generators``, CuPy's ``cupy.random``).
+        numbers the capture cannot take (PyTorch's without ``generators``, or
+        from a generator not named there; CuPy's ``cupy.random``).
     TypeError
-        For ``generators`` that are not a list or tuple of CUDA ``torch.Generator`` objects.
+        For ``generators`` that are not True or a list or tuple of CUDA ``torch.Generator`` objects.
     CaptureInvalidatedError
         If the capture was invalidated (by such work, or by the driver).
     """

@@ -143,7 +143,7 @@ class GraphModule:
         pad_value: Any = 0,
         device: Device | int | None = None,
         fallback: str = "raise",
-        generators: Sequence[Any] | None = None,
+        generators: bool | Sequence[Any] | None = None,
     ) -> None:
         if module is not None and not callable(module):
             raise TypeError(f"GraphModule wraps a callable or a torch.nn.Module, got {type(module).__name__}")

@@ -337,7 +337,7 @@ class GraphedCallable:
     copy_outputs: bool
     pad_value: Any
     fallback: str
-    generators: tuple[Any, ...]  # PyTorch generators put in capture mode with each capture
+    generators: tuple[Any, ...] | None  # PyTorch generators put in capture mode (None: none)
     _stream: Stream | None
     _capture_stream: Stream | None
     _entries: dict[Any, Entry]
@@ -853,7 +853,7 @@ def graphed(
     fallback: str = "raise",
     grad: bool = False,
     params: Any = None,
-    generators: Sequence[Any] | None = None,
+    generators: bool | Sequence[Any] | None = None,
 ) -> Any:
     """Run ``fn`` as CUDA graphs: one per input shape (or bucket), captured on first use.
 
@@ -922,11 +922,12 @@ def graphed(
         With ``grad=True`` and a plain function: the tensors (weights it
         reads from a closure) gradients are taken for. A
         ``torch.nn.Module`` passed as ``fn`` uses its own parameters.
-    generators : list of torch.Generator, optional
-        PyTorch generators (``torch.Generator(device="cuda")``) that ``fn``
-        draws random numbers from, besides the default one of the device,
-        which is always registered: each call draws new numbers, as eager
-        calls would (see :func:`cudagraphs.capture`).
+    generators : True or list of torch.Generator, optional
+        PyTorch's random numbers in ``fn``: True puts the device's default
+        generator in capture mode, a list of ``torch.Generator(device="cuda")``
+        objects those too; each call then draws new numbers, as eager calls
+        would (see :func:`cudagraphs.capture`). Default None: a random-number
+        call of PyTorch's is refused, naming this option.
 
     Returns
     -------

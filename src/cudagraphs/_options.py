@@ -57,9 +57,10 @@ class GraphedOptions:
     params : tuple or None
         The tensors, besides the inputs, a plain function's gradients are
         taken for (``grad=True`` only; a module's are its parameters).
-    generators : tuple of torch.Generator
-        PyTorch generators registered with every capture, besides the
-        device's default one (see :func:`cudagraphs.capture`).
+    generators : tuple of torch.Generator or None
+        None: PyTorch's generators left alone; else the generators put in
+        capture mode with every capture, besides the device's default one
+        (see :func:`cudagraphs.capture`).
     """
 
     buckets: tuple[int, ...] | None
@@ -74,7 +75,7 @@ class GraphedOptions:
     fallback: str = "raise"
     grad: bool = False
     params: tuple[Any, ...] | None = None
-    generators: tuple[Any, ...] = ()
+    generators: tuple[Any, ...] | None = None
 
     @classmethod
     def checked(
@@ -92,7 +93,7 @@ class GraphedOptions:
         fallback: str = "raise",
         grad: bool = False,
         params: Any = None,
-        generators: Sequence[Any] | None = None,
+        generators: bool | Sequence[Any] | None = None,
     ) -> GraphedOptions:
         """The options, checked (the keywords of :func:`cudagraphs.graphed`).
 
@@ -102,8 +103,8 @@ class GraphedOptions:
             For buckets that are not a non-empty sequence, a warmup that is
             not an int, a stream, pool or device that is not cudagraphs', a
             ``grad`` that is not a bool, ``params`` that are not a sequence
-            of tensors, generators that are not a list or tuple of CUDA
-            ``torch.Generator`` objects.
+            of tensors, generators that are not True or a list or tuple of
+            CUDA ``torch.Generator`` objects.
         ValueError
             For buckets that are not positive integers, a negative ``dim``, a
             warmup out of range, an unknown mode or fallback, a pool or stream

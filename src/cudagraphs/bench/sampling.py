@@ -61,7 +61,7 @@ def run(quick: bool = False) -> tuple[dict[str, dict[str, float]], list[str]]:
 
     contenders["PyTorch CUDAGraph"] = torch_graph
     try:
-        graphed = cg.graphed(sample)
+        graphed = cg.graphed(sample, generators=True)
         graphed(tok, pos[0])  # (eager, then the capture)
         graphed(tok, pos[1])
         contenders["cudagraphs graphed"] = lambda i: graphed(tok, pos[i % 128])

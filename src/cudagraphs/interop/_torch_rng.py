@@ -70,20 +70,27 @@ _test_lock = threading.Lock()
 _here = threading.local()  # .open: the shadows this thread has begun and not ended
 
 
-def check_generators(generators: Any) -> tuple[Any, ...]:
-    """The ``generators=`` option, checked: a tuple of CUDA ``torch.Generator`` objects.
+def check_generators(generators: Any) -> tuple[Any, ...] | None:
+    """The ``generators=`` option, checked: None, or a tuple of CUDA ``torch.Generator`` objects.
+
+    None (the default) leaves PyTorch's generators alone (a random-number
+    call in the capture is refused, naming this option); True puts the
+    device's default generator in capture mode (an empty tuple here); a list
+    or tuple of generators puts those in capture mode too.
 
     Raises
     ------
     TypeError
-        For anything but a list or tuple of ``torch.Generator`` objects of a
-        CUDA device (None is an empty tuple).
+        For anything but None, True, or a list or tuple of ``torch.Generator``
+        objects of a CUDA device.
     """
-    if generators is None:
+    if generators is None or generators is False:
+        return None
+    if generators is True:
         return ()
     if not isinstance(generators, (list, tuple)):
         raise TypeError(
-            "generators must be a list or tuple of torch.Generator(device='cuda') objects, "
+            "generators must be True or a list or tuple of torch.Generator(device='cuda') objects, "
             f"got {type(generators).__name__}"
         )
     torch = sys.modules.get("torch")
@@ -91,8 +98,8 @@ def check_generators(generators: Any) -> tuple[Any, ...]:
     for g in generators:
         if torch is None or not isinstance(g, torch.Generator) or g.device.type != "cuda":
             raise TypeError(
-                "generators must be a list or tuple of torch.Generator(device='cuda') objects, "
-                f"got an element {g!r}"
+                "generators must be True or a list or tuple of torch.Generator(device='cuda') "
+                f"objects, got an element {g!r}"
             )
         if not any(g is o for o in out):
             out.append(g)
@@ -269,11 +276,12 @@ def _open_here() -> list[Shadow]:
     return opened
 
 
-def begin(device: Any, generators: Sequence[Any]) -> Shadow | None:
+def begin(device: Any, generators: Sequence[Any] | None) -> Shadow | None:
     """Put PyTorch's generators in capture mode for a capture on ``device``; its shadow, or None.
 
-    None where nothing of PyTorch's can draw numbers in the capture (PyTorch
-    not imported, no CUDA, a backend whose memory PyTorch cannot see), where
+    None where the capture did not ask for it (``generators`` None), where
+    nothing of PyTorch's can draw numbers in the capture (PyTorch not
+    imported, no CUDA, a backend whose memory PyTorch cannot see), where
     this torch fails the self-test (:func:`works`: its random ops are then
     refused by :func:`refusal`), and inside another capture of this thread
     (see the Notes). Call before the capture begins, and :meth:`Shadow.end`
@@ -292,7 +300,7 @@ def begin(device: Any, generators: Sequence[Any]) -> Shadow | None:
     capture; random numbers drawn there are not supported.
     """
     torch = sys.modules.get("torch")
-    if torch is None or not device.backend.capabilities.shares_memory:
+    if generators is None or torch is None or not device.backend.capabilities.shares_memory:
         return None
     if not torch.cuda.is_available():
         return None
@@ -384,10 +392,11 @@ def refusal(exc: BaseException, stream_handle: int) -> CaptureError | None:
             )
         else:
             why = (
-                "its generator is not in capture mode: name a torch.Generator of your own with "
-                "generators=[gen] (cg.capture, cg.graphed, GraphModule); the default generator "
-                "is always registered, except inside a capture nested in another capture of "
-                f"this thread (PyTorch {version})"
+                "its generator is not in capture mode: pass generators=True (the default "
+                "generator) or generators=[gen, ...] (your torch.Generator objects too) to "
+                "cg.capture, cg.graphed or GraphModule, and every replay draws new numbers; a "
+                "capture nested in another capture of this thread cannot draw them "
+                f"(PyTorch {version})"
             )
     elif _CURAND in low:
         what = "CuPy"
