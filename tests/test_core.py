@@ -203,7 +203,7 @@ def test_backend_interface_is_small() -> None:
     from cudagraphs.backends.base import Backend
 
     methods = [n for n in vars(Backend) if not n.startswith("_") and callable(getattr(Backend, n))]
-    assert len(methods) <= 33, methods
+    assert len(methods) <= 34, methods  # (34th: graph_node_count, asked at every capture's end)
 
 
 # one submission path -------------------------------------------------------------------

@@ -297,7 +297,7 @@ def _node_count(graph: Any) -> int:
     """How many nodes the graph's driver graph has (read once: it never changes)."""
     count = graph._count
     if count is None:
-        count = graph._count = len(graph.device.backend.graph_topology(graph._res.graph, details=False)[0])
+        count = graph._count = graph.device.backend.graph_node_count(graph._res.graph)
     return count  # type: ignore[no-any-return]
 
 

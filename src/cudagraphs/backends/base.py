@@ -496,6 +496,13 @@ class Backend(Protocol):
     ) -> tuple[list[NodeInfo], list[tuple[int, int]]]:
         """The nodes of ``graph`` and its edges (without details: node handles only)."""
 
+    def graph_node_count(self, graph: Handle) -> int:
+        """How many top-level nodes ``graph`` has (``cuGraphGetNodes`` asked for the count only).
+
+        What every capture's end asks (whether other libraries added nodes),
+        without making an object per node.
+        """
+
     def graph_instantiate(self, graph: Handle, auto_free: bool) -> Handle:
         """An executable graph (``auto_free``: graph memory freed at each relaunch)."""
 

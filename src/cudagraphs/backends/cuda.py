@@ -715,11 +715,15 @@ class CudaBackend:
     # graphs -----------------------------------------------------------------
     def _graph_nodes(self, graph: Any) -> list[Any]:
         drv = _driver()
-        count = int(_check(drv.cuGraphGetNodes(graph, 0), "cuGraphGetNodes")[1])
+        count = self.graph_node_count(graph)
         if not count:
             return []
         nodes, _ = _check(drv.cuGraphGetNodes(graph, count), "cuGraphGetNodes")
         return list(nodes[:count])
+
+    @staticmethod
+    def graph_node_count(graph: Any) -> int:
+        return int(_check(_driver().cuGraphGetNodes(graph, 0), "cuGraphGetNodes")[1])
 
     def graph_topology(
         self, graph: Any, details: bool = True

@@ -258,7 +258,7 @@ def foreign_memory(
     dropped by asking the driver).
     """
     backend = device.backend
-    if not has_unrecorded(records, len(backend.graph_topology(graph, details=False)[0])):
+    if not has_unrecorded(records, backend.graph_node_count(graph)):
         return []
     # (an embedded graph of cudagraphs' own is kept whole, its memory with it: not looked into)
     ours = {int(r.handle) for r in resolve_handles(backend, graph, records)}

@@ -813,6 +813,10 @@ class SimBackend:
         raise error(CUDA_ERROR_INVALID_VALUE, "cuGraphAddNode", f"unknown node kind {kind!r}")
 
     # graphs -----------------------------------------------------------------
+    def graph_node_count(self, graph: SimGraph) -> int:
+        self._live(graph, "cuGraphGetNodes")
+        return len(graph.nodes)
+
     def graph_topology(
         self, graph: SimGraph, details: bool = True
     ) -> tuple[list[NodeInfo], list[tuple[int, int]]]:
