@@ -50,7 +50,7 @@ from ._errors import CaptureError
 from ._executable import Resources, release_resources
 from ._graph import Graph
 from ._pool import ForbidMemory, GraphMemory, GraphPool, PoolMemory
-from ._where import raised_at
+from ._where import raised_at, refused
 from .backends.base import CAPTURE_MODES
 from .interop import _torch_rng
 
@@ -340,15 +340,12 @@ class CaptureSession:
         """The CaptureError for ``exc``, which broke this capture (see :meth:`fail`)."""
         site = raised_at(exc)
         who = site.library or type(exc).__name__
-        what = site.operation or "a call"
-        source = f" (`{site.source}`)" if site.source else ""
-        text = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+        begins = refused(exc, site, who, site.operation or "a call", self.stream.handle)
         return CaptureError(
-            f"{who} refused {what} at {site.line}{source} while stream 0x{self.stream.handle:x} "
-            f"was being captured ({type(exc).__name__}: {text}). A graph cannot record a host "
-            "read (.item(), a copy to the host), a synchronize or an allocation outside the "
-            f"capture's memory: move that call out of the captured code, or {hint}. The capture "
-            "was undone; the stream and its memory are usable"
+            f"{begins}. A graph cannot record a host read (.item(), a copy to the host), a "
+            "synchronize or an allocation outside the capture's memory: move that call out of "
+            f"the captured code, or {hint}. The capture was undone; the stream and its memory "
+            "are usable"
         )
 
     def abort(self) -> None:

@@ -22,7 +22,16 @@ import warnings
 from types import FrameType, TracebackType
 from typing import NamedTuple
 
-__all__ = ["LIBRARIES", "Site", "library_of_frame", "library_of_module", "raised_at", "user_line", "warn"]
+__all__ = [
+    "LIBRARIES",
+    "Site",
+    "library_of_frame",
+    "library_of_module",
+    "raised_at",
+    "refused",
+    "user_line",
+    "warn",
+]
 
 LIBRARIES = {
     "cudagraphs": "cudagraphs",
@@ -156,3 +165,17 @@ def raised_at(exc: BaseException) -> Site:
             library = library or lib
             break
     return Site(_at(frame, line), source, operation, library)
+
+
+def refused(exc: BaseException, site: Site, who: str, what: str, stream_handle: int) -> str:
+    """How a refusal's message begins: who refused what, at the user's line, during which capture.
+
+    ``site`` is :func:`raised_at` of ``exc``; the first line of ``exc``'s
+    message closes it.
+    """
+    source = f" (`{site.source}`)" if site.source else ""
+    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    return (
+        f"{who} refused {what} at {site.line}{source} while stream 0x{stream_handle:x} was being "
+        f"captured ({type(exc).__name__}: {first})"
+    )

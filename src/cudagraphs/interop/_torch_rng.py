@@ -49,7 +49,7 @@ from typing import Any
 
 from .. import _recording
 from .._errors import CaptureError
-from .._where import raised_at
+from .._where import raised_at, refused
 
 __all__ = ["Shadow", "begin", "check_generators", "refusal", "works"]
 
@@ -408,11 +408,6 @@ def refusal(exc: BaseException, stream_handle: int) -> CaptureError | None:
     else:
         return None
     site = raised_at(exc)
-    source = f" (`{site.source}`)" if site.source else ""
     op = f" {site.operation}" if site.operation else ""
-    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
-    return CaptureError(
-        f"{what} refused a random-number call{op} at {site.line}{source} while stream "
-        f"0x{stream_handle:x} was being captured ({type(exc).__name__}: {first}): {why}. The "
-        "capture was undone; the stream and its memory are usable"
-    )
+    begins = refused(exc, site, what, f"a random-number call{op}", stream_handle)
+    return CaptureError(f"{begins}: {why}. The capture was undone; the stream and its memory are usable")
