@@ -203,7 +203,7 @@ class Trainer:
             with stream, self.eager_streams(owner.device, stream):
                 return owner.fn(*args, **kwargs)
         entry.graph.replay(stream)
-        return self._wrap(step, leaves, n, bucket, torch)
+        return self._wrap(step, leaves, n, bucket, torch, stream)
 
     def _mode(self) -> Any:
         """The module's part of a key: its ``training`` flag ("train" for a plain function)."""
@@ -418,15 +418,31 @@ class Trainer:
         return session.end(), result
 
     # outputs and the backward -----------------------------------------------------------------
-    def _wrap(self, step: _Step, leaves: list[Any], n: int | None, bucket: int | None, torch: Any) -> Any:
-        """The outputs of a differentiable call: the static outputs, detached and wrapped."""
+    def _wrap(
+        self, step: _Step, leaves: list[Any], n: int | None, bucket: int | None, torch: Any, stream: Stream
+    ) -> Any:
+        """The outputs of a differentiable call: the static outputs, detached and wrapped.
+
+        The Function is applied on the captures' side stream (after the
+        call's ``stream``), where the parameters' AccumulateGrad nodes were
+        made during the capture: autograd then runs the backward there and
+        hands each gradient to ``.grad`` on the stream it was made on, where
+        another stream would cost an event and a wait per parameter, and an
+        allocator event per gradient freed (PyTorch orders the caller's
+        stream after the backward's at its end).
+        """
         owner = self.owner
         token = self.token
         if token is None:
             token = self.token = torch.zeros((), device=torch.device("cuda", owner.device.index))
         state = _CallState(self, step, owner._lease.calls, n, bucket)
         grad_in = [leaves[j] for j in step.grad_ins]
-        outs = _function(torch).apply(state, token, *grad_in, *step.params)
+        side = owner._capture_stream
+        side.wait(stream)
+        with self.eager_streams(owner.device, side):
+            outs = _function(torch).apply(state, token, *grad_in, *step.params)
+        if owner.copy_outputs:  # (copies made on the side stream: the call's stream after them)
+            stream.wait(side)
         return unflatten(step.entry.out_spec, list(outs))
 
     def forward_outputs(self, ctx: Any, state: _CallState) -> tuple[Any, ...]:
