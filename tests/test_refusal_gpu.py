@@ -37,7 +37,7 @@ def _torch_capture_works(torch: Any) -> None:
         out.copy_(x * 3 + 1)
     x.copy_(torch.randn(256, device="cuda"))
     out.fill_(float("nan"))
-    g.replay()
+    g.replay(torch.cuda.current_stream())  # (after PyTorch's writes of x and out, in stream order)
     torch.cuda.synchronize()
     torch.testing.assert_close(out, x * 3 + 1)
     assert (x + 1).sum().item() == pytest.approx(float(x.sum().item()) + 256, rel=1e-4)
