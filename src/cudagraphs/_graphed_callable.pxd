@@ -67,6 +67,8 @@ cdef class GraphedCallable:
         ins=list, now=list, i=Input, j=Py_ssize_t, a=DeviceArray, stream=StreamFields, entry=Entry,
         device=DeviceFields, contiguous=bint)
     cdef _repeat(self, _Armed armed, tuple args)
+    @cython.locals(entry=Entry, stream=StreamFields)
+    cpdef Entry _entry(self, tuple key, object spec, list ins, object n, object bucket, object stream)
     @cython.locals(graph=Graph)
     cdef _replayed(self, Entry entry, tuple args, object kwargs, object leaves, object n, object bucket,
                    StreamFields stream)

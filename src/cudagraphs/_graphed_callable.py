@@ -429,16 +429,7 @@ class GraphedCallable:
         self._lease.count()
         source = self._stream_source(ins)
         stream = self._begin_on(self._stream_of(source))
-        if stream._recording is not None:  # inside a capture: graphs without input nodes
-            key = (*key, "captured")
-        entry = self._entries.get(key)
-        if entry is None:
-            self._misses += 1
-            entry = self._capture(key, spec, ins, n, bucket, stream)
-        else:
-            entry.hits += 1
-            if entry.eager is None:  # (a key run eagerly takes the inputs as they are)
-                staging.stage(entry, ins, n, bucket, stream)
+        entry = self._entry(key, spec, ins, n, bucket, stream)
         out = self._replayed(entry, args, kwargs, leaves, n, bucket, stream)
         if leaves is args or spec == positional_spec(len(args)):
             self._arm(entry, args, ins, source, stream)
@@ -513,6 +504,27 @@ class GraphedCallable:
         entry.hits += 1
         self._staging.stage(entry, now, None, None, stream)
         return self._replayed(entry, args, None, args, None, None, stream)
+
+    def _entry(
+        self,
+        key: tuple[Any, ...],
+        spec: Any,
+        ins: list[Input],
+        n: int | None,
+        bucket: int | None,
+        stream: Stream,
+    ) -> Entry:
+        """The entry of ``key`` (captured on its first call), its inputs staged on ``stream``."""
+        if stream._recording is not None:  # inside a capture: graphs without input nodes
+            key = (*key, "captured")
+        entry = self._entries.get(key)
+        if entry is None:
+            self._misses += 1
+            return self._capture(key, spec, ins, n, bucket, stream)
+        entry.hits += 1
+        if entry.eager is None:  # (a key run eagerly takes the inputs as they are)
+            self._staging.stage(entry, ins, n, bucket, stream)
+        return entry
 
     def _replayed(
         self,

@@ -286,17 +286,7 @@ class Trainer:
     ) -> Any:
         """A call without gradients: the owner's forward graphs, keyed with the module's mode."""
         owner = self.owner
-        key: tuple[Any, ...] = (*base, "forward")
-        if stream._recording is not None:
-            key = (*key, "captured")
-        entry = owner._entries.get(key)
-        if entry is None:
-            owner._misses += 1
-            entry = owner._capture(key, spec, ins, n, bucket, stream)
-        else:
-            entry.hits += 1
-            if entry.eager is None:
-                owner._staging.stage(entry, ins, n, bucket, stream)
+        entry = owner._entry((*base, "forward"), spec, ins, n, bucket, stream)
         if entry.graph is None:
             with stream, self.eager_streams(owner.device, stream):
                 return owner.fn(*args, **kwargs)
