@@ -196,6 +196,25 @@ def test_a_generator_of_another_device_is_refused(dev: cg.Device, torch: FakeTor
         _torch_rng.begin(fake_device, [FakeGenerator(1)])
 
 
+def test_only_a_capture_given_generators_touches_pytorchs(dev: cg.Device, torch: FakeTorch) -> None:
+    """The option is off by default: no shadow, nothing of PyTorch's called; True: the default generator."""
+    assert _torch_rng.check_generators(None) is None
+    assert _torch_rng.check_generators(False) is None
+    assert _torch_rng.check_generators(True) == ()
+    class FakeDevice:  # (a device whose memory PyTorch could see, hashable as a Device is)
+        index = 0
+        backend = types.SimpleNamespace(capabilities=types.SimpleNamespace(shares_memory=True))
+
+    fake_device = FakeDevice()
+    assert _torch_rng.begin(fake_device, None) is None
+    assert torch.log == []
+    shadow = _torch_rng.begin(fake_device, ())
+    assert shadow is not None
+    assert shadow.generators == [torch.cuda.default_generators[0]]
+    assert torch.log != []
+    shadow.end()
+
+
 # the order a capture keeps ------------------------------------------------------------------
 class FakeShadow:
     """What ``_torch_rng.begin`` returns, recording when it is ended and called."""

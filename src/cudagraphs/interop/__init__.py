@@ -17,10 +17,11 @@ not routed (nothing of it can run in the capture). Each adapter
 (:class:`Library`) also converts arrays both ways without copies and names
 the library's current stream, which graphed callables use.
 
-PyTorch's random numbers drawn in a capture advance its generators at every
-replay (:mod:`._torch_rng`: a graph that drew them keeps a shadow
-``torch.cuda.CUDAGraph`` whose replay advances them before each launch);
-CuPy's cuRAND host API is refused.
+PyTorch's random numbers drawn in a capture given ``generators=`` advance
+its generators at every replay (:mod:`._torch_rng`: a graph that drew them
+keeps a shadow ``torch.cuda.CUDAGraph`` whose replay advances them before
+each launch; without the option such a draw is refused); CuPy's cuRAND host
+API is refused.
 """
 
 from __future__ import annotations
