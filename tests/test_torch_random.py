@@ -201,6 +201,7 @@ def test_only_a_capture_given_generators_touches_pytorchs(dev: cg.Device, torch:
     assert _torch_rng.check_generators(None) is None
     assert _torch_rng.check_generators(False) is None
     assert _torch_rng.check_generators(True) == ()
+
     class FakeDevice:  # (a device whose memory PyTorch could see, hashable as a Device is)
         index = 0
         backend = types.SimpleNamespace(capabilities=types.SimpleNamespace(shares_memory=True))
