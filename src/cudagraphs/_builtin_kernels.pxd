@@ -11,6 +11,7 @@ cdef list _LAST_GRID, _LAST_RUN
 cdef dict _RUNS
 
 from cudagraphs._kernel cimport Kernel
+from cudagraphs._recording cimport address
 
 @cython.locals(last=tuple)
 cpdef tuple grid_of(object n, object cap)

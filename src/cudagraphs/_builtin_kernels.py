@@ -22,7 +22,7 @@ import numpy as np
 
 from ._allocator import Block
 from ._kernel import Kernel, _param_from_spec
-from ._recording import Work, submit
+from ._recording import Work, address, submit
 from .backends.base import ArrayArg, ContextualHost, Copy, HostContext
 
 __all__ = [
@@ -298,7 +298,7 @@ def run(
     values = []
     for a in args:  # (by identity: a set of the plain types would hash each argument's type)
         t = type(a)
-        values.append(a if t is int or t is float or t is bytes else a.ptr)
+        values.append(a if t is int or t is float or t is bytes else address(a))
     kernel._enqueue(device, stream, grid, _BLOCK, 0, values, args, writes)
 
 

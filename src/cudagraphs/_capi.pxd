@@ -22,19 +22,52 @@ cdef extern from "_fastcall_api.h":
 
 cdef extern from *:
     """
-    /* tuple.__new__(type, items) for a tuple subclass with no fields of its own (a NamedTuple),
-       made without the call and its argument tuple (per launch and recorded node) */
-    static PyObject *cg_tuple_new(PyObject *type, PyObject *items) {
+    /* tuple.__new__(type, (a, b, c, d, e, f)) for a tuple subclass with no fields of its own (a
+       NamedTuple of six: KernelLaunch, NodeRecord), made without the call and without a tuple of
+       the items (per launch, recorded node and rebound node) */
+    static PyObject *cg_tuple6(PyObject *type, PyObject *a, PyObject *b, PyObject *c, PyObject *d,
+                               PyObject *e, PyObject *f) {
         PyTypeObject *t = (PyTypeObject *)type;
-        Py_ssize_t n = PyTuple_GET_SIZE(items);
+        PyObject *items[6] = {a, b, c, d, e, f};
         if (!PyType_Check(type) || !PyType_IsSubtype(t, &PyTuple_Type) ||
             t->tp_basicsize != PyTuple_Type.tp_basicsize || t->tp_itemsize != PyTuple_Type.tp_itemsize ||
-            t->tp_dictoffset != 0)
-            return PyObject_CallMethod((PyObject *)&PyTuple_Type, "__new__", "OO", type, items);
-        PyObject *out = t->tp_alloc(t, n);
+            t->tp_dictoffset != 0) {
+            PyObject *packed = PyTuple_Pack(6, a, b, c, d, e, f), *out;
+            if (packed == NULL) return NULL;
+            out = PyObject_CallMethod((PyObject *)&PyTuple_Type, "__new__", "OO", type, packed);
+            Py_DECREF(packed);
+            return out;
+        }
+        PyObject *out = t->tp_alloc(t, 6);
         if (out == NULL) return NULL;
-        for (Py_ssize_t i = 0; i < n; ++i) PyTuple_SET_ITEM(out, i, Py_NewRef(PyTuple_GET_ITEM(items, i)));
+        for (Py_ssize_t i = 0; i < 6; ++i) PyTuple_SET_ITEM(out, i, Py_NewRef(items[i]));
         return out;
+    }
+
+    /* A copy of tuple values where item j is new wherever views[j] is key (identity first, then
+       ==; a None view never is), or values itself where none is (NULL: an error is set) */
+    static PyObject *cg_replaced_where(PyObject *values, PyObject *views, PyObject *key, PyObject *new) {
+        Py_ssize_t n = PyTuple_GET_SIZE(values);
+        if (PyTuple_GET_SIZE(views) != n) {
+            PyErr_SetString(PyExc_ValueError, "values and views differ in length");
+            return NULL;
+        }
+        PyObject *out = NULL;
+        for (Py_ssize_t j = 0; j < n; ++j) {
+            PyObject *v = PyTuple_GET_ITEM(views, j);
+            int hit = v == key;
+            if (!hit && v != Py_None && (hit = PyObject_RichCompareBool(v, key, Py_EQ)) < 0) {
+                Py_XDECREF(out);
+                return NULL;
+            }
+            if (!hit) continue;
+            if (out == NULL) {
+                if ((out = PyTuple_New(n)) == NULL) return NULL;
+                for (Py_ssize_t i = 0; i < n; ++i) PyTuple_SET_ITEM(out, i, Py_NewRef(PyTuple_GET_ITEM(values, i)));
+            }
+            Py_SETREF(PyTuple_GET_ITEM(out, j), Py_NewRef(new));
+        }
+        return out == NULL ? Py_NewRef(values) : out;
     }
 
     /* Item i of a tuple or of a tuple subclass (a NamedTuple): a NamedTuple's sequence slot is
@@ -49,6 +82,81 @@ cdef extern from *:
         Py_DECREF(key);
         return out;
     }
+
+    /* Whether the type of one of objs (a tuple or list; else no) is one of types (a list), by
+       identity: a scan of a launch's few arguments, without a reference taken per item */
+    static int cg_types_in(PyObject *objs, PyObject *types) {
+        PyObject **items;
+        Py_ssize_t n;
+        if (PyTuple_Check(objs)) {
+            items = &PyTuple_GET_ITEM(objs, 0);
+            n = PyTuple_GET_SIZE(objs);
+        } else if (PyList_Check(objs)) {
+            items = PySequence_Fast_ITEMS(objs);
+            n = PyList_GET_SIZE(objs);
+        } else {
+            return 0;
+        }
+        Py_ssize_t m = PyList_GET_SIZE(types);
+        for (Py_ssize_t i = 0; i < n; ++i)
+            for (Py_ssize_t k = 0; k < m; ++k)
+                if ((PyObject *)Py_TYPE(items[i]) == PyList_GET_ITEM(types, k)) return 1;
+        return 0;
+    }
+
+    /* Item k of tuple t, borrowed (NULL, with IndexError or TypeError set, where t has none) */
+    static PyObject *cg_borrow(PyObject *t, Py_ssize_t k) {
+        if (!PyTuple_Check(t)) {
+            PyErr_Format(PyExc_TypeError, "a tuple was expected, got %.200s", Py_TYPE(t)->tp_name);
+            return NULL;
+        }
+        if ((size_t)k >= (size_t)PyTuple_GET_SIZE(t)) {
+            PyErr_SetString(PyExc_IndexError, "tuple index out of range");
+            return NULL;
+        }
+        return PyTuple_GET_ITEM(t, k);
+    }
+
+    /* The first index where two lists of tuples differ in item k1 or item k2 (identity first,
+       then ==), or -1; a list that ends first differs there (-2: an error is set) */
+    static Py_ssize_t cg_first_difference(PyObject *mine, PyObject *theirs, Py_ssize_t k1, Py_ssize_t k2) {
+        Py_ssize_t n = PyList_GET_SIZE(mine), m = PyList_GET_SIZE(theirs);
+        for (Py_ssize_t i = 0; i < (n < m ? n : m); ++i) {
+            PyObject *a = PyList_GET_ITEM(mine, i), *b = PyList_GET_ITEM(theirs, i);
+            for (int j = 0; j < 2; ++j) {
+                PyObject *x = cg_borrow(a, j ? k2 : k1), *y;
+                if (x == NULL || (y = cg_borrow(b, j ? k2 : k1)) == NULL) return -2;
+                if (x == y) continue;
+                int same = PyObject_RichCompareBool(x, y, Py_EQ);
+                if (same < 0) return -2;
+                if (!same) return i;
+            }
+        }
+        return n == m ? -1 : (n < m ? n : m);
+    }
+
+    /* The first index of a list of tuples whose item k is not None, or -1 (-2: an error is set) */
+    static Py_ssize_t cg_first_not_none(PyObject *items, Py_ssize_t k) {
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); ++i) {
+            PyObject *x = cg_borrow(PyList_GET_ITEM(items, i), k);
+            if (x == NULL) return -2;
+            if (x != Py_None) return i;
+        }
+        return -1;
+    }
+
+    /* Whether the type of obj is one of types (a list), by identity */
+    static int cg_type_in(PyObject *obj, PyObject *types) {
+        Py_ssize_t m = PyList_GET_SIZE(types);
+        for (Py_ssize_t k = 0; k < m; ++k)
+            if ((PyObject *)Py_TYPE(obj) == PyList_GET_ITEM(types, k)) return 1;
+        return 0;
+    }
     """
-    object cg_tuple_new(object type, tuple items)
+    object cg_tuple6(object type, object a, object b, object c, object d, object e, object f)
+    tuple cg_replaced_where(tuple values, tuple views, object key, object new)
     object cg_item(object t, Py_ssize_t i)
+    bint cg_types_in(object objs, list types)
+    bint cg_type_in(object obj, list types)
+    Py_ssize_t cg_first_difference(list mine, list theirs, Py_ssize_t k1, Py_ssize_t k2) except -2
+    Py_ssize_t cg_first_not_none(list items, Py_ssize_t k) except -2

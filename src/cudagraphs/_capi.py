@@ -16,6 +16,8 @@ from typing import Any
 __all__ = [
     "CG_UNBOUND",
     "cg_api_load",
+    "cg_first_difference",
+    "cg_first_not_none",
     "cg_graph_launch",
     "cg_issue",
     "cg_item",
@@ -25,7 +27,10 @@ __all__ = [
     "cg_nodes_add",
     "cg_nodes_new",
     "cg_nodes_set",
-    "cg_tuple_new",
+    "cg_replaced_where",
+    "cg_tuple6",
+    "cg_type_in",
+    "cg_types_in",
 ]
 
 CG_UNBOUND = -2  # what a trampoline answers where no driver entry point is bound
@@ -91,6 +96,75 @@ def cg_item(t: Any, i: int) -> Any:
     return t[i]
 
 
-def cg_tuple_new(cls: type, items: tuple[Any, ...]) -> Any:
-    """``tuple.__new__(cls, items)``: a NamedTuple made without its ``__new__``."""
-    return tuple.__new__(cls, items)
+def _borrow(t: Any, k: int) -> Any:
+    """Item ``k`` of tuple ``t`` (TypeError where ``t`` is not a tuple, IndexError where it has none)."""
+    if not isinstance(t, tuple):
+        raise TypeError(f"a tuple was expected, got {type(t).__name__}")
+    return t[k]
+
+
+def cg_first_difference(mine: list[Any], theirs: list[Any], k1: int, k2: int) -> int:
+    """The first index where two lists of tuples differ in item ``k1`` or ``k2``, or -1.
+
+    Items are compared by identity first, then with ``==``; a list that ends
+    first differs there.
+    """
+    n = min(len(mine), len(theirs))
+    for i in range(n):
+        a, b = mine[i], theirs[i]
+        for k in (k1, k2):
+            x, y = _borrow(a, k), _borrow(b, k)
+            if x is not y and x != y:
+                return i
+    return -1 if len(mine) == len(theirs) else n
+
+
+def cg_first_not_none(items: list[Any], k: int) -> int:
+    """The first index of a list of tuples whose item ``k`` is not None, or -1."""
+    for i, t in enumerate(items):
+        if _borrow(t, k) is not None:
+            return i
+    return -1
+
+
+def cg_types_in(objs: Any, types: list[type]) -> bool:
+    """Whether the type of one of ``objs`` (a tuple or list; else False) is one of ``types``, by identity."""
+    if type(objs) is not tuple and type(objs) is not list:
+        return False
+    for a in objs:
+        t = type(a)
+        for e in types:
+            if t is e:
+                return True
+    return False
+
+
+def cg_type_in(obj: Any, types: list[type]) -> bool:
+    """Whether the type of ``obj`` is one of ``types``, by identity."""
+    t = type(obj)
+    for e in types:  # noqa: SIM110
+        if t is e:
+            return True
+    return False
+
+
+def cg_tuple6(cls: type, a: Any, b: Any, c: Any, d: Any, e: Any, f: Any) -> Any:
+    """``tuple.__new__(cls, (a, b, c, d, e, f))``: a NamedTuple of six made without its ``__new__``."""
+    return tuple.__new__(cls, (a, b, c, d, e, f))
+
+
+def cg_replaced_where(values: tuple[Any, ...], views: tuple[Any, ...], key: Any, new: Any) -> tuple[Any, ...]:
+    """A copy of ``values`` with item ``j`` ``new`` wherever ``views[j]`` is ``key``; else ``values``.
+
+    Views are compared by identity first, then with ``==`` (a None view
+    never matches).
+    """
+    if len(views) != len(values):
+        raise ValueError("values and views differ in length")
+    hits = [j for j, v in enumerate(views) if v is key or (v is not None and v == key)]
+    if not hits:
+        return values
+    out = list(values)
+    for j in hits:
+        out[j] = new
+    return tuple(out)

@@ -3,19 +3,19 @@
 # launch's path). docs/architecture.md, "The compiled part", says what may be declared here and why.
 
 cimport cython
-from cudagraphs._capi cimport cg_tuple_new
+from cudagraphs._capi cimport cg_tuple6
 from cudagraphs._device cimport _current_stream_of
 from cudagraphs._fields cimport ArrayFields, DeviceFields, StreamFields
 
 # (module globals the hot paths read: C globals, read without a dictionary lookup, which Python
 # 3.12 and later make compiled code do for every global it reads)
 cdef object _DEVICE, _STREAM, _KERNEL_LAUNCH
-from cudagraphs._recording cimport issue_launch, new_work, submit, view_of
+from cudagraphs._recording cimport address, issue_launch, new_work, submit, view_of
 
 @cython.final
 cdef class _Arg:
     cdef public object dtype, high, kind, low, narrow, pointee, where
-    cdef public bint by_bytes
+    cdef public bint by_bytes, pointer
 
     @cython.locals(arr=ArrayFields)
     cpdef object convert(self, object a, object device)
@@ -25,13 +25,13 @@ cdef class Kernel:
     cdef dict __dict__
     cdef object __weakref__
     cdef public list _convert
-    cdef public tuple _dims
+    cdef public tuple _dims, _last
     cdef public dict _plans
     cdef public object fast, name
 
     @cython.locals(convert=list, n=Py_ssize_t, i=Py_ssize_t, arg=_Arg, values=list)
     cdef _launch(self, object grid, object block, tuple args, object stream, object shared_mem, object device)
-    @cython.locals(on=StreamFields, plan=tuple)
+    @cython.locals(on=StreamFields, plan=tuple, last=tuple)
     cdef _enqueue(self, object device, object stream, object grid, object block, object shared_mem,
                   object values, object args, object writes)
 

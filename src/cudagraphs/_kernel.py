@@ -49,11 +49,11 @@ from ._device import Device, Stream, StreamLike, _current_stream_of, as_device, 
 from ._dtypes import SUPPORTED
 from ._errors import BackendUnavailableError, CudaError
 from ._fields import ArrayFields, DeviceFields
-from ._recording import issue_launch, new_work, submit, view_of
+from ._recording import address, issue_launch, new_work, submit, view_of
 from .backends.base import CUDA_ERROR_NOT_FOUND, ERROR_NAMES, KernelLaunch, Param, param_offsets
 
 if not cython.compiled:  # (compiled, _capi.pxd's C functions)
-    from ._capi import cg_tuple_new
+    from ._capi import cg_tuple6
 
 # (the same, for the hot paths: compiled, C globals, no name lookup)
 _DEVICE, _STREAM, _KERNEL_LAUNCH = Device, Stream, KernelLaunch
@@ -297,6 +297,9 @@ class Kernel:
         # launch describes its arrays' views even uncaptured (the simulator runs on them), the
         # C part's Packer of its arguments or None, the loaded kernel's CUfunction address)
         self._plans: dict[Device, tuple[Any, Callable[[Any, KernelLaunch], Any], bool, Any, int]] = {}
+        # the last launch's (device, plan): one tuple, replaced whole (so a thread reads a pair),
+        # read by identity where a dictionary would hash the device
+        self._last: tuple[Any, Any] = (None, None)
         # the last (grid, block) objects given and their normalized form: a hot
         # loop passes the same objects, recognised by identity (1.0 is not 1)
         self._dims: tuple[Any, Any, tuple[int, int, int], tuple[int, int, int]] = (
@@ -438,10 +441,10 @@ class Kernel:
             if device is None:
                 device = stream.device if type(stream) is _STREAM else _device_of(args)
             stream = resolve_stream(stream, device)
-        values = []
+        values = [None] * n  # (made at its size: appends would grow it)
         for i in range(n):
             arg = convert[i]  # (compiled: typed, its check a C call)
-            values.append(arg.convert(args[i], device))
+            values[i] = arg.convert(args[i], device)
         last_grid, last_block, g3, b3 = self._dims
         if grid is not last_grid or block is not last_block:
             g3, b3 = normalize_dims(grid, "grid"), normalize_dims(block, "block")
@@ -482,10 +485,15 @@ class Kernel:
         writes: int | None,
     ) -> None:
         """:meth:`enqueue` (compiled: a C method, called without a lookup); ``values`` a list or tuple."""
-        plan = self._plans.get(device)
-        if plan is None:
-            self.function(device)
-            plan = self._plans[device]
+        last = self._last
+        if last[0] is device:
+            plan = last[1]
+        else:
+            plan = self._plans.get(device)
+            if plan is None:
+                self.function(device)
+                plan = self._plans[device]
+            self._last = (device, plan)
         fn, issue, describe, packer, function = plan
         on = stream  # (compiled: typed, its fields read as C fields)
         if on._finalizer is not None:
@@ -503,7 +511,7 @@ class Kernel:
         # what is written comes first (submit skips the values passed by value)
         written, reads = (tuple(args), ()) if writes is None else (tuple(args[:writes]), tuple(args[writes:]))
         # (made without the NamedTuple's __new__, a Python call, and without Work's argument parsing)
-        launch = cg_tuple_new(_KERNEL_LAUNCH, (fn, grid, block, shared_mem, tuple(values), views))
+        launch = cg_tuple6(_KERNEL_LAUNCH, fn, grid, block, shared_mem, tuple(values), views)
         submit(stream, new_work("kernel", issue, launch, reads, written, (), self.name, (self, launch)))
 
 
@@ -549,7 +557,7 @@ class _Arg:
     """
 
     # (compiled, an extension type whose fields _kernel.pxd declares: a check is a C call)
-    __slots__ = ("by_bytes", "dtype", "high", "kind", "low", "narrow", "pointee", "where")
+    __slots__ = ("by_bytes", "dtype", "high", "kind", "low", "narrow", "pointee", "pointer", "where")
 
     def __init__(self, p: Param, kernel: str) -> None:
         self.where = f"kernel {kernel!r} parameter {p.name!r}"
@@ -558,6 +566,7 @@ class _Arg:
         self.narrow = None
         self.low = self.high = 0
         self.by_bytes = False
+        self.pointer = bool(p.pointer)  # (compiled: a C flag, where a kind's == is a call)
         if p.pointer:
             self.kind = "p"
             if p.pointee is not None and p.pointee.name not in _BYTE_POINTEES:
@@ -575,8 +584,7 @@ class _Arg:
 
     def convert(self, a: Any, device: Device) -> Any:
         """The value the kernel gets for argument ``a`` of a launch on ``device``; or raise."""
-        kind = self.kind
-        if kind == "p":
+        if self.pointer:
             if isinstance(a, ArrayFields):  # an array of this library
                 arr = a  # (compiled: typed, its fields read as C fields)
                 where = self.where
@@ -593,7 +601,7 @@ class _Arg:
                         "pass a contiguous array (.copy() makes one), or pass x.ptr and the "
                         "strides as arguments of your own"
                     )
-                return a.ptr  # type: ignore[attr-defined]  # (DeviceArray's property: an expired graph output raises)
+                return address(a)
             if a is None:
                 return 0
             if _is_int(a):
@@ -618,6 +626,7 @@ class _Arg:
             )
         if self.by_bytes:
             return self._bytes(a)
+        kind = self.kind
         if kind == "i" or kind == "u":
             if not _is_int(a):
                 raise TypeError(f"{self.where} is {self.dtype}: expected an integer, got {a!r}")

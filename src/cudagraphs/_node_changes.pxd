@@ -4,11 +4,12 @@
 # docs/architecture.md, "The compiled part", says what may be declared here and why.
 
 cimport cython
-from cudagraphs._capi cimport cg_api_load, cg_item, cg_nodes_add, cg_nodes_new, cg_nodes_set, cg_tuple_new
+from cudagraphs._capi cimport (cg_api_load, cg_item, cg_nodes_add, cg_nodes_new, cg_nodes_set, cg_replaced_where,
+                               cg_tuple6)
 
 # (module globals the hot paths read: C globals, read without a dictionary lookup, which Python
 # 3.12 and later make compiled code do for every global it reads)
-cdef object _COPY, _KERNEL_LAUNCH
+cdef object _COPY, _KERNEL_LAUNCH, _KERNEL
 cdef Py_ssize_t _HANDLE, _KIND, _VIEWS, _PATCH, _LAUNCH_VALUES, _LAUNCH_VIEWS
 
 @cython.locals(i=Py_ssize_t, out=list)
@@ -19,8 +20,7 @@ cpdef Py_ssize_t _unpatchable(list records, list hits) except? -2
 
 cdef object _used(object r)
 
-@cython.locals(i=Py_ssize_t, j=Py_ssize_t, got=int, function=size_t, fast=bint, pending=list,
-               moved_values=list, moved_views=list, views=tuple, values=tuple)
+@cython.locals(i=Py_ssize_t, got=int, function=size_t, fast=bint, pending=list, views=tuple, values=tuple)
 cpdef _move(object backend, object exec_, list records, list hits, object key, object spec, object ptr)
 
 @cython.locals(done=Py_ssize_t, k=Py_ssize_t, i=Py_ssize_t)

@@ -33,7 +33,15 @@ from ._recording import NodeRecord, has_unrecorded, resolve_handles
 from .backends.base import ArrayArg, Copy, KernelLaunch
 
 if not cython.compiled:  # (compiled, _capi.pxd's C functions: the C part's kernel node updates)
-    from ._capi import cg_api_load, cg_item, cg_nodes_add, cg_nodes_new, cg_nodes_set, cg_tuple_new
+    from ._capi import (
+        cg_api_load,
+        cg_item,
+        cg_nodes_add,
+        cg_nodes_new,
+        cg_nodes_set,
+        cg_replaced_where,
+        cg_tuple6,
+    )
 
 _fastcall = compiled_part()
 if cython.compiled and _fastcall is not None:
@@ -43,7 +51,7 @@ __all__ = ["point_copy", "rebind", "repoint", "set_arg"]
 
 # (for the repeat path of rebind: compiled, C globals; a record's and a launch's items read by
 # position, a C call where a field's name is an attribute lookup)
-_COPY, _KERNEL_LAUNCH = Copy, KernelLaunch
+_COPY, _KERNEL_LAUNCH, _KERNEL = Copy, KernelLaunch, "kernel"
 _HANDLE, _KIND, _VIEWS, _PATCH = (NodeRecord._fields.index(f) for f in ("handle", "kind", "views", "patch"))
 _LAUNCH_VALUES, _LAUNCH_VIEWS = (KernelLaunch._fields.index(f) for f in ("values", "views"))
 
@@ -82,7 +90,10 @@ def _unpatchable(records: list[Any], hits: list[int]) -> int:
     for i in hits:
         r = records[i]
         patch = cg_item(r, _PATCH)
-        if patch is None or (cg_item(r, _KIND) == "memcpy" and not isinstance(patch, _COPY)):
+        if patch is None:
+            return i
+        kind = cg_item(r, _KIND)
+        if kind is not _KERNEL and kind == "memcpy" and not isinstance(patch, _COPY):  # (identity first)
             return i
     return -1
 
@@ -179,7 +190,7 @@ def _move(
     # backend sets it and the rest; a kernel armed with a Packer on one device is launched on
     # another backend's devices too)
     fast = bool(getattr(backend, "fastcall", False))
-    pending: list[tuple[int, Any, Any]] = []  # the batch's nodes: (index, record, its replacement)
+    pending: list[Any] = []  # the batch's nodes: index, new record, index, new record...
     last_kernel: Any = None
     last_fn: Any = None
     packer: Any = None
@@ -205,17 +216,14 @@ def _move(
             cg_item(launch, 3),
         )
         views = cg_item(launch, _LAUNCH_VIEWS)
-        moved_values, moved_views = list(cg_item(launch, _LAUNCH_VALUES)), list(views)
-        for j in range(len(views)):
-            v = views[j]
-            if v is key or (v is not None and v == key):  # (mostly the same object: the array's)
-                moved_values[j] = ptr
-                moved_views[j] = spec
-        values = tuple(moved_values)
-        launch = cg_tuple_new(_KERNEL_LAUNCH, (fn, grid, block, shared, values, tuple(moved_views)))
+        # (the arguments that are the view moved: compiled, C copies of the two tuples)
+        values = cg_replaced_where(cg_item(launch, _LAUNCH_VALUES), views, key, ptr)
+        launch = cg_tuple6(
+            _KERNEL_LAUNCH, fn, grid, block, shared, values, cg_replaced_where(views, views, key, spec)
+        )
         # (handle, kind, name, views, patch, top), the patch replaced
-        moved = cg_tuple_new(
-            type(r), (handle, cg_item(r, 1), cg_item(r, 2), cg_item(r, 3), (kernel, launch), cg_item(r, 5))
+        moved = cg_tuple6(
+            type(r), handle, cg_item(r, 1), cg_item(r, 2), cg_item(r, 3), (kernel, launch), cg_item(r, 5)
         )
         if kernel is not last_kernel:
             last_kernel, packer = kernel, kernel.fast
@@ -229,7 +237,8 @@ def _move(
                     function = int(fn)  # (the loaded function's address)
                 got = cg_nodes_add(batch, packer, int(handle), function, grid, block, shared, values)
                 if got >= 0:
-                    pending.append((i, r, moved))
+                    pending.append(i)  # (the index and the new record, side by side: no pair made)
+                    pending.append(moved)
                     if got == 1:  # (full)
                         fast = _set(backend, exec_, records, batch, pending)
                     continue
@@ -241,21 +250,20 @@ def _move(
         _set(backend, exec_, records, batch, pending)
 
 
-def _set(
-    backend: Any, exec_: Any, records: list[Any], batch: Any, pending: list[tuple[int, Any, Any]]
-) -> bool:
+def _set(backend: Any, exec_: Any, records: list[Any], batch: Any, pending: list[Any]) -> bool:
     """Set the nodes of the C part's batch, each record replaced once its node is; whether all were.
 
-    From a node the driver refused on, the backend sets them (it raises the
-    driver's error where the driver refuses again).
+    ``pending`` holds each node's index in ``records`` followed by its new
+    record. From a node the driver refused on, the backend sets them (it
+    raises the driver's error where the driver refuses again).
     """
     done = cg_nodes_set(batch)
-    for k in range(len(pending)):
-        i, r, moved = pending[k]
-        if k >= done:
-            backend.graph_update(exec_, cg_item(r, _HANDLE), cg_item(moved, _PATCH)[1])
+    for k in range(0, len(pending), 2):
+        i, moved = pending[k], pending[k + 1]
+        if k // 2 >= done:
+            backend.graph_update(exec_, cg_item(moved, _HANDLE), cg_item(moved, _PATCH)[1])
         records[i] = moved
-    refused = done < len(pending)
+    refused = done < len(pending) // 2
     pending.clear()
     return not refused
 
@@ -369,8 +377,8 @@ def _moved(r: Any, ranges: list[_Range]) -> tuple[bool, Any]:
                         views2[j] = view._replace(ptr=view.ptr + delta)
         if not moved:
             return used, None
-        launch = cg_tuple_new(KernelLaunch, (fn, grid, block, shared_mem, tuple(values2), tuple(views2)))
-        return used, cg_tuple_new(type(r), (*r[:4], (kernel, launch), r[5]))  # patch replaced
+        launch = cg_tuple6(KernelLaunch, fn, grid, block, shared_mem, tuple(values2), tuple(views2))
+        return used, cg_tuple6(type(r), r[0], r[1], r[2], r[3], (kernel, launch), r[5])  # patch replaced
     if isinstance(r.patch, Copy):  # a device-to-device copy (its source view may be unknown)
         copy = r.patch
         hits = [_shift(ranges, a, a + copy.nbytes) for a in (copy.src, copy.dst)]

@@ -3,12 +3,13 @@
 # docs/architecture.md, "The compiled part", says what may be declared here and why.
 
 cimport cython
-from cudagraphs._capi cimport cg_api_load, cg_issue, cg_launch, cg_tuple_new
+from cudagraphs._capi cimport cg_api_load, cg_issue, cg_item, cg_launch, cg_tuple6, cg_type_in, cg_types_in
 from cudagraphs._fields cimport ArrayFields, StreamFields
 
 # (module globals the hot paths read: C globals, read without a dictionary lookup, which Python
 # 3.12 and later make compiled code do for every global it reads)
-cdef object _get_ident, _BY_VALUE
+cdef object _get_ident, _BY_VALUE, _KERNEL
+cdef Py_ssize_t _RECORD_KIND
 cdef list _EXPIRING
 
 cdef class Work:
@@ -30,6 +31,9 @@ cdef class Recording:
 
 cdef bint _uses_expiring(object objs) except -1
 
+@cython.locals(arr=ArrayFields)
+cpdef object address(object a)
+
 @cython.locals(on=StreamFields)
 cdef object _issue(object stream, object issue, object arg)
 
@@ -41,3 +45,6 @@ cpdef object submit(object stream, Work work)
 @cython.locals(on=StreamFields)
 cpdef bint issue_launch(object stream, object packer, size_t function, object grid, object block,
                         unsigned shared_mem, object values, object args) except -1
+
+@cython.locals(children=Py_ssize_t)
+cpdef bint has_unrecorded(list records, Py_ssize_t count) except -1

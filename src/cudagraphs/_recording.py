@@ -77,7 +77,7 @@ from .backends.base import (
 )
 
 if not cython.compiled:  # (compiled, _capi.pxd's C functions)
-    from ._capi import cg_api_load, cg_issue, cg_launch, cg_tuple_new
+    from ._capi import cg_api_load, cg_issue, cg_item, cg_launch, cg_tuple6, cg_type_in, cg_types_in
 
 __all__ = [
     "EXPIRING",
@@ -86,6 +86,7 @@ __all__ = [
     "Recording",
     "Work",
     "active",
+    "address",
     "begin",
     "drain",
     "forbid",
@@ -207,6 +208,11 @@ class NodeRecord(NamedTuple):
     views: tuple[ArrayArg, ...]
     patch: Any
     top: bool  # recorded in the graph itself, not in the body of a conditional node
+
+
+# a kernel record's kind, the one object (compared by identity first), and where a record holds
+# its kind (compiled: C globals; a record's item read by position, see cg_item)
+_KERNEL, _RECORD_KIND = "kernel", NodeRecord._fields.index("kind")
 
 
 def view_of(a: Any) -> Any:
@@ -348,7 +354,7 @@ class Recording:
             top = stream is self.stream or stream in self.joined
             if node is not None or not top:
                 self.plain = False
-            self.nodes.append(cg_tuple_new(NodeRecord, (node, kind, name, views, patch, top)))
+            self.nodes.append(cg_tuple6(NodeRecord, node, kind, name, views, patch, top))
         return node
 
     def join(self, stream: Any) -> None:
@@ -549,6 +555,21 @@ array stale (a call of the callable holds the lock).
 _EXPIRING = EXPIRING  # (the same list, for the hot paths: compiled, a C global, no name lookup)
 
 
+def address(a: Any) -> Any:
+    """``a.ptr``, the device address of an array (or of an object with a ``ptr``).
+
+    An array of this library gives its field (compiled: read as a C field,
+    where the property is an attribute lookup and a call), except an array
+    whose type expires (:data:`EXPIRING`): its property checks that it has not.
+    """
+    if isinstance(a, ArrayFields):
+        if cg_type_in(a, _EXPIRING):
+            return a.ptr  # type: ignore[attr-defined]  # (DeviceArray's property)
+        arr = a  # (compiled: typed, its fields read as C fields)
+        return arr._ptr
+    return a.ptr
+
+
 def launch_refused(code: int) -> CudaError:
     """The error of a kernel launch the C part's Packer made and the driver refused (``code``).
 
@@ -564,11 +585,11 @@ def _uses_expiring(objs: Any) -> bool:
     (Types compared by identity: work uses one to four arrays, and a set would
     hash each one's type.)
     """
-    for a in objs:
-        t = type(a)
-        for e in _EXPIRING:
-            if t is e:
-                return True
+    if type(objs) is tuple or type(objs) is list:
+        return cg_types_in(objs, _EXPIRING)  # (compiled: a C scan, no reference taken per item)
+    for a in objs:  # noqa: SIM110
+        if cg_type_in(a, _EXPIRING):
+            return True
     return False
 
 
@@ -696,7 +717,8 @@ def has_unrecorded(records: list[NodeRecord], count: int) -> bool:
     """
     children = 0
     for r in records:
-        if r.kind == "child":
+        kind = cg_item(r, _RECORD_KIND)
+        if kind is not _KERNEL and kind == "child":  # (most are kernels: identity first)
             children += 1
     return count != len(records) - children
 

@@ -30,7 +30,7 @@ from ._executable import Resources, release_resources
 from ._recording import NodeRecord
 
 if not cython.compiled:  # (compiled, _capi.pxd's C function)
-    from ._capi import cg_item
+    from ._capi import cg_first_difference, cg_first_not_none
 
 if TYPE_CHECKING:
     import weakref
@@ -68,13 +68,9 @@ def _first_difference(mine: list[Any], theirs: list[Any], kind: int, name: int) 
 
     Each item describes a node: its items ``kind`` and ``name`` are the
     node's type and kernel name (a trace's pairs, a record's fields).
+    (Compiled: a C loop over a thousand records without a reference taken.)
     """
-    n = min(len(mine), len(theirs))
-    for i in range(n):
-        a, b = mine[i], theirs[i]  # (their items read by position: see cg_item)
-        if cg_item(a, kind) != cg_item(b, kind) or cg_item(a, name) != cg_item(b, name):
-            return i
-    return -1 if len(mine) == len(theirs) else n
+    return cg_first_difference(mine, theirs, kind, name)
 
 
 def _difference(mine: list[tuple[str, str]], theirs: list[tuple[str, str]]) -> tuple[str, int] | None:
@@ -91,11 +87,8 @@ def _difference(mine: list[tuple[str, str]], theirs: list[tuple[str, str]]) -> t
 
 
 def _has_handles(records: list[Any]) -> bool:
-    """Whether a record carries a driver handle (a loop: compiled, no generator)."""
-    for r in records:  # noqa: SIM110
-        if cg_item(r, _HANDLE) is not None:
-            return True
-    return False
+    """Whether a record carries a driver handle."""
+    return cg_first_not_none(records, _HANDLE) >= 0
 
 
 def _edge_difference(mine: list[tuple[int, int]], theirs: list[tuple[int, int]]) -> tuple[str, int] | None:
