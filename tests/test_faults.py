@@ -30,35 +30,6 @@ from cudagraphs.backends.sim import FAULTS
 COUNTS: dict[str, int] = {}  # path -> faults injected (printed by the last test)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _earlier_objects_frozen() -> Iterator[None]:
-    """Keep the objects alive before this file's tests out of their garbage collections.
-
-    The sweep collects garbage several times for each injected fault (some
-    1500 collections), and each collection walks every object the process
-    tracks: pytest's, the modules', and what the test files run before in
-    this worker left (gc.collect was 95% of the sweep's time, and the sweep
-    took 3 times as long in CI's run as alone). ``gc.freeze`` moves those
-    objects out of the collector's view, here and at each sweep's baseline
-    (what its warm-up left); what the faults make is collected as before. At
-    the end, a check that no frozen object of cudagraphs turned garbage
-    meanwhile (one the sweep's collections would have reached).
-    """
-    gc.collect()
-    gc.freeze()
-    yield
-    gc.collect()  # what the tests left, as ever
-    gc.unfreeze()
-    gc.set_debug(gc.DEBUG_SAVEALL)  # (what turned garbage while frozen goes to gc.garbage)
-    try:
-        gc.collect()
-        hidden = [repr(o)[:80] for o in gc.garbage if type(o).__module__.startswith("cudagraphs")]
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
-    assert not hidden, f"objects of cudagraphs the freeze kept from the sweep's collections: {hidden}"
-
-
 @pytest.fixture
 def sim(dev: cg.Device) -> Iterator[cg.Device]:
     if dev.backend.name != "sim":
@@ -251,7 +222,6 @@ def test_every_call_of_the_path_fails_once_and_nothing_breaks(
     pinned_before = _pinned(sim)
     used_before = _driver_used(sim)
     before, handles_before = sim.allocator.stats(), _handles(sim)
-    gc.freeze()  # what is alive at the baseline (just collected): out of the collections below
     for nth in range(1, 200):
         if cache == "cold":
             sim.allocator.empty_cache()  # so that the path allocates from the driver too
