@@ -8,6 +8,7 @@ named there that cannot run fails the tests loudly instead of skipping.
 from __future__ import annotations
 
 import gc
+import importlib
 import os
 import sys
 import threading
@@ -42,6 +43,61 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         report.sections.append(
             ("cudagraphs", f"sim seed {SIM_SEED}: rerun with CUDAGRAPHS_SIM_SEED={SIM_SEED}")
         )
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _earlier_objects_frozen() -> Iterator[None]:
+    """Keep the objects alive before a test file out of its tests' garbage collections.
+
+    The tests collect garbage often (the ``backend`` fixture after each test,
+    ``settle``, the checks of memory in use), and each full collection walks
+    every object the process tracks: pytest's, the imports' (cuda.core's) and
+    what the files run before in this worker left, some 80,000 objects: most
+    of the suite's time went there (gc.collect was 65% of it). ``gc.freeze``
+    moves them out of the collector's view for the file; what its tests make
+    is collected as before. At the file's end they are unfrozen, and a check
+    makes sure that no object of cudagraphs (or of the tests' stand-in
+    libraries) among them turned garbage meanwhile: one a collection of the
+    file would have reached, and whose release it would have run.
+
+    (Frozen objects are not in ``gc.get_objects()`` either: the census of
+    other libraries' arrays, ``interop._keep``, sees the arrays a file's tests
+    make, not those made before the file, which no test uses; ``live_blocks``
+    lists the blocks made by the file's tests.)
+    """
+    importlib.import_module("cuda.core")  # (what the first kernel compile imports: frozen too)
+    gc.collect()
+    gc.freeze()
+    yield
+    gc.collect()  # what the file's tests left, as ever
+    gc.unfreeze()
+    hidden = frozen_garbage()
+    assert not hidden, (
+        f"objects of {_WATCHED} alive before this file turned garbage while frozen (the file's "
+        f"collections did not reach them: see _earlier_objects_frozen): {hidden}"
+    )
+
+
+_WATCHED = ("cudagraphs", "foreign_lib", "_fake_library")  # (what holds device memory or handles)
+
+
+def frozen_garbage() -> list[str]:
+    """The objects of ``_WATCHED`` modules a full collection finds garbage now (the next one frees them)."""
+    gc.set_debug(gc.DEBUG_SAVEALL)  # (what turned garbage while frozen goes to gc.garbage)
+    try:
+        gc.collect()
+        found = [o for o in gc.garbage if str(type(o).__module__).startswith(_WATCHED)]
+        return [_safe_repr(o) for o in found]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+
+
+def _safe_repr(o: object) -> str:
+    try:
+        return repr(o)[:100]
+    except Exception:  # (an object half torn down)
+        return f"<{type(o).__qualname__}>"
 
 
 @pytest.fixture(params=BACKENDS)

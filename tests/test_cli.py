@@ -88,7 +88,7 @@ def test_raw_c_figures_are_medians_over_fresh_runs(monkeypatch: pytest.MonkeyPat
     assert graphs.raw_c(repeats=1)[10]["call_us"] == 3.0
 
 
-def test_show_example_and_function(backend: str, tmp_path: Path) -> None:
+def test_show_example_and_function(backend: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     r = cli(backend, "show", "--example", "jacobi", "--out", str(tmp_path / "j.dot"))
     assert r.returncode == 0, r.stdout + r.stderr
     dot = (tmp_path / "j.dot").read_text()
@@ -128,15 +128,18 @@ def test_show_example_and_function(backend: str, tmp_path: Path) -> None:
     assert r.returncode == 0, r.stdout + r.stderr
     assert "2 nodes (kernel 2)" in r.stdout
     assert "neg" in (tmp_path / "f.dot").read_text()
-    for bad, message in (
-        (["show", "--example", "nope"], "unknown example"),
+    r = cli(backend, "show", "--example", "nope")  # (the command's status, as a shell sees it)
+    assert r.returncode == 2
+    assert "unknown example" in r.stderr
+    from cudagraphs import cli as cli_module
+
+    for bad, message in (  # (the same main(), in this process)
         (["show", "missing.py:f"], "no such Python file"),
         (["show", f"{script}:nothing"], "has no function 'nothing'"),
         (["show"], "needs FILE.py:function"),
     ):
-        r = cli(backend, *bad)
-        assert r.returncode == 2
-        assert message in r.stderr
+        assert cli_module.main(bad) == 2, bad
+        assert message in capsys.readouterr().err, bad
 
 
 def test_demo_prints_the_table(backend: str) -> None:

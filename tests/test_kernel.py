@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -186,6 +187,23 @@ def test_preload_compiles_once(device: cg.Device) -> None:
     assert device.kernels[k] is launcher
     with pytest.raises(TypeError, match=re.escape("cudagraphs.Kernel objects")):
         cg.preload(["saxpy"], device)  # type: ignore[list-item]
+
+
+def test_a_compiled_kernel_is_kept_in_the_disk_cache(device: cg.Device, tmp_path: Path) -> None:
+    """The first compile of a source fills ``cache_dir/kernels``: another process reuses it.
+
+    (An empty cache is false, as it has a length: it was once taken for no cache, never filled.)
+    """
+    from cudagraphs import _nvrtc
+
+    if not nvrtc_available(device):
+        pytest.skip("NVRTC is not installed (pip install nvidia-cuda-nvrtc)")
+    with cg.override(cache_dir=tmp_path):
+        first = _nvrtc.compile_cubin(SAXPY, "saxpy", "sm_80", ())
+        entries = [p for p in (tmp_path / "kernels").rglob("*") if p.is_file()]
+        assert len(entries) == 1, entries
+        assert _nvrtc.compile_cubin(SAXPY, "saxpy", "sm_80", ()) == first  # (read back)
+        assert [p for p in (tmp_path / "kernels").rglob("*") if p.is_file()] == entries
 
 
 def test_raw_pointer_and_none_arguments(backend: str) -> None:

@@ -56,7 +56,8 @@ def compile_cubin(source: str, name: str, arch: str, options: Sequence[str]) -> 
         raise NvrtcUnavailable(f"NVRTC cannot be loaded: {exc}") from exc
     try:
         cache = _program_cache()
-        code = program.compile("cubin", cache=cache) if cache else program.compile("cubin")
+        # (`is not None`: the cache has a length, and an empty one is false; it is filled on a miss)
+        code = program.compile("cubin", cache=cache) if cache is not None else program.compile("cubin")
     except NVRTCError as exc:
         log = str(exc).split("compilation log:", 1)[-1]
         raise KernelCompileError(name, log) from None
@@ -72,14 +73,13 @@ def compile_cubin(source: str, name: str, arch: str, options: Sequence[str]) -> 
 
 
 def _program_cache() -> Any:
+    """The on-disk cache of compiled kernels (``cache_dir/kernels``), None where it cannot be made."""
     path = str(settings().cache_dir / "kernels")
-    cache = _caches.get(path)
-    if cache is None:
+    if path not in _caches:
         try:
             from cuda.core.utils import FileStreamProgramCache
 
-            cache = FileStreamProgramCache(path)
+            _caches[path] = FileStreamProgramCache(path)
         except OSError:  # read-only home: compile without a disk cache
-            cache = False
-        _caches[path] = cache
-    return cache
+            _caches[path] = None
+    return _caches[path]
