@@ -405,6 +405,10 @@ def test_torch_streams_are_accepted_by_capture_graphed_and_replay(cuda: cg.Devic
     step = cg.graphed(lambda a: torch.cos(a) + 1, stream=ts)
     for _ in range(3):
         y = torch.randn(64, device="cuda")
+        # (y is made on torch's current stream, the call's copy of it on ts: ordering them is the
+        # caller's, as with torch's own streams; without it the copy raced randn under load, seen
+        # on an H200 with 8 processes: 64 of 64 elements wrong)
+        ts.wait_stream(torch.cuda.current_stream())
         got = step(y)
         ts.synchronize()
         torch.testing.assert_close(torch.as_tensor(got), torch.cos(y) + 1)
