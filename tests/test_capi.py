@@ -102,13 +102,19 @@ class _Plain:
 
 
 def test_types_in_and_address(dev: Any) -> None:
+    """The plain forms of the type scans, and ``address`` (compiled: through the C ``cg_type_in``).
+
+    (The C ``cg_types_in`` is reached through the launch's scan for expiring
+    arrays: test_launcher's test of an expiring output fails without it.)
+    """
     import cudagraphs as cg
 
     x = cg.zeros(4, "float32", device=dev)
     expiring = [GraphOutput]
     assert not _capi.cg_types_in((x, 1, 2.0), expiring)
     assert not _capi.cg_types_in([x, None], expiring)
-    assert not _capi.cg_types_in({"a": x}, expiring)  # (neither a tuple nor a list)
+    assert _capi.cg_types_in(iter([1, x]), [type(x)])  # (any iterable)
+    assert not _capi.cg_types_in(iter([1, x]), expiring)
     assert not _capi.cg_type_in(x, expiring)
     assert _capi.cg_type_in(x, [type(x)])
     assert _capi.cg_types_in([1, x], [type(x)])
@@ -117,3 +123,18 @@ def test_types_in_and_address(dev: Any) -> None:
     assert _recording.address(_Plain()) == 99
     with pytest.raises(AttributeError):
         _recording.address(object())
+
+
+def test_the_address_of_an_expired_graph_output_is_refused(dev: Any) -> None:
+    """``address`` reads an array's field, except for a type that expires: a stale output raises."""
+    import cudagraphs as cg
+
+    f = cg.graphed(lambda u: cg.ops.scale(2.0, u), device=dev)
+    a = cg.ones(8, "float32", device=dev)
+    first = f(a)
+    assert type(first) is GraphOutput
+    assert _recording.address(first) == first.ptr  # (valid until the next call)
+    f(a)
+    f(a)  # (the repeat call: first is stale now)
+    with pytest.raises(cg.StaleOutputError):
+        _recording.address(first)

@@ -83,25 +83,20 @@ cdef extern from *:
         return out;
     }
 
-    /* Whether the type of one of objs (a tuple or list; else no) is one of types (a list), by
-       identity: a scan of a launch's few arguments, without a reference taken per item */
+    /* Whether the type of one of objs (any iterable: a tuple or list read in place) is one of
+       types (a list), by identity: a scan of a launch's few arguments, without a reference taken
+       per item (-1: an error is set) */
     static int cg_types_in(PyObject *objs, PyObject *types) {
-        PyObject **items;
-        Py_ssize_t n;
-        if (PyTuple_Check(objs)) {
-            items = &PyTuple_GET_ITEM(objs, 0);
-            n = PyTuple_GET_SIZE(objs);
-        } else if (PyList_Check(objs)) {
-            items = PySequence_Fast_ITEMS(objs);
-            n = PyList_GET_SIZE(objs);
-        } else {
-            return 0;
-        }
-        Py_ssize_t m = PyList_GET_SIZE(types);
-        for (Py_ssize_t i = 0; i < n; ++i)
-            for (Py_ssize_t k = 0; k < m; ++k)
-                if ((PyObject *)Py_TYPE(items[i]) == PyList_GET_ITEM(types, k)) return 1;
-        return 0;
+        PyObject *seq = PySequence_Fast(objs, "the objects must be iterable");
+        if (seq == NULL) return -1;
+        PyObject **items = PySequence_Fast_ITEMS(seq);
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), m = PyList_GET_SIZE(types);
+        int found = 0;
+        for (Py_ssize_t i = 0; i < n && !found; ++i)
+            for (Py_ssize_t k = 0; k < m && !found; ++k)
+                found = (PyObject *)Py_TYPE(items[i]) == PyList_GET_ITEM(types, k);
+        Py_DECREF(seq);
+        return found;
     }
 
     /* Item k of tuple t, borrowed (NULL, with IndexError or TypeError set, where t has none) */
@@ -156,7 +151,7 @@ cdef extern from *:
     object cg_tuple6(object type, object a, object b, object c, object d, object e, object f)
     tuple cg_replaced_where(tuple values, tuple views, object key, object new)
     object cg_item(object t, Py_ssize_t i)
-    bint cg_types_in(object objs, list types)
+    bint cg_types_in(object objs, list types) except -1
     bint cg_type_in(object obj, list types)
     Py_ssize_t cg_first_difference(list mine, list theirs, Py_ssize_t k1, Py_ssize_t k2) except -2
     Py_ssize_t cg_first_not_none(list items, Py_ssize_t k) except -2

@@ -128,9 +128,7 @@ def cg_first_not_none(items: list[Any], k: int) -> int:
 
 
 def cg_types_in(objs: Any, types: list[type]) -> bool:
-    """Whether the type of one of ``objs`` (a tuple or list; else False) is one of ``types``, by identity."""
-    if type(objs) is not tuple and type(objs) is not list:
-        return False
+    """Whether the type of one of ``objs`` (an iterable) is one of ``types``, by identity."""
     for a in objs:
         t = type(a)
         for e in types:

@@ -585,12 +585,7 @@ def _uses_expiring(objs: Any) -> bool:
     (Types compared by identity: work uses one to four arrays, and a set would
     hash each one's type.)
     """
-    if type(objs) is tuple or type(objs) is list:
-        return cg_types_in(objs, _EXPIRING)  # (compiled: a C scan, no reference taken per item)
-    for a in objs:  # noqa: SIM110
-        if cg_type_in(a, _EXPIRING):
-            return True
-    return False
+    return cg_types_in(objs, _EXPIRING)  # (compiled: a C scan, no reference taken per item)
 
 
 def _issue(stream: Any, issue: Callable[[Any, Any], Any], arg: Any) -> Any:
