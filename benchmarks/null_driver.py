@@ -195,8 +195,9 @@ def _annotated(name: str, calls: int, inclusive: bool) -> dict[str, int]:
     with tempfile.TemporaryDirectory() as folder:
         out = os.path.join(folder, "callgrind.out")
         _callgrind(name, calls, out)
+        how = f"--inclusive={'yes' if inclusive else 'no'}"  # (--auto=no: no source lines among them)
         text = subprocess.run(
-            ["callgrind_annotate", f"--inclusive={'yes' if inclusive else 'no'}", "--threshold=100", out],
+            ["callgrind_annotate", "--auto=no", how, "--threshold=100", out],
             capture_output=True,
             text=True,
             check=True,

@@ -13,6 +13,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _earlier_objects_frozen() -> Iterator[None]:
+def _earlier_objects_frozen(request: pytest.FixtureRequest) -> Iterator[None]:
     """Keep the objects alive before a test file out of its tests' garbage collections.
 
     The tests collect garbage often (the ``backend`` fixture after each test,
@@ -64,7 +65,14 @@ def _earlier_objects_frozen() -> Iterator[None]:
     other libraries' arrays, ``interop._keep``, sees the arrays a file's tests
     make, not those made before the file, which no test uses; ``live_blocks``
     lists the blocks made by the file's tests.)
+
+    Where a test of an earlier file failed, the check only warns: pytest
+    keeps that failure's traceback (its frames, and the objects they held)
+    until it reports it, so they turn garbage during this file without any
+    fault of its tests (seen on a GPU run: a failed soak test's graph and
+    records, flagged by the file after it).
     """
+    failed_before = request.session.testsfailed
     importlib.import_module("cuda.core")  # (what the first kernel compile imports: frozen too)
     gc.collect()
     gc.freeze()
@@ -72,10 +80,14 @@ def _earlier_objects_frozen() -> Iterator[None]:
     gc.collect()  # what the file's tests left, as ever
     gc.unfreeze()
     hidden = frozen_garbage()
-    assert not hidden, (
+    why = (
         f"objects of {_WATCHED} alive before this file turned garbage while frozen (the file's "
         f"collections did not reach them: see _earlier_objects_frozen): {hidden}"
     )
+    if hidden and failed_before:
+        warnings.warn(f"{why} (not failed: an earlier failure's traceback may have held them)", stacklevel=1)
+        return
+    assert not hidden, why
 
 
 _WATCHED = ("cudagraphs", "foreign_lib", "_fake_library")  # (what holds device memory or handles)
