@@ -10,11 +10,12 @@ cdef object _BLOCK
 cdef list _LAST_GRID, _LAST_RUN
 cdef dict _RUNS
 
+from cudagraphs._capi cimport cg_put, cg_values
 from cudagraphs._kernel cimport Kernel
 from cudagraphs._recording cimport address
 
 @cython.locals(last=tuple)
 cpdef tuple grid_of(object n, object cap)
 
-@cython.locals(kernel=Kernel, plan=tuple, last=tuple, values=list)
+@cython.locals(kernel=Kernel, plan=tuple, last=tuple, i=Py_ssize_t)
 cpdef run(str name, object dtype, object device, object stream, object n, object args, object writes=*)

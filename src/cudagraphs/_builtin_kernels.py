@@ -16,14 +16,23 @@ import functools
 import struct
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+
+try:
+    import cython
+except ImportError:  # (run as Python where Cython is not installed: nothing is compiled)
+    cython = SimpleNamespace(compiled=False)
 
 from ._allocator import Block
 from ._kernel import Kernel, _param_from_spec
 from ._recording import Work, address, submit
 from .backends.base import ArrayArg, ContextualHost, Copy, HostContext
+
+if not cython.compiled:  # (compiled, _capi.pxd's C functions)
+    from ._capi import cg_put, cg_values
 
 __all__ = [
     "ARITH",
@@ -295,10 +304,10 @@ def run(
         _LAST_RUN[0] = (name, dtype, device, plan)
     kernel, cap = plan
     grid = grid_of(n, cap)
-    values = []
-    for a in args:  # (by identity: a set of the plain types would hash each argument's type)
+    values = cg_values(len(args))  # (compiled: a tuple filled in place, one allocation)
+    for i, a in enumerate(args):  # (by identity: a set of the plain types would hash each one's type)
         t = type(a)
-        values.append(a if t is int or t is float or t is bytes else address(a))
+        cg_put(values, i, a if t is int or t is float or t is bytes else address(a))
     kernel._enqueue(device, stream, grid, _BLOCK, 0, values, args, writes)
 
 

@@ -44,6 +44,26 @@ cdef extern from *:
         return out;
     }
 
+    /* The values of one launch, filled one by one: a new tuple of n empty slots (a tuple: one
+       allocation, from CPython's free list, where a list is two), and item i of such a tuple set
+       (each slot once, before the tuple is handed on; anything else is refused) */
+    static PyObject *cg_values(Py_ssize_t n) {
+        if (n < 0) {
+            PyErr_SetString(PyExc_ValueError, "cg_values: a negative length");
+            return NULL;
+        }
+        return PyTuple_New(n);
+    }
+    static int cg_put(PyObject *values, Py_ssize_t i, PyObject *value) {
+        if (!PyTuple_CheckExact(values) || i < 0 || i >= PyTuple_GET_SIZE(values) ||
+            PyTuple_GET_ITEM(values, i) != NULL) {
+            PyErr_SetString(PyExc_ValueError, "cg_put: not an empty slot of a tuple from cg_values");
+            return -1;
+        }
+        PyTuple_SET_ITEM(values, i, Py_NewRef(value));
+        return 0;
+    }
+
     /* A copy of tuple values where item j is new wherever views[j] is key (identity first, then
        ==; a None view never is), or values itself where none is (NULL: an error is set) */
     static PyObject *cg_replaced_where(PyObject *values, PyObject *views, PyObject *key, PyObject *new) {
@@ -149,6 +169,8 @@ cdef extern from *:
     }
     """
     object cg_tuple6(object type, object a, object b, object c, object d, object e, object f)
+    object cg_values(Py_ssize_t n)
+    int cg_put(object values, Py_ssize_t i, object value) except -1
     tuple cg_replaced_where(tuple values, tuple views, object key, object new)
     object cg_item(object t, Py_ssize_t i)
     bint cg_types_in(object objs, list types) except -1

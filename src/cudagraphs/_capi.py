@@ -27,10 +27,12 @@ __all__ = [
     "cg_nodes_add",
     "cg_nodes_new",
     "cg_nodes_set",
+    "cg_put",
     "cg_replaced_where",
     "cg_tuple6",
     "cg_type_in",
     "cg_types_in",
+    "cg_values",
 ]
 
 CG_UNBOUND = -2  # what a trampoline answers where no driver entry point is bound
@@ -144,6 +146,20 @@ def cg_type_in(obj: Any, types: list[type]) -> bool:
         if t is e:
             return True
     return False
+
+
+def cg_values(n: int) -> list[Any]:
+    """The values of one launch, to fill with :func:`cg_put` (compiled: a tuple of ``n`` empty slots)."""
+    if n < 0:
+        raise ValueError("cg_values: a negative length")
+    return [None] * n
+
+
+def cg_put(values: list[Any], i: int, value: Any) -> None:
+    """Set item ``i`` of ``values`` (from :func:`cg_values`; compiled: each slot once)."""
+    if not 0 <= i < len(values):
+        raise ValueError("cg_put: not an empty slot of a tuple from cg_values")
+    values[i] = value
 
 
 def cg_tuple6(cls: type, a: Any, b: Any, c: Any, d: Any, e: Any, f: Any) -> Any:

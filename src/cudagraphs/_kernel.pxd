@@ -3,7 +3,7 @@
 # launch's path). docs/architecture.md, "The compiled part", says what may be declared here and why.
 
 cimport cython
-from cudagraphs._capi cimport cg_tuple6
+from cudagraphs._capi cimport cg_put, cg_tuple6, cg_values
 from cudagraphs._device cimport _current_stream_of
 from cudagraphs._fields cimport ArrayFields, DeviceFields, StreamFields
 
@@ -29,7 +29,7 @@ cdef class Kernel:
     cdef public dict _plans
     cdef public object fast, name
 
-    @cython.locals(convert=list, n=Py_ssize_t, i=Py_ssize_t, arg=_Arg, values=list)
+    @cython.locals(convert=list, n=Py_ssize_t, i=Py_ssize_t, arg=_Arg)
     cdef _launch(self, object grid, object block, tuple args, object stream, object shared_mem, object device)
     @cython.locals(on=StreamFields, plan=tuple, last=tuple)
     cdef _enqueue(self, object device, object stream, object grid, object block, object shared_mem,

@@ -53,7 +53,7 @@ from ._recording import address, issue_launch, new_work, submit, view_of
 from .backends.base import CUDA_ERROR_NOT_FOUND, ERROR_NAMES, KernelLaunch, Param, param_offsets
 
 if not cython.compiled:  # (compiled, _capi.pxd's C functions)
-    from ._capi import cg_tuple6
+    from ._capi import cg_put, cg_tuple6, cg_values
 
 # (the same, for the hot paths: compiled, C globals, no name lookup)
 _DEVICE, _STREAM, _KERNEL_LAUNCH = Device, Stream, KernelLaunch
@@ -441,10 +441,10 @@ class Kernel:
             if device is None:
                 device = stream.device if type(stream) is _STREAM else _device_of(args)
             stream = resolve_stream(stream, device)
-        values = [None] * n  # (made at its size: appends would grow it)
+        values = cg_values(n)  # (compiled: a tuple filled in place, one allocation)
         for i in range(n):
             arg = convert[i]  # (compiled: typed, its check a C call)
-            values[i] = arg.convert(args[i], device)
+            cg_put(values, i, arg.convert(args[i], device))
         last_grid, last_block, g3, b3 = self._dims
         if grid is not last_grid or block is not last_block:
             g3, b3 = normalize_dims(grid, "grid"), normalize_dims(block, "block")

@@ -8,7 +8,7 @@ from cudagraphs._fields cimport ArrayFields, StreamFields
 
 # (module globals the hot paths read: C globals, read without a dictionary lookup, which Python
 # 3.12 and later make compiled code do for every global it reads)
-cdef object _get_ident, _BY_VALUE, _KERNEL
+cdef object _get_ident, _BY_VALUE, _KERNEL, _NODE_RECORD
 cdef Py_ssize_t _RECORD_KIND
 cdef list _EXPIRING
 

@@ -213,6 +213,7 @@ class NodeRecord(NamedTuple):
 # a kernel record's kind, the one object (compared by identity first), and where a record holds
 # its kind (compiled: C globals; a record's item read by position, see cg_item)
 _KERNEL, _RECORD_KIND = "kernel", NodeRecord._fields.index("kind")
+_NODE_RECORD = NodeRecord  # (the same, for the hot paths: compiled, a C global, no name lookup)
 
 
 def view_of(a: Any) -> Any:
@@ -343,6 +344,9 @@ class Recording:
                 arr = o
                 block = arr._block
             else:  # (others: another library's array, a scratch buffer, a number)
+                t = type(o)
+                if t is int or t is float:  # (the common numbers, passed by value: no attribute lookup)
+                    continue
                 block = getattr(o, "_block", None)
             if block is not None:  # an array: kept unless the capture owns its memory
                 if block.owner not in owners:
@@ -354,7 +358,7 @@ class Recording:
             top = stream is self.stream or stream in self.joined
             if node is not None or not top:
                 self.plain = False
-            self.nodes.append(cg_tuple6(NodeRecord, node, kind, name, views, patch, top))
+            self.nodes.append(cg_tuple6(_NODE_RECORD, node, kind, name, views, patch, top))
         return node
 
     def join(self, stream: Any) -> None:

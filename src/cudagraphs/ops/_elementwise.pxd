@@ -8,6 +8,11 @@ from cudagraphs._device cimport _current_stream_of
 cimport cython
 from cudagraphs._fields cimport ArrayFields
 
+# (module globals the hot paths read: C globals, read without a dictionary lookup, which Python
+# 3.12 and later make compiled code do for every global it reads)
+cdef object _DEVICE_ARRAY
+cdef tuple _ARITH_DTYPES_C
+
 @cython.locals(head=ArrayFields, arr=ArrayFields)
 cpdef object _arrays(str op, tuple names, tuple arrays)
 cpdef _arith(str op, object dtype)

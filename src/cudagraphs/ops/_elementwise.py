@@ -21,17 +21,19 @@ from ..backends.base import Copy
 __all__ = ["add", "axpy", "copy", "fill", "scale"]
 
 _ARITH_DTYPES = tuple(np.dtype(n) for n in ARITH)  # (numpy's dtypes of these names are singletons)
+# (the same, for the hot paths: compiled, C globals, read without a dictionary lookup)
+_DEVICE_ARRAY, _ARITH_DTYPES_C = DeviceArray, _ARITH_DTYPES
 
 
 # validation ----------------------------------------------------------------
 def _arrays(op: str, names: tuple[str, ...], arrays: tuple[Any, ...]) -> Device:
     """Check that ``arrays`` (the arguments ``names``) are device arrays of one shape, dtype, device."""
     first = arrays[0]
-    if type(first) is not DeviceArray:
+    if type(first) is not _DEVICE_ARRAY:
         return _checked(op, names, arrays)
     head = first  # (compiled: typed, its fields read as C fields)
     for a in arrays:  # the common case, cheaply: plain arrays that match (identity first)
-        if type(a) is not DeviceArray:
+        if type(a) is not _DEVICE_ARRAY:
             return _checked(op, names, arrays)
         arr = a
         if (
@@ -58,10 +60,10 @@ def _checked(op: str, names: tuple[str, ...], arrays: tuple[Any, ...]) -> Device
 
 
 def _arith(op: str, dtype: np.dtype) -> None:
-    for d in _ARITH_DTYPES:  # (by identity first: == of two dtypes is a call, a hash a tuple's)
+    for d in _ARITH_DTYPES_C:  # (by identity first: == of two dtypes is a call, a hash a tuple's)
         if d is dtype:
             return
-    if dtype not in _ARITH_DTYPES:
+    if dtype not in _ARITH_DTYPES_C:
         raise TypeError(f"{op} supports {', '.join(ARITH)}; got {dtype}")
 
 
