@@ -67,10 +67,10 @@ def _earlier_objects_frozen(request: pytest.FixtureRequest) -> Iterator[None]:
     lists the blocks made by the file's tests.)
 
     Where a test of an earlier file failed, the check only warns: pytest
-    keeps that failure's traceback (its frames, and the objects they held)
-    until it reports it, so they turn garbage during this file without any
-    fault of its tests (seen on a GPU run: a failed soak test's graph and
-    records, flagged by the file after it).
+    keeps that failure's traceback (``sys.last_traceback``: its frames, and
+    the objects they held) until a later failure replaces it, so they turn
+    garbage during this file without any fault of its tests (seen on a GPU
+    run: a failed soak test's graph and records, flagged by the file after it).
     """
     failed_before = request.session.testsfailed
     importlib.import_module("cuda.core")  # (what the first kernel compile imports: frozen too)

@@ -103,6 +103,14 @@ cdef extern from *:
         return out;
     }
 
+    /* Whether the type of obj is one of types (a list), by identity */
+    static int cg_type_in(PyObject *obj, PyObject *types) {
+        Py_ssize_t m = PyList_GET_SIZE(types);
+        for (Py_ssize_t k = 0; k < m; ++k)
+            if ((PyObject *)Py_TYPE(obj) == PyList_GET_ITEM(types, k)) return 1;
+        return 0;
+    }
+
     /* Whether the type of one of objs (any iterable: a tuple or list read in place) is one of
        types (a list), by identity: a scan of a launch's few arguments, without a reference taken
        per item (-1: an error is set) */
@@ -110,11 +118,9 @@ cdef extern from *:
         PyObject *seq = PySequence_Fast(objs, "the objects must be iterable");
         if (seq == NULL) return -1;
         PyObject **items = PySequence_Fast_ITEMS(seq);
-        Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), m = PyList_GET_SIZE(types);
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
         int found = 0;
-        for (Py_ssize_t i = 0; i < n && !found; ++i)
-            for (Py_ssize_t k = 0; k < m && !found; ++k)
-                found = (PyObject *)Py_TYPE(items[i]) == PyList_GET_ITEM(types, k);
+        for (Py_ssize_t i = 0; i < n && !found; ++i) found = cg_type_in(items[i], types);
         Py_DECREF(seq);
         return found;
     }
@@ -160,13 +166,6 @@ cdef extern from *:
         return -1;
     }
 
-    /* Whether the type of obj is one of types (a list), by identity */
-    static int cg_type_in(PyObject *obj, PyObject *types) {
-        Py_ssize_t m = PyList_GET_SIZE(types);
-        for (Py_ssize_t k = 0; k < m; ++k)
-            if ((PyObject *)Py_TYPE(obj) == PyList_GET_ITEM(types, k)) return 1;
-        return 0;
-    }
     """
     object cg_tuple6(object type, object a, object b, object c, object d, object e, object f)
     object cg_values(Py_ssize_t n)

@@ -129,21 +129,19 @@ def cg_first_not_none(items: list[Any], k: int) -> int:
     return -1
 
 
-def cg_types_in(objs: Any, types: list[type]) -> bool:
-    """Whether the type of one of ``objs`` (an iterable) is one of ``types``, by identity."""
-    for a in objs:
-        t = type(a)
-        for e in types:
-            if t is e:
-                return True
-    return False
-
-
 def cg_type_in(obj: Any, types: list[type]) -> bool:
     """Whether the type of ``obj`` is one of ``types``, by identity."""
     t = type(obj)
     for e in types:  # noqa: SIM110
         if t is e:
+            return True
+    return False
+
+
+def cg_types_in(objs: Any, types: list[type]) -> bool:
+    """Whether the type of one of ``objs`` (an iterable) is one of ``types``, by identity."""
+    for a in objs:  # noqa: SIM110
+        if cg_type_in(a, types):
             return True
     return False
 
