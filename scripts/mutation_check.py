@@ -65,7 +65,7 @@ MUTATIONS = [
     (
         "other threads' work recorded",
         "src/cudagraphs/_recording.py",
-        '        if self.thread != _get_ident():\n            raise CaptureError(\n                f"{kind',
+        '        if self.thread != cg_thread_ident():\n            raise CaptureError(\n                f"{kind',
         '        if False:\n            raise CaptureError(\n                f"{kind',
     ),
     (

@@ -90,11 +90,11 @@ def _is_backend(node: ast.expr) -> bool:
     return isinstance(node, ast.Attribute) and node.attr in ("backend", "_backend")
 
 
-_MAKERS = ("Work", "new_work")  # (new_work: the factory the compiled hot paths call)
+_MAKERS = ("Work", "submit_parts")  # (submit_parts: a work given by its parts, as the hot paths give it)
 
 
 def _is_work(node: ast.AST) -> bool:
-    """``Work(...)``, ``new_work(...)``, or ``tuple.__new__(Work, ...)``."""
+    """``Work(...)``, ``submit_parts(...)``, or ``tuple.__new__(Work, ...)``."""
     if not isinstance(node, ast.Call):
         return False
     f = node.func
@@ -174,6 +174,6 @@ def test_the_scan_sees_a_bypass_and_what_a_work_carries(tmp_path: Path) -> None:
         "    issue = backend.launch\n"
         "    submit(stream, tuple.__new__(Work, ('kernel', issue, launch)))\n"
         "def made(backend, stream, copy):\n"
-        "    submit(stream, new_work('memcpy', backend.memcpy, copy))\n"
+        "    submit_parts(stream, 'memcpy', backend.memcpy, copy, (), (), (), '', None, None)\n"
     )
     assert bypasses(tmp_path) == {("mod.py", "eager", "launch"), ("mod.py", "Bound.bind", "graph_launch")}

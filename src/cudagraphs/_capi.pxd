@@ -125,6 +125,9 @@ cdef extern from *:
         return found;
     }
 
+    /* This thread's identifier, as threading.get_ident() gives it (a C integer: no int object) */
+    static unsigned long cg_thread_ident(void) { return PyThread_get_thread_ident(); }
+
     /* Item k of tuple t, borrowed (NULL, with IndexError or TypeError set, where t has none) */
     static PyObject *cg_borrow(PyObject *t, Py_ssize_t k) {
         if (!PyTuple_Check(t)) {
@@ -167,6 +170,7 @@ cdef extern from *:
     }
 
     """
+    unsigned long cg_thread_ident()
     object cg_tuple6(object type, object a, object b, object c, object d, object e, object f)
     object cg_values(Py_ssize_t n)
     int cg_put(object values, Py_ssize_t i, object value) except -1

@@ -11,6 +11,7 @@ the backend's primitive.
 
 from __future__ import annotations
 
+from threading import get_ident as _get_ident
 from typing import Any
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "cg_nodes_set",
     "cg_put",
     "cg_replaced_where",
+    "cg_thread_ident",
     "cg_tuple6",
     "cg_type_in",
     "cg_types_in",
@@ -158,6 +160,11 @@ def cg_put(values: list[Any], i: int, value: Any) -> None:
     if not 0 <= i < len(values):
         raise ValueError("cg_put: not an empty slot of a tuple from cg_values")
     values[i] = value
+
+
+def cg_thread_ident() -> int:
+    """The calling thread's identifier, as :func:`threading.get_ident` gives it (compiled: a C integer)."""
+    return _get_ident()
 
 
 def cg_tuple6(cls: type, a: Any, b: Any, c: Any, d: Any, e: Any, f: Any) -> Any:

@@ -10,7 +10,7 @@ from cudagraphs._fields cimport ArrayFields, DeviceFields, StreamFields
 # (module globals the hot paths read: C globals, read without a dictionary lookup, which Python
 # 3.12 and later make compiled code do for every global it reads)
 cdef object _DEVICE, _STREAM, _KERNEL_LAUNCH
-from cudagraphs._recording cimport address, issue_launch, new_work, submit, view_of
+from cudagraphs._recording cimport address, issue_launch, submit_parts, view_of
 
 @cython.final
 cdef class _Arg:
@@ -31,7 +31,7 @@ cdef class Kernel:
 
     @cython.locals(convert=list, n=Py_ssize_t, i=Py_ssize_t, arg=_Arg)
     cdef _launch(self, object grid, object block, tuple args, object stream, object shared_mem, object device)
-    @cython.locals(on=StreamFields, plan=tuple, last=tuple)
+    @cython.locals(on=StreamFields, plan=tuple, last=tuple, n=Py_ssize_t, i=Py_ssize_t)
     cdef _enqueue(self, object device, object stream, object grid, object block, object shared_mem,
                   object values, object args, object writes)
 

@@ -49,7 +49,7 @@ from ._device import Device, Stream, StreamLike, _current_stream_of, as_device, 
 from ._dtypes import SUPPORTED
 from ._errors import BackendUnavailableError, CudaError
 from ._fields import ArrayFields, DeviceFields
-from ._recording import address, issue_launch, new_work, submit, view_of
+from ._recording import address, issue_launch, submit_parts, view_of
 from .backends.base import CUDA_ERROR_NOT_FOUND, ERROR_NAMES, KernelLaunch, Param, param_offsets
 
 if not cython.compiled:  # (compiled, _capi.pxd's C functions)
@@ -502,17 +502,22 @@ class Kernel:
             stream, packer, function, grid, block, shared_mem, values, args
         ):
             return  # (queued as submit would queue it: uncaptured, through the C part's Packer)
-        rec = on._recording
-        views: tuple[Any, ...] = ()
-        if rec is not None or describe:
+        n = len(args)
+        views: Any = ()
+        if on._recording is not None or describe:
             # each argument's view, for arrays: what the simulator runs on, what a capture
             # records (an uncaptured launch on a GPU reads only the packed values)
-            views = tuple([view_of(a) for a in args])
+            views = cg_values(n)  # (compiled: a tuple filled in place, one allocation)
+            for i in range(n):
+                cg_put(views, i, view_of(args[i]))
         # what is written comes first (submit skips the values passed by value)
-        written, reads = (tuple(args), ()) if writes is None else (tuple(args[:writes]), tuple(args[writes:]))
-        # (made without the NamedTuple's __new__, a Python call, and without Work's argument parsing)
-        launch = cg_tuple6(_KERNEL_LAUNCH, fn, grid, block, shared_mem, tuple(values), views)
-        submit(stream, new_work("kernel", issue, launch, reads, written, (), self.name, (self, launch)))
+        if writes is None:
+            written, reads = tuple(args), ()
+        else:
+            written, reads = tuple(args[:writes]), tuple(args[writes:])
+        # (made without the NamedTuple's __new__, a Python call; the work passed by its parts, none made)
+        launch = cg_tuple6(_KERNEL_LAUNCH, fn, grid, block, shared_mem, tuple(values), tuple(views))
+        submit_parts(stream, "kernel", issue, launch, reads, written, (), self.name, (self, launch), None)
 
 
 def _fast_layout(params: Sequence[Param], offsets: Sequence[int]) -> list[tuple[str, int, int]] | None:

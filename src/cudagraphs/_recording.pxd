@@ -3,12 +3,13 @@
 # docs/architecture.md, "The compiled part", says what may be declared here and why.
 
 cimport cython
-from cudagraphs._capi cimport cg_api_load, cg_issue, cg_item, cg_launch, cg_tuple6, cg_type_in, cg_types_in
+from cudagraphs._capi cimport (cg_api_load, cg_issue, cg_item, cg_launch, cg_thread_ident, cg_tuple6, cg_type_in,
+                               cg_types_in)
 from cudagraphs._fields cimport ArrayFields, StreamFields
 
 # (module globals the hot paths read: C globals, read without a dictionary lookup, which Python
 # 3.12 and later make compiled code do for every global it reads)
-cdef object _get_ident, _BY_VALUE, _KERNEL, _NODE_RECORD
+cdef object _BY_VALUE, _KERNEL, _NODE_RECORD
 cdef Py_ssize_t _RECORD_KIND
 cdef list _EXPIRING
 
@@ -16,18 +17,17 @@ cdef class Work:
     cdef public object arg, issue, kind, name, patch, refuse
     cdef public tuple keep, reads, writes
 
-@cython.locals(w=Work)
-cpdef Work new_work(object kind, object issue, object arg, tuple reads, tuple writes, tuple keep, object name,
-                    object patch)
-
 cdef class Recording:
     cdef object __weakref__
-    cdef public object active, before, device, frees, invalid, memory, mode, plain, stream, thread
+    cdef public object active, before, device, frees, invalid, memory, mode, plain, stream
+    cdef public unsigned long thread
     cdef public dict conditions, loops
     cdef public list devices, joined, keep, nodes, streams
 
-    @cython.locals(keep=list, owners=object, arr=ArrayFields)
-    cpdef object record(self, object stream, Work work)
+    cpdef object record(self, object stream, object kind, object issue, object arg, tuple reads, tuple writes,
+                        tuple kept, object name, object patch, object refuse)
+    @cython.locals(keep=list, arr=ArrayFields)
+    cdef _keep_objects(self, tuple objs, object owners)
 
 cdef bint _uses_expiring(object objs) except -1
 
@@ -37,10 +37,14 @@ cpdef object address(object a)
 @cython.locals(on=StreamFields)
 cdef object _issue(object stream, object issue, object arg)
 
+@cython.locals(arr=ArrayFields)
 cpdef object view_of(object a)
 
-@cython.locals(on=StreamFields, rec=Recording)
 cpdef object submit(object stream, Work work)
+
+@cython.locals(on=StreamFields, rec=Recording)
+cpdef object submit_parts(object stream, object kind, object issue, object arg, tuple reads, tuple writes,
+                          tuple keep, object name, object patch, object refuse)
 
 @cython.locals(on=StreamFields)
 cpdef bint issue_launch(object stream, object packer, size_t function, object grid, object block,

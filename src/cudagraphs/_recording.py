@@ -77,7 +77,16 @@ from .backends.base import (
 )
 
 if not cython.compiled:  # (compiled, _capi.pxd's C functions)
-    from ._capi import cg_api_load, cg_issue, cg_item, cg_launch, cg_tuple6, cg_type_in, cg_types_in
+    from ._capi import (
+        cg_api_load,
+        cg_issue,
+        cg_item,
+        cg_launch,
+        cg_thread_ident,
+        cg_tuple6,
+        cg_type_in,
+        cg_types_in,
+    )
 
 __all__ = [
     "EXPIRING",
@@ -97,13 +106,13 @@ __all__ = [
     "later",
     "launch_refused",
     "mark",
-    "new_work",
     "quiet",
     "refuse_beside_capture",
     "release",
     "resolve_handles",
     "status",
     "submit",
+    "submit_parts",
     "unsafe_blocker",
     "user_line",
     "view_of",
@@ -146,7 +155,7 @@ class Work:
     """
 
     # (compiled, an extension type whose fields _recording.pxd declares: submit reads them as C
-    # fields; the hot paths make one with new_work, without the call's argument parsing)
+    # fields; a kernel launch makes none, see submit_parts)
     __slots__ = ("arg", "issue", "keep", "kind", "name", "patch", "reads", "refuse", "writes")
 
     kind: str
@@ -178,23 +187,6 @@ class Work:
         return f"Work({self.kind!r}, {self.name!r}, reads={len(self.reads)}, writes={len(self.writes)})"
 
 
-def new_work(
-    kind: str,
-    issue: Callable[[Any, Any], Any],
-    arg: Any,
-    reads: tuple[Any, ...],
-    writes: tuple[Any, ...],
-    keep: tuple[Any, ...],
-    name: str,
-    patch: Any,
-) -> Work:
-    """``Work(kind, issue, arg, reads, writes, keep, name, patch)``, made at C's cost where compiled."""
-    w = Work.__new__(Work)
-    w.kind, w.issue, w.arg, w.reads, w.writes = kind, issue, arg, reads, writes
-    w.keep, w.name, w.patch, w.refuse = keep, name, patch, None
-    return w
-
-
 class NodeRecord(NamedTuple):
     """A node recorded by :func:`submit`: the driver's handle and its description.
 
@@ -219,7 +211,9 @@ _NODE_RECORD = NodeRecord  # (the same, for the hot paths: compiled, a C global,
 def view_of(a: Any) -> Any:
     """The view of ``a`` a node describes (None: a value passed by value, or no array)."""
     if isinstance(a, ArrayFields):  # (compiled: a C type check; most arguments are arrays)
-        return a._view_spec()  # type: ignore[attr-defined]  # (DeviceArray's, the one ArrayFields class)
+        arr = a  # (compiled: typed, its fields read as C fields)
+        spec = arr._arg  # (made once per array, by _view_spec)
+        return spec if spec is not None else a._view_spec()  # type: ignore[attr-defined]
     spec = None if isinstance(a, _BY_VALUE) else getattr(a, "_view_spec", None)
     return spec if spec is None else spec()
 
@@ -310,11 +304,24 @@ class Recording:
         self.invalid = self.invalid or message
         raise CaptureError(message)
 
-    def record(self, stream: Any, work: Work) -> Any:
-        """Apply the capture rules to ``work`` on ``stream`` (one of ours) and record it."""
-        kind, issue, arg, reads, writes = work.kind, work.issue, work.arg, work.reads, work.writes
-        kept, name, patch, refuse = work.keep, work.name, work.patch, work.refuse
-        if self.thread != _get_ident():
+    def record(
+        self,
+        stream: Any,
+        kind: str,
+        issue: Callable[[Any, Any], Any],
+        arg: Any,
+        reads: tuple[Any, ...],
+        writes: tuple[Any, ...],
+        kept: tuple[Any, ...],
+        name: str,
+        patch: Any,
+        refuse: str | None,
+    ) -> Any:
+        """Apply the capture rules to a work, given by its parts (see :class:`Work`), and record it.
+
+        ``stream`` is one of ours; ``kept`` is the work's ``keep``.
+        """
+        if self.thread != cg_thread_ident():
             raise CaptureError(
                 f"{kind or 'work'} {name}".rstrip() + f" queued at {user_line()} on "
                 f"stream 0x{stream.handle:x}, which thread {self.thread} is capturing: work "
@@ -338,8 +345,28 @@ class Recording:
                 )
                 raise CaptureInvalidatedError(self.invalid) from err
             raise
-        owners, keep = self.memory.owners, self.keep
-        for o in reads + writes + kept:
+        owners = self.memory.owners
+        # (each tuple scanned in place: their concatenation would be one more tuple a launch)
+        self._keep_objects(reads, owners)
+        self._keep_objects(writes, owners)
+        if kept:
+            self._keep_objects(kept, owners)
+        if kind:  # (the record is built in C)
+            views = () if kind == "kernel" else _views(reads + writes)
+            top = stream is self.stream or stream in self.joined
+            if node is not None or not top:
+                self.plain = False
+            self.nodes.append(cg_tuple6(_NODE_RECORD, node, kind, name, views, patch, top))
+        return node
+
+    def _keep_objects(self, objs: tuple[Any, ...], owners: tuple[Any, ...]) -> None:
+        """Keep what of ``objs`` the graph needs alive.
+
+        Arrays whose memory the capture does not own, and objects not passed
+        by value.
+        """
+        keep = self.keep
+        for o in objs:
             if isinstance(o, ArrayFields):  # (compiled: typed, the field read as a C field)
                 arr = o
                 block = arr._block
@@ -353,13 +380,6 @@ class Recording:
                     keep.append(o)
             elif not isinstance(o, _BY_VALUE):  # numbers and structs are copied into the graph
                 keep.append(o)
-        if kind:  # (the record is built in C)
-            views = () if kind == "kernel" else _views(reads + writes)
-            top = stream is self.stream or stream in self.joined
-            if node is not None or not top:
-                self.plain = False
-            self.nodes.append(cg_tuple6(_NODE_RECORD, node, kind, name, views, patch, top))
-        return node
 
     def join(self, stream: Any) -> None:
         """``stream`` waited on an event recorded in the capture: the driver forked it in.
@@ -613,13 +633,30 @@ def submit(stream: Any, work: Work) -> Any:
     Returns the node the work added when ``stream`` is captured, else what
     the backend call returned.
     """
+    w = work
+    return submit_parts(stream, w.kind, w.issue, w.arg, w.reads, w.writes, w.keep, w.name, w.patch, w.refuse)
+
+
+def submit_parts(
+    stream: Any,
+    kind: str,
+    issue: Callable[[Any, Any], Any],
+    arg: Any,
+    reads: tuple[Any, ...],
+    writes: tuple[Any, ...],
+    keep: tuple[Any, ...],
+    name: str,
+    patch: Any,
+    refuse: str | None,
+) -> Any:
+    """:func:`submit` of a work given by its parts (see :class:`Work`), none made (a kernel launch's path)."""
     on = stream  # (compiled: typed, its fields read as C fields)
     rec = on._recording
     if rec is None:
-        if _uses_expiring(work.reads) or _uses_expiring(work.writes):
-            return _issue_guarded(stream, work)
-        return _issue(stream, work.issue, work.arg)
-    return rec.record(stream, work)
+        if _uses_expiring(reads) or _uses_expiring(writes):
+            return _issue_guarded(stream, issue, arg, reads, writes)
+        return _issue(stream, issue, arg)
+    return rec.record(stream, kind, issue, arg, reads, writes, keep, name, patch, refuse)
 
 
 def issue_launch(
@@ -654,9 +691,11 @@ def issue_launch(
     return code == 0
 
 
-def _issue_guarded(stream: Any, work: Work) -> Any:
-    """Issue ``work``, which uses expiring arrays, holding their locks and checking them under those."""
-    found = [a for a in (*work.reads, *work.writes) if type(a) in EXPIRING]
+def _issue_guarded(
+    stream: Any, issue: Callable[[Any, Any], Any], arg: Any, reads: tuple[Any, ...], writes: tuple[Any, ...]
+) -> Any:
+    """Issue a work that uses expiring arrays, holding their locks and checking them under those."""
+    found = [a for a in (*reads, *writes) if type(a) in EXPIRING]
     # (each lock once, in one order: two threads queuing work on outputs of two callables)
     locks = sorted({id(lock): lock for lock in (a._guard for a in found)}.values(), key=id)
     taken = []
@@ -666,7 +705,7 @@ def _issue_guarded(stream: Any, work: Work) -> Any:
             taken.append(lock)
         for a in found:
             a._check()
-        return _issue(stream, work.issue, work.arg)
+        return _issue(stream, issue, arg)
     finally:
         for lock in reversed(taken):
             lock.release()
@@ -781,7 +820,7 @@ def refuse_beside_capture(stream: Any, what: str, subject: str) -> None:
     """
     if not _ACTIVE:
         return
-    me = _get_ident()
+    me = cg_thread_ident()
     for r in _all_active():
         if r.thread == me:
             raise CaptureError(
@@ -836,7 +875,6 @@ def forbid(device: Any, stream: Any, what: str, *, device_wide: bool = False, hi
 # deferred release -----------------------------------------------------------------------
 _lock = threading.RLock()
 _ACTIVE: dict[Any, list[Recording]] = {}
-_get_ident = threading.get_ident
 
 _QUEUE: collections.deque[tuple[Any, Callable[..., Any], tuple[Any, ...]]] = collections.deque()
 _draining = threading.local()

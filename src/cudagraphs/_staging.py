@@ -33,7 +33,7 @@ from ._array import DeviceArray, empty, foreign_view
 from ._builtin_kernels import copy_view, fill_value, fill_view
 from ._device import Device, Stream
 from ._errors import CudaError
-from ._recording import Work, new_work, submit
+from ._recording import Work, submit, submit_parts
 from .backends.base import CUDA_ERROR_INVALID_VALUE, Copy
 
 if TYPE_CHECKING:
@@ -203,8 +203,8 @@ class Staging:
             nbytes = part.nbytes
             if nbytes:
                 copy = _tuple_new(Copy, (part.ptr, i.ptr, nbytes, "dtod"))
-                work = new_work("memcpy", dst.device.backend.memcpy, copy, (i.obj,), (part,), (), "", None)
-                submit(stream, work)
+                backend = dst.device.backend  # (the work passed by its parts: none made)
+                submit_parts(stream, "memcpy", backend.memcpy, copy, (i.obj,), (part,), (), "", None, None)
         else:
             copy_view(part, array_of(i, dst.device), stream)
         if n is not None and n != bucket and self.pad_value is not None:
