@@ -15,7 +15,7 @@ cdef class DeviceArray(ArrayFields):
 # (module globals the hot path reads: C globals, read without a dictionary lookup, which Python
 # 3.12 and later make compiled code do for every global it reads)
 cdef tuple _LAST_DIMS
-cdef dict _STRIDES_1D
+cdef list _STRIDES_1D
 
 cpdef tuple _shape(object shape)
 cpdef tuple _strides_1d(Py_ssize_t itemsize)

@@ -86,15 +86,14 @@ def _shape(shape: Any) -> tuple[int, ...]:
 
 
 _LAST_DIMS: tuple[int, ...] = (0,)  # the last 1-D shape _shape made
-_STRIDES_1D: dict[int, tuple[int]] = {}  # a 1-D array's strides, by item size
+_STRIDES_1D: list[tuple[int]] = [(n,) for n in range(17)]  # a 1-D array's strides, by item size
 
 
 def _strides_1d(itemsize: int) -> tuple[int]:
-    """``(itemsize,)``, the same tuple each time."""
-    strides = _STRIDES_1D.get(itemsize)
-    if strides is None:
-        strides = _STRIDES_1D[itemsize] = (itemsize,)
-    return strides
+    """``(itemsize,)``, the same tuple each time for the item sizes of dtypes (up to 16 bytes)."""
+    if 0 <= itemsize < len(_STRIDES_1D):  # (compiled: a C index into a list, no int object made)
+        return _STRIDES_1D[itemsize]
+    return (itemsize,)
 
 
 def _check_ndim(ndim: int) -> None:

@@ -4,5 +4,6 @@
 # (module globals the lookup reads: C globals, read without a dictionary lookup, which Python
 # 3.12 and later make compiled code do for every global it reads)
 cdef dict _SUPPORTED, _BY_DTYPE
+cdef tuple _LAST
 
 cpdef object normalize_dtype(object dtype)

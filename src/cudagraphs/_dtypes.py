@@ -33,6 +33,7 @@ except ImportError:  # pragma: no cover - depends on the environment
     pass
 _BY_DTYPE = {dt: name for name, dt in SUPPORTED.items()}
 _SUPPORTED = SUPPORTED  # (the same dict, for normalize_dtype: compiled, a C global, no name lookup)
+_LAST: tuple[Any, np.dtype] = ("float64", SUPPORTED["float64"])  # the last name normalize_dtype looked up
 
 
 def normalize_dtype(dtype: Any) -> np.dtype:
@@ -43,9 +44,14 @@ def normalize_dtype(dtype: Any) -> np.dtype:
     TypeError
         If ``dtype`` is not a dtype, or not one of :data:`SUPPORTED`.
     """
+    global _LAST
+    last = _LAST  # (read once: another thread may set it)
+    if dtype is last[0]:  # (the dtype named by the last call, the same object: no lookup)
+        return last[1]
     if isinstance(dtype, str):
         known = _SUPPORTED.get(dtype)
         if known is not None:
+            _LAST = (dtype, known)
             return known
     if isinstance(dtype, np.dtype) and dtype in _BY_DTYPE:
         return dtype
