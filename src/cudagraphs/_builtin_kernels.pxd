@@ -17,5 +17,5 @@ from cudagraphs._recording cimport address
 @cython.locals(last=tuple)
 cpdef tuple grid_of(object n, object cap)
 
-@cython.locals(kernel=Kernel, plan=tuple, last=tuple, i=Py_ssize_t)
-cpdef run(str name, object dtype, object device, object stream, object n, object args, object writes=*)
+@cython.locals(kernel=Kernel, plan=tuple, last=tuple, i=Py_ssize_t, count=Py_ssize_t)
+cpdef run(str name, object dtype, object device, object stream, object n, tuple args, object writes=*)

@@ -286,7 +286,7 @@ _LAST_RUN: list[tuple[Any, Any, Any, Any]] = [(None, None, None, None)]  # (name
 
 
 def run(
-    name: str, dtype: np.dtype, device: Any, stream: Any, n: int, args: Sequence[Any], writes: int = 1
+    name: str, dtype: np.dtype, device: Any, stream: Any, n: int, args: tuple[Any, ...], writes: int = 1
 ) -> None:
     """Launch a built-in kernel over ``n`` elements; the first ``writes`` arguments are written.
 
@@ -304,8 +304,10 @@ def run(
         _LAST_RUN[0] = (name, dtype, device, plan)
     kernel, cap = plan
     grid = grid_of(n, cap)
-    values = cg_values(len(args))  # (compiled: a tuple filled in place, one allocation)
-    for i, a in enumerate(args):  # (by identity: a set of the plain types would hash each one's type)
+    count = len(args)
+    values = cg_values(count)  # (compiled: a tuple filled in place, one allocation)
+    for i in range(count):  # (by identity: a set of the plain types would hash each one's type)
+        a = args[i]
         t = type(a)
         cg_put(values, i, a if t is int or t is float or t is bytes else address(a))
     kernel._enqueue(device, stream, grid, _BLOCK, 0, values, args, writes)
@@ -319,9 +321,9 @@ def fill_view(x: Any, value: Any, stream: Any) -> None:
     bits = np.asarray(value, dtype=x.dtype)
     raw = bits.tobytes() if x.itemsize == 16 else int(bits.view(f"u{x.itemsize}"))
     if x.is_contiguous:
-        run("cg_fill", x.dtype, x.device, stream, n, [x, raw, n])
+        run("cg_fill", x.dtype, x.device, stream, n, (x, raw, n))
     else:
-        run("cg_fill_strided", x.dtype, x.device, stream, n, [x, raw, n, layout(x.shape, x)])
+        run("cg_fill_strided", x.dtype, x.device, stream, n, (x, raw, n, layout(x.shape, x)))
 
 
 def copy_view(dst: Any, src: Any, stream: Any) -> None:
@@ -338,7 +340,7 @@ def copy_view(dst: Any, src: Any, stream: Any) -> None:
         backend = dst.device.backend
         submit(stream, Work("memcpy", backend.memcpy, copy, (src,), (dst,), patch=copy))
     else:
-        run("cg_copy_strided", dst.dtype, dst.device, stream, n, [dst, src, n, layout(dst.shape, dst, src)])
+        run("cg_copy_strided", dst.dtype, dst.device, stream, n, (dst, src, n, layout(dst.shape, dst, src)))
 
 
 def check_same(op: str, **named: Any) -> Any:

@@ -209,9 +209,9 @@ def add(
     if n == 0:
         return out
     if x.is_contiguous and y.is_contiguous and z.is_contiguous:
-        run("cg_add", a.dtype, device, stream, n, [out, a, b, n])
+        run("cg_add", x.dtype, device, stream, n, (out, a, b, n))
     else:
-        run("cg_add_strided", a.dtype, device, stream, n, [out, a, b, n, layout(a.shape, out, a, b)])
+        run("cg_add_strided", x.dtype, device, stream, n, (out, a, b, n, layout(x.shape, out, a, b)))
     return out
 
 
@@ -258,7 +258,7 @@ def _alpha_op(
         return out
     name = base + ("_ptr" if pointer else "")
     if x.is_contiguous and out.is_contiguous:
-        run(name, x.dtype, device, stream, n, [out, x, alpha, n])
+        run(name, x.dtype, device, stream, n, (out, x, alpha, n))
     else:
-        run(name + "_strided", x.dtype, device, stream, n, [out, x, alpha, n, layout(x.shape, out, x)])
+        run(name + "_strided", x.dtype, device, stream, n, (out, x, alpha, n, layout(x.shape, out, x)))
     return out

@@ -367,7 +367,7 @@ def _scale_out(out: DeviceArray, beta: float, stream: Stream) -> None:
             out.device,
             stream,
             n,
-            [out, out, beta, n, layout(out.shape, out, out)],
+            (out, out, beta, n, layout(out.shape, out, out)),
         )
 
 
