@@ -430,9 +430,15 @@ MUTATIONS = [
         "",
     ),
     (
+        "the memory a graph holds is read at every capture's end (PyTorch's pool snapshots)",
+        "src/cudagraphs/interop/__init__.py",
+        "    return foreign_memory(device, graph, records, libs, owned)",
+        "    held = owned()\n    return foreign_memory(device, graph, records, libs, lambda: held)",
+    ),
+    (
         "the graph's own pools are looked for in a census",
         "src/cudagraphs/interop/_keep.py",
-        "    addresses = _outside(owned, sorted(",
+        "    addresses = _outside(owned(), sorted(",
         "    addresses = _outside([], sorted(",
     ),
 ]

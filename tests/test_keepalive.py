@@ -21,6 +21,7 @@ from foreign_lib import AddressView, ForeignLib
 
 import cudagraphs as cg
 from cudagraphs import interop
+from cudagraphs._pool import GraphPool
 
 N = 1000
 
@@ -120,6 +121,27 @@ def test_a_graph_of_cudagraphs_work_alone_looks_at_nothing(
         cg.ops.scale(2.0, x, out=x)
     assert looked == []
     g.close()
+
+
+def test_the_memory_a_graph_holds_is_read_only_where_others_nodes_need_it(
+    lib: ForeignLib, device: cg.Device, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A graph's pools' segments (PyTorch's pool: an allocator snapshot) are read for a census alone.
+
+    With torch 2.11, threads that took their PyTorch pool's snapshot at every capture's end
+    crashed the interpreter: a capture of cudagraphs' own work reads none.
+    """
+    asked: list[int] = []
+    real = GraphPool.ranges
+    monkeypatch.setattr(GraphPool, "ranges", lambda self: asked.append(1) or real(self))
+    x = cg.ones(8, "float32", device=device)
+    with cg.capture() as g:
+        cg.ops.scale(2.0, x, out=x)
+    assert asked == []
+    g.close()
+    g2, _out, _ptr, _s = _capture_scale(lib, rng.standard_normal(N).astype(np.float32), 2.0)
+    assert asked  # another library's node: what the graph holds is not looked for
+    g2.close()
 
 
 def test_the_census_is_what_finds_the_arrays(

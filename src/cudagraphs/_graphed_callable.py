@@ -845,9 +845,10 @@ _HINT = {  # what a refusal in a key's capture says to do, besides moving the ca
 def _torch_pool_bytes(pool: Any) -> int:
     """Bytes a ``torch.cuda.MemPool`` holds (0 where PyTorch cannot say)."""
     try:
-        return sum(int(seg["total_size"]) for seg in pool.snapshot())
-    except Exception:  # (an older PyTorch without MemPool.snapshot)
+        segments = interop.torch.ADAPTER.pool_memory(pool)  # (its snapshot, one at a time)
+    except Exception:  # (a PyTorch whose snapshot fails: as one without it)
         return 0
+    return sum(end - start for start, end in segments or ())
 
 
 def graphed(

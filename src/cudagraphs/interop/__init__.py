@@ -208,11 +208,15 @@ def keep_foreign(device: Any, graph: Any, records: list[Any], keep: list[Any], p
     (GraphPools) and the libraries' pools among what it ``keep``s.
     """
     libs = list(libraries())
-    owned = [r for pool in pools for r in pool.ranges()]
-    for obj in keep:
-        for lib in libs:
-            found = lib.pool_memory(obj)
-            if found is not None:
-                owned.extend(found)
-                break
+
+    def owned() -> list[tuple[int, int]]:  # (asked only where the graph has others' nodes)
+        held = [r for pool in pools for r in pool.ranges()]
+        for obj in keep:
+            for lib in libs:
+                found = lib.pool_memory(obj)
+                if found is not None:
+                    held.extend(found)
+                    break
+        return held
+
     return foreign_memory(device, graph, records, libs, owned)

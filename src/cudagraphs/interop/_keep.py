@@ -25,7 +25,7 @@ from __future__ import annotations
 import bisect
 import gc
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from .._array import DeviceArray
@@ -243,14 +243,15 @@ def foreign_memory(
     graph: Any,
     records: list[Any],
     imported: Iterable[ArrayMemory],
-    owned: list[tuple[int, int]],
+    owned: Callable[[], list[tuple[int, int]]],
 ) -> list[Any]:
     """What the graph must keep of the memory its unrecorded nodes use (what holds it).
 
     ``graph`` is the driver graph of a capture on ``device``; ``records`` are
     its top-level nodes cudagraphs recorded (their handles found here);
     ``imported`` the adapters of the libraries the program imported;
-    ``owned`` the memory the graph holds already (its pools' segments).
+    ``owned()`` the memory the graph holds already (its pools' segments),
+    asked only where the graph has nodes cudagraphs did not record.
     Nothing is looked at when every node of the graph is one of ``records``.
     The words left after the graph's own memory are first matched against
     the arrays the last census found that still live; only device memory
@@ -265,7 +266,7 @@ def foreign_memory(
     found, unseen = backend.graph_addresses(graph, ours)
     if unseen:
         _warn_unseen(unseen)
-    addresses = _outside(owned, sorted({a for _, used in found for a in used if a}))
+    addresses = _outside(owned(), sorted({a for _, used in found for a in used if a}))
     kept: dict[int, Any] = {}
     if addresses:
         addresses = _hits(_recalled(device.index), addresses, kept)
