@@ -213,7 +213,9 @@ def view_of(a: Any) -> Any:
     if isinstance(a, ArrayFields):  # (compiled: a C type check; most arguments are arrays)
         arr = a  # (compiled: typed, its fields read as C fields)
         spec = arr._arg  # (made once per array, by _view_spec)
-        return spec if spec is not None else a._view_spec()  # type: ignore[attr-defined]
+        if spec is None or cg_type_in(a, _EXPIRING):  # (an expiring array's checks that it has not)
+            return a._view_spec()  # type: ignore[attr-defined]
+        return spec
     spec = None if isinstance(a, _BY_VALUE) else getattr(a, "_view_spec", None)
     return spec if spec is None else spec()
 
