@@ -430,6 +430,12 @@ MUTATIONS = [
         "",
     ),
     (
+        "an expiring array's cached view read without its check",
+        "src/cudagraphs/_recording.py",
+        "        if spec is None or cg_type_in(a, _EXPIRING):",
+        "        if spec is None:",
+    ),
+    (
         "the memory a graph holds is read at every capture's end (PyTorch's pool snapshots)",
         "src/cudagraphs/interop/__init__.py",
         "    return foreign_memory(device, graph, records, libs, owned)",

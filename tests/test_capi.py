@@ -138,3 +138,20 @@ def test_the_address_of_an_expired_graph_output_is_refused(dev: Any) -> None:
     f(a)  # (the repeat call: first is stale now)
     with pytest.raises(cg.StaleOutputError):
         _recording.address(first)
+
+
+def test_the_view_of_an_expired_graph_output_is_refused(dev: Any) -> None:
+    """``view_of`` reads an array's cached view, except for a type that expires: a stale output raises."""
+    import cudagraphs as cg
+
+    f = cg.graphed(lambda u: cg.ops.scale(2.0, u), device=dev)
+    a = cg.ones(8, "float32", device=dev)
+    first = f(a)
+    spec = _recording.view_of(first)  # (valid until the next call: its view is cached now)
+    assert spec is first._arg
+    assert spec.ptr == first.ptr
+    assert _recording.view_of(a) is a._view_spec()  # (a plain array: its cached view)
+    f(a)
+    f(a)  # (the repeat call: first is stale now)
+    with pytest.raises(cg.StaleOutputError):
+        _recording.view_of(first)

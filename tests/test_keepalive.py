@@ -140,7 +140,7 @@ def test_the_memory_a_graph_holds_is_read_only_where_others_nodes_need_it(
     assert asked == []
     g.close()
     g2, _out, _ptr, _s = _capture_scale(lib, rng.standard_normal(N).astype(np.float32), 2.0)
-    assert asked  # another library's node: what the graph holds is not looked for
+    assert asked  # another library's node: its pools are read (their memory is not searched for)
     g2.close()
 
 
