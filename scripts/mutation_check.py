@@ -436,6 +436,12 @@ MUTATIONS = [
         "        if spec is None:",
     ),
     (
+        "a kernel's spare list of launch values lent without being marked lent",
+        "src/cudagraphs/_kernel.py",
+        "        self._spare = None  # (lent)",
+        "        pass",
+    ),
+    (
         "the memory a graph holds is read at every capture's end (PyTorch's pool snapshots)",
         "src/cudagraphs/interop/__init__.py",
         "    return foreign_memory(device, graph, records, libs, owned)",

@@ -117,7 +117,7 @@ def armed(backend: str, driver: Any) -> Iterator[SimpleNamespace]:
     _OURS.add(ours)
     packer = fast.Packer(_kernel._fast_layout(k.params, offsets), fallback)
     k.fast = packer
-    k._plans[dev] = (fn, packer.issue, plan[2], packer, FUNCTION)
+    k._plans[dev] = _kernel._Plan(dev, fn, packer.issue, plan.describe, packer, FUNCTION)
     try:
         yield SimpleNamespace(k=k, dev=dev, seen=seen, result=result, handed=handed, offsets=offsets, fmt=fmt)
     finally:
@@ -184,6 +184,69 @@ def test_pointers_given_as_none_ints_or_scalars_launch(armed: SimpleNamespace) -
         t.k.launch(1, 1, args[0], a, *args[2:])
         assert t.seen[-1]["bytes"][1] == struct.pack("<Q", ptr)
     assert not t.handed
+
+
+def test_a_launch_started_by_a_conversion_keeps_the_values_of_its_own(armed: SimpleNamespace) -> None:
+    """A launch whose argument's conversion runs Python code that launches the same kernel.
+
+    Each launch packs the values converted from its own arguments: the inner
+    one (made while the outer one converts its third argument) does not write
+    into the outer one's values.
+    """
+    t = armed
+    rng = np.random.default_rng(5)
+    outer, inner = _args(rng), _args(rng)
+    inner[3], outer[3] = 7, 9
+
+    class Address(int):
+        """A pointer given as an int whose conversion launches the kernel with other arguments."""
+
+        def __int__(self) -> int:
+            t.k.launch(1, 1, *inner)
+            return int.__int__(self)
+
+    address = Address(outer[2].ptr)
+    outer[2] = address
+    t.k.launch(1, 1, *outer)
+    launches = [got["bytes"] for got in t.seen]
+    assert len(launches) >= 2  # (the inner launch, once per conversion of the address, then the outer)
+    want_inner, want_outer = _expected_bytes(t, inner), _expected_bytes(t, [*outer[:2], int(address), *outer[3:]])
+    assert launches[-1] == want_outer
+    assert all(b == want_inner for b in launches[:-1])
+    assert want_inner[0] != want_outer[0]  # (distinct output arrays: a shared value would show)
+
+
+def test_threads_launching_one_kernel_each_pack_their_own_values(armed: SimpleNamespace) -> None:
+    """Eight threads launch one kernel at once: every launch carries one thread's values."""
+    import threading
+
+    t = armed
+    rng = np.random.default_rng(6)
+    per_thread = [_args(rng) for _ in range(8)]
+    for i, args in enumerate(per_thread):
+        args[3] = i
+    expected = {i: _expected_bytes(t, args) for i, args in enumerate(per_thread)}
+    barrier = threading.Barrier(8)
+    errors: list[BaseException] = []
+
+    def run(args: list[Any]) -> None:
+        try:
+            barrier.wait()
+            for _ in range(200):
+                t.k.launch(1, 1, *args)
+        except BaseException as exc:  # (reported below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(a,)) for a in per_thread]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    assert len(t.seen) == 8 * 200
+    for got in t.seen:
+        n = struct.unpack("<i", got["bytes"][3])[0]
+        assert got["bytes"] == expected[n]
 
 
 def test_the_current_stream_and_a_given_stream_are_used(armed: SimpleNamespace) -> None:

@@ -10,12 +10,11 @@ cdef object _BLOCK
 cdef list _LAST_GRID, _LAST_RUN
 cdef dict _RUNS
 
-from cudagraphs._capi cimport cg_put, cg_values
 from cudagraphs._kernel cimport Kernel
 from cudagraphs._recording cimport address
 
 @cython.locals(last=tuple)
 cpdef tuple grid_of(object n, object cap)
 
-@cython.locals(kernel=Kernel, plan=tuple, last=tuple, i=Py_ssize_t, count=Py_ssize_t)
+@cython.locals(kernel=Kernel, plan=tuple, last=tuple, values=list, i=Py_ssize_t, count=Py_ssize_t)
 cpdef run(str name, object dtype, object device, object stream, object n, tuple args, object writes=*)

@@ -31,9 +31,6 @@ from ._kernel import Kernel, _param_from_spec
 from ._recording import Work, address, submit
 from .backends.base import ArrayArg, ContextualHost, Copy, HostContext
 
-if not cython.compiled:  # (compiled, _capi.pxd's C functions)
-    from ._capi import cg_put, cg_values
-
 __all__ = [
     "ARITH",
     "FLAG_TYPES",
@@ -305,12 +302,13 @@ def run(
     kernel, cap = plan
     grid = grid_of(n, cap)
     count = len(args)
-    values = cg_values(count)  # (compiled: a tuple filled in place, one allocation)
+    values = kernel._lend_values(count)  # (the kernel's spare list, given back after)
     for i in range(count):  # (by identity: a set of the plain types would hash each one's type)
         a = args[i]
         t = type(a)
-        cg_put(values, i, a if t is int or t is float or t is bytes else address(a))
+        values[i] = a if t is int or t is float or t is bytes else address(a)
     kernel._enqueue(device, stream, grid, _BLOCK, 0, values, args, writes)
+    kernel._spare = values
 
 
 def fill_view(x: Any, value: Any, stream: Any) -> None:

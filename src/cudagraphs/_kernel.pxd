@@ -10,7 +10,7 @@ from cudagraphs._fields cimport ArrayFields, DeviceFields, StreamFields
 # (module globals the hot paths read: C globals, read without a dictionary lookup, which Python
 # 3.12 and later make compiled code do for every global it reads)
 cdef object _DEVICE, _STREAM, _KERNEL_LAUNCH
-from cudagraphs._recording cimport address, issue_launch, submit_parts, view_of
+from cudagraphs._recording cimport array_address, issue_launch, submit_parts, view_of
 
 @cython.final
 cdef class _Arg:
@@ -21,19 +21,30 @@ cdef class _Arg:
     cpdef object convert(self, object a, object device)
     cpdef bytes _bytes(self, object a)
 
+@cython.final
+cdef class _Plan:
+    cdef public object device, fn, issue, packer
+    cdef public bint describe
+    cdef public size_t function
+
+cdef object _NO_PLAN
+
 cdef class Kernel:
     cdef dict __dict__
     cdef object __weakref__
     cdef public list _convert
-    cdef public tuple _dims, _last
+    cdef public list _spare
+    cdef public tuple _dims
+    cdef public _Plan _last
     cdef public dict _plans
     cdef public object fast, name
 
-    @cython.locals(convert=list, n=Py_ssize_t, i=Py_ssize_t, arg=_Arg)
+    @cython.locals(convert=list, values=list, n=Py_ssize_t, i=Py_ssize_t, arg=_Arg)
     cdef _launch(self, object grid, object block, tuple args, object stream, object shared_mem, object device)
-    @cython.locals(on=StreamFields, plan=tuple, last=tuple, n=Py_ssize_t, i=Py_ssize_t)
+    @cython.locals(values=list)
+    cdef inline list _lend_values(self, Py_ssize_t n)
+    @cython.locals(on=StreamFields, plan=_Plan, n=Py_ssize_t, i=Py_ssize_t)
     cdef _enqueue(self, object device, object stream, object grid, object block, object shared_mem,
                   object values, object args, object writes)
 
-@cython.locals(arr=ArrayFields)
 cpdef object _device_of(tuple args)

@@ -41,15 +41,15 @@ import numpy as np
 try:
     import cython
 except ImportError:  # (run as Python where Cython is not installed: nothing is compiled)
-    cython = SimpleNamespace(compiled=False)
+    cython = SimpleNamespace(compiled=False, cast=lambda _type, value: value)
 
 from . import _nvrtc
 from ._config import compiled_part
 from ._device import Device, Stream, StreamLike, _current_stream_of, as_device, current_device, resolve_stream
 from ._dtypes import SUPPORTED
 from ._errors import BackendUnavailableError, CudaError
-from ._fields import ArrayFields, DeviceFields
-from ._recording import address, issue_launch, submit_parts, view_of
+from ._fields import ArrayFields, DeviceFields, StreamFields
+from ._recording import array_address, issue_launch, submit_parts, view_of
 from .backends.base import CUDA_ERROR_NOT_FOUND, ERROR_NAMES, KernelLaunch, Param, param_offsets
 
 if not cython.compiled:  # (compiled, _capi.pxd's C functions)
@@ -290,16 +290,20 @@ class Kernel:
         else:
             self.params = [_param_from_spec(i, s, name) for i, s in enumerate(signature)]
         self._convert = [_Arg(p, name) for p in self.params]
+        # a list for one launch's converted values, lent to one launch at a time (compiled, taken
+        # and given back without a switch of threads between; a launch that finds it lent, on
+        # another thread or started by a conversion, makes its own): no allocation per launch
+        self._spare: list[Any] | None = [None] * len(self.params)
         self._lock = threading.Lock()
         self.fixed: frozenset[str] = frozenset()  # parameters set_arg may not change
         self.fast: Any = None  # the C part's Packer of the arguments, once armed (see _arm)
         # per device it was loaded on: (the loaded kernel, what issues its launches, whether a
         # launch describes its arrays' views even uncaptured (the simulator runs on them), the
         # C part's Packer of its arguments or None, the loaded kernel's CUfunction address)
-        self._plans: dict[Device, tuple[Any, Callable[[Any, KernelLaunch], Any], bool, Any, int]] = {}
-        # the last launch's (device, plan): one tuple, replaced whole (so a thread reads a pair),
-        # read by identity where a dictionary would hash the device
-        self._last: tuple[Any, Any] = (None, None)
+        self._plans: dict[Device, _Plan] = {}
+        # the last launch's plan: one object naming its device, replaced whole (so a thread reads
+        # a device with its plan), matched by identity where a dictionary would hash the device
+        self._last: _Plan = _NO_PLAN
         # the last (grid, block) objects given and their normalized form: a hot
         # loop passes the same objects, recognised by identity (1.0 is not 1)
         self._dims: tuple[Any, Any, tuple[int, int, int], tuple[int, int, int]] = (
@@ -367,7 +371,8 @@ class Kernel:
                     issue = self._arm(device, param_offsets(self.params))
                     packer = self.fast
                 address = int(fn) if packer is not None else 0
-                self._plans[device] = (fn, issue, backend.capabilities.runs_host_code, packer, address)
+                describe = bool(backend.capabilities.runs_host_code)
+                self._plans[device] = _Plan(device, fn, issue, describe, packer, address)
                 device.kernels[self] = fn
         return fn
 
@@ -436,15 +441,15 @@ class Kernel:
         if stream is None:
             if device is None:
                 device = _device_of(args)
-            stream = _current_stream_of(device)
+            stream = _current_stream_of(cython.cast(DeviceFields, device))  # (a Device: no check)
         else:
             if device is None:
                 device = stream.device if type(stream) is _STREAM else _device_of(args)
             stream = resolve_stream(stream, device)
-        values = cg_values(n)  # (compiled: a tuple filled in place, one allocation)
+        values = self._lend_values(n)
         for i in range(n):
             arg = convert[i]  # (compiled: typed, its check a C call)
-            cg_put(values, i, arg.convert(args[i], device))
+            values[i] = arg.convert(args[i], device)
         last_grid, last_block, g3, b3 = self._dims
         if grid is not last_grid or block is not last_block:
             g3, b3 = normalize_dims(grid, "grid"), normalize_dims(block, "block")
@@ -452,6 +457,20 @@ class Kernel:
         if type(shared_mem) is not int or not 0 <= shared_mem <= 0xFFFFFFFF:  # (the driver's unsigned)
             raise ValueError(f"shared_mem must be an int in 0..2**32-1 (bytes), got {shared_mem!r}")
         self._enqueue(device, stream, g3, b3, shared_mem, values, args, None)
+        self._spare = values  # (given back: a launch keeps a copy of its values, never the list)
+
+    def _lend_values(self, n: int) -> list[Any]:
+        """A list for one launch's ``n`` converted values, given back to ``_spare`` after it.
+
+        The kernel's spare list where it is not lent (compiled: taken with no
+        switch of threads between the read and the write; as Python, threads
+        switch anywhere, so never), else a new one: no allocation per launch.
+        """
+        values = self._spare if cython.compiled else None
+        if values is None or len(values) != n:
+            return [None] * n
+        self._spare = None  # (lent)
+        return values
 
     def enqueue(
         self,
@@ -471,6 +490,8 @@ class Kernel:
         passed as a pointer); the first ``writes`` arguments are written and
         the rest read (None: all of them may be written).
         """
+        if not isinstance(stream, StreamFields):  # (_enqueue reads its fields unchecked)
+            raise TypeError(f"stream must be a cudagraphs Stream, got {type(stream).__name__}")
         self._enqueue(device, stream, grid, block, shared_mem, values, args, writes)
 
     def _enqueue(
@@ -485,26 +506,24 @@ class Kernel:
         writes: int | None,
     ) -> None:
         """:meth:`enqueue` (compiled: a C method, called without a lookup); ``values`` a list or tuple."""
-        last = self._last
-        if last[0] is device:
-            plan = last[1]
-        else:
-            plan = self._plans.get(device)
+        plan = self._last
+        if plan.device is not device:
+            plan = self._plans.get(device)  # type: ignore[assignment]
             if plan is None:
                 self.function(device)
                 plan = self._plans[device]
-            self._last = (device, plan)
-        fn, issue, describe, packer, function = plan
-        on = stream  # (compiled: typed, its fields read as C fields)
+            self._last = plan
+        on = cython.cast(StreamFields, stream)  # (compiled: its fields read as C fields, unchecked)
         if on._finalizer is not None:
             stream._live()
+        packer = plan.packer
         if packer is not None and issue_launch(
-            stream, packer, function, grid, block, shared_mem, values, args
+            stream, packer, plan.function, grid, block, shared_mem, values, args
         ):
             return  # (queued as submit would queue it: uncaptured, through the C part's Packer)
         n = len(args)
         views: Any = ()
-        if on._recording is not None or describe:
+        if on._recording is not None or plan.describe:
             # each argument's view, for arrays: what the simulator runs on, what a capture
             # records (an uncaptured launch on a GPU reads only the packed values)
             views = cg_values(n)  # (compiled: a tuple filled in place, one allocation)
@@ -516,8 +535,31 @@ class Kernel:
         else:
             written, reads = tuple(args[:writes]), tuple(args[writes:])
         # (made without the NamedTuple's __new__, a Python call; the work passed by its parts, none made)
-        launch = cg_tuple6(_KERNEL_LAUNCH, fn, grid, block, shared_mem, tuple(values), tuple(views))
-        submit_parts(stream, "kernel", issue, launch, reads, written, (), self.name, (self, launch), None)
+        launch = cg_tuple6(_KERNEL_LAUNCH, plan.fn, grid, block, shared_mem, tuple(values), tuple(views))
+        submit_parts(stream, "kernel", plan.issue, launch, reads, written, (), self.name, (self, launch), None)
+
+
+class _Plan:
+    """How a kernel's launches on one device are issued (made once per device, by Kernel.function).
+
+    ``fn`` is the loaded kernel; ``issue`` what queues its launches (a Work's
+    issue); ``describe`` whether a launch describes its arrays' views even
+    uncaptured (the simulator runs on them); ``packer`` the C part's Packer of
+    its arguments, or None; ``function`` the loaded kernel's CUfunction
+    address (0 without a Packer).
+    """
+
+    # (compiled, an extension type whose fields _kernel.pxd declares: read as C fields)
+    __slots__ = ("describe", "device", "fn", "function", "issue", "packer")
+
+    def __init__(
+        self, device: Any, fn: Any, issue: Any, describe: bool, packer: Any, function: int
+    ) -> None:
+        self.device, self.fn, self.issue, self.packer = device, fn, issue, packer
+        self.describe, self.function = describe, function
+
+
+_NO_PLAN = _Plan(None, None, None, False, None, 0)  # (a kernel's last plan before its first launch)
 
 
 def _fast_layout(params: Sequence[Param], offsets: Sequence[int]) -> list[tuple[str, int, int]] | None:
@@ -542,8 +584,7 @@ def _device_of(args: Iterable[Any]) -> Device:
     """The device of the first argument that has one (an array's), else the current device."""
     for a in args:
         if isinstance(a, ArrayFields):
-            arr = a  # (compiled: typed, its fields read as C fields)
-            dev = arr.device
+            dev = cython.cast(ArrayFields, a).device  # (compiled: a C field, its type known)
         else:
             dev = getattr(a, "device", None)
         if isinstance(dev, DeviceFields):  # (a Device: compiled, a C type check)
@@ -591,7 +632,7 @@ class _Arg:
         """The value the kernel gets for argument ``a`` of a launch on ``device``; or raise."""
         if self.pointer:
             if isinstance(a, ArrayFields):  # an array of this library
-                arr = a  # (compiled: typed, its fields read as C fields)
+                arr = cython.cast(ArrayFields, a)  # (compiled: its fields read as C fields)
                 where = self.where
                 if arr.device is not device:
                     raise ValueError(f"{where}: array is on {arr.device}, the launch on {device}")
@@ -606,7 +647,7 @@ class _Arg:
                         "pass a contiguous array (.copy() makes one), or pass x.ptr and the "
                         "strides as arguments of your own"
                     )
-                return address(a)
+                return array_address(arr)
             if a is None:
                 return 0
             if _is_int(a):

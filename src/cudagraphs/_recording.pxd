@@ -33,6 +33,7 @@ cdef bint _uses_expiring(object objs) except -1
 
 @cython.locals(arr=ArrayFields)
 cpdef object address(object a)
+cpdef object array_address(ArrayFields arr)
 
 @cython.locals(on=StreamFields)
 cdef object _issue(object stream, object issue, object arg)

@@ -96,6 +96,7 @@ __all__ = [
     "Work",
     "active",
     "address",
+    "array_address",
     "begin",
     "drain",
     "forbid",
@@ -589,11 +590,15 @@ def address(a: Any) -> Any:
     whose type expires (:data:`EXPIRING`): its property checks that it has not.
     """
     if isinstance(a, ArrayFields):
-        if cg_type_in(a, _EXPIRING):
-            return a.ptr  # type: ignore[attr-defined]  # (DeviceArray's property)
-        arr = a  # (compiled: typed, its fields read as C fields)
-        return arr._ptr
+        return array_address(a)
     return a.ptr
+
+
+def array_address(arr: ArrayFields) -> Any:
+    """:func:`address` of an array of this library (compiled: its field, the array typed)."""
+    if cg_type_in(arr, _EXPIRING):
+        return arr.ptr  # type: ignore[attr-defined]  # (DeviceArray's property: it checks)
+    return arr._ptr
 
 
 def launch_refused(code: int) -> CudaError:

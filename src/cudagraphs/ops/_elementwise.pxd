@@ -6,7 +6,7 @@ from cudagraphs._builtin_kernels cimport run
 from cudagraphs._device cimport _current_stream_of
 
 cimport cython
-from cudagraphs._fields cimport ArrayFields
+from cudagraphs._fields cimport ArrayFields, DeviceFields
 
 # (module globals the hot paths read: C globals, read without a dictionary lookup, which Python
 # 3.12 and later make compiled code do for every global it reads)

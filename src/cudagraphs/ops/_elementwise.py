@@ -7,14 +7,21 @@ and runs as plain Python where not. :mod:`cudagraphs.ops` documents them.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+
+try:
+    import cython
+except ImportError:  # (run as Python where Cython is not installed: nothing is compiled)
+    cython = SimpleNamespace(compiled=False, cast=lambda _type, value: value)
 
 from .._array import DeviceArray, empty
 from .._builtin_kernels import ARITH, check_same, copy_view, fill_value, fill_view, layout, run
 from .._device import Device, Stream, StreamLike, _current_stream_of, as_stream, resolve_stream
 from .._errors import CaptureError
+from .._fields import ArrayFields, DeviceFields
 from .._recording import Work, submit
 from ..backends.base import Copy
 
@@ -31,11 +38,11 @@ def _arrays(op: str, names: tuple[str, ...], arrays: tuple[Any, ...]) -> Device:
     first = arrays[0]
     if type(first) is not _DEVICE_ARRAY:
         return _checked(op, names, arrays)
-    head = first  # (compiled: typed, its fields read as C fields)
+    head = cython.cast(ArrayFields, first)  # (compiled: its fields read as C fields, type known)
     for a in arrays:  # the common case, cheaply: plain arrays that match (identity first)
         if type(a) is not _DEVICE_ARRAY:
             return _checked(op, names, arrays)
-        arr = a
+        arr = cython.cast(ArrayFields, a)
         if (
             arr.device is not head.device
             or (arr.shape is not head.shape and arr.shape != head.shape)
@@ -199,12 +206,16 @@ def add(
         device = _arrays("add", ("a", "b"), (a, b))
     else:
         device = _arrays("add", ("a", "b", "out"), (a, b, out))
-    x, y = a, b  # (compiled: typed, their fields read as C fields: _arrays checked they are arrays)
+    # (compiled: their fields read as C fields; _arrays checked that they are arrays)
+    x, y = cython.cast(ArrayFields, a), cython.cast(ArrayFields, b)
     _arith("add", x.dtype)
-    stream = _current_stream_of(device) if stream is None else resolve_stream(stream, device)
+    if stream is None:  # (a Device, as _arrays returns it)
+        stream = _current_stream_of(cython.cast(DeviceFields, device))
+    else:
+        stream = resolve_stream(stream, device)
     if out is None:
         out = empty(x.shape, x.dtype, device=device, stream=stream)
-    z = out
+    z = cython.cast(ArrayFields, out)
     n = x.size
     if n == 0:
         return out
