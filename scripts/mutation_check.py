@@ -436,6 +436,12 @@ MUTATIONS = [
         "        if spec is None:",
     ),
     (
+        "the allocator's free list at hand kept after empty_cache emptied the cache",
+        "src/cudagraphs/_allocator.py",
+        "        self._last_free = None  # (a list no longer in _free)\n",
+        "",
+    ),
+    (
         "a kernel's spare list of launch values lent without being marked lent",
         "src/cudagraphs/_kernel.py",
         "        self._spare = None  # (lent)",

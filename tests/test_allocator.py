@@ -55,6 +55,32 @@ def test_stats_return_to_baseline(device: cg.Device) -> None:
     assert device.allocator.stats().peak == device.allocator.stats().in_use
 
 
+def test_empty_cache_frees_what_is_freed_after_it(device: cg.Device) -> None:
+    """A block of one size and stream, freed after an empty_cache, is cached where the next one frees it.
+
+    (The allocator keeps the free list of its last size and stream at hand:
+    emptying the cache must not leave it a list of its own, unseen by stats
+    and by the next empty_cache.)
+    """
+    alloc = device.allocator
+    gc.collect()
+    alloc.empty_cache()
+    for _ in range(3):
+        for _ in range(2):  # (a miss, then a hit: the list at hand is the cached one)
+            x = cg.empty(1000, "float32")
+            del x
+            gc.collect()
+        stats = alloc.stats()
+        assert stats.cached == stats.reserved - stats.in_use > 0
+        alloc.empty_cache()
+        assert alloc.stats().cached == 0
+    y = cg.empty(1000, "float32")
+    ptr = y.ptr
+    del y
+    gc.collect()
+    assert cg.empty(1000, "float32").ptr == ptr  # (freed after the last empty_cache: reused)
+
+
 def test_cross_stream_reuse_waits_for_the_owner(device: cg.Device) -> None:
     s = device.create_stream()
     device.allocator.empty_cache()

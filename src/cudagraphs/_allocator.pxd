@@ -3,7 +3,7 @@
 # docs/architecture.md, "The compiled part", says what may be declared here and why.
 
 cimport cython
-from cudagraphs._capi cimport cg_api_load, cg_lock_give, cg_lock_take
+from cudagraphs._capi cimport cg_api_load, cg_lock_give, cg_lock_take, cg_pop
 from cudagraphs._fields cimport DeviceFields, StreamFields
 
 # (module globals the hot paths read: C globals, read without a dictionary lookup, which Python
@@ -27,6 +27,7 @@ cdef class CachingAllocator:
     cdef public object _backend, _ordinal, _lock
     cdef public dict _free, _waits, _live, _streams, _unordered
     cdef public tuple _last_key
+    cdef public list _last_free
     cdef public object _last_handle
     cdef public Py_ssize_t _last_size
     cdef public Py_ssize_t _in_use, _reserved, _peak, _hits, _misses, _oom_retries

@@ -299,7 +299,7 @@ def new_block(device: Device, ptr: int, nbytes: int, owner: BlockOwner) -> Block
 
 
 if not cython.compiled:  # (compiled, _capi.pxd's C versions: no method call for the C Lock)
-    from ._capi import cg_api_load, cg_lock_give, cg_lock_take
+    from ._capi import cg_api_load, cg_lock_give, cg_lock_take, cg_pop
 
 if cython.compiled and _fastcall is not None:
     cg_api_load(_fastcall.api)
@@ -367,6 +367,7 @@ class CachingAllocator:
         "_free",
         "_hits",
         "_in_use",
+        "_last_free",
         "_last_handle",
         "_last_key",
         "_last_size",
@@ -399,6 +400,9 @@ class CachingAllocator:
         self._last_key: tuple[int, int] = (0, 0)
         self._last_handle: int | None = None
         self._last_size = 0
+        # the free list of _last_key where it has one (the list _free holds for that key, found
+        # without hashing the key; None until looked up, and again whenever _free is emptied)
+        self._last_free: list[int] | None = None
         self._waits: dict[int, list[Any]] = {}  # ptr -> raw events to wait for
         self._live: dict[int, tuple[int, int]] = {}  # ptr -> (stream key, size)
         self._streams: dict[int, Stream] = {}  # stream key -> Stream
@@ -492,11 +496,14 @@ class CachingAllocator:
                 key = self._last_key = (handle, size)
                 self._last_size = size
                 self._last_handle = handle
-            cached = self._free.get(key)
+                self._last_free = None
+            cached = self._last_free
+            if cached is None:
+                cached = self._last_free = self._free.get(key)
             if cached:
                 if self._waits:  # (a failed wait leaves the block where it was)
                     self._wait_for(cached[-1], stream)
-                ptr = cached.pop()
+                ptr = cg_pop(cached)  # (compiled: the list's storage kept for the next free)
                 self._hits += 1
             else:
                 ptr = self._miss(size, stream)
@@ -570,7 +577,9 @@ class CachingAllocator:
         key = self._live.pop(ptr)  # (stream key, size): its free list's key
         size = key[1]
         self._in_use -= size
-        cached = self._free.get(key)
+        cached = self._last_free if key is self._last_key else None  # (the same list, unhashed)
+        if cached is None:
+            cached = self._free.get(key)
         if cached is None:
             self._free[key] = [ptr]
         else:
@@ -787,6 +796,7 @@ class CachingAllocator:
                 self._reserved -= size
             cached.clear()
         self._free.clear()
+        self._last_free = None  # (a list no longer in _free)
         unordered = self._unordered
         while unordered:  # (after the synchronize above: no queued work uses them)
             ptr, size = unordered.popitem()

@@ -125,6 +125,20 @@ cdef extern from *:
         return found;
     }
 
+    /* list.pop() of a list's last item, the list's storage kept as it is (list.pop shrinks it
+       when it holds less than half of that, and grows it again at the next append: a free list
+       taken from and given back to, one block at a time); IndexError where it is empty */
+    static PyObject *cg_pop(PyObject *items) {
+        Py_ssize_t n = PyList_GET_SIZE(items);
+        if (n == 0) {
+            PyErr_SetString(PyExc_IndexError, "pop from empty list");
+            return NULL;
+        }
+        PyObject *last = PyList_GET_ITEM(items, n - 1);
+        Py_SET_SIZE(items, n - 1); /* (its reference, the list's, is the caller's now) */
+        return last;
+    }
+
     /* This thread's identifier, as threading.get_ident() gives it (a C integer: no int object) */
     static unsigned long cg_thread_ident(void) { return PyThread_get_thread_ident(); }
 
@@ -178,5 +192,6 @@ cdef extern from *:
     object cg_item(object t, Py_ssize_t i)
     bint cg_types_in(object objs, list types) except -1
     bint cg_type_in(object obj, list types)
+    object cg_pop(list items)
     Py_ssize_t cg_first_difference(list mine, list theirs, Py_ssize_t k1, Py_ssize_t k2) except -2
     Py_ssize_t cg_first_not_none(list items, Py_ssize_t k) except -2

@@ -28,6 +28,7 @@ __all__ = [
     "cg_nodes_add",
     "cg_nodes_new",
     "cg_nodes_set",
+    "cg_pop",
     "cg_put",
     "cg_replaced_where",
     "cg_thread_ident",
@@ -146,6 +147,11 @@ def cg_types_in(objs: Any, types: list[type]) -> bool:
         if cg_type_in(a, types):
             return True
     return False
+
+
+def cg_pop(items: list[Any]) -> Any:
+    """``items.pop()`` (compiled: the list's storage kept, not shrunk)."""
+    return items.pop()
 
 
 def cg_values(n: int) -> list[Any]:
