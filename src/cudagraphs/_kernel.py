@@ -440,7 +440,12 @@ class Kernel:
             device = as_device(device)
         if stream is None:
             if device is None:
-                device = _device_of(args)
+                # (the common case first: an array of this library, on a Device, comes first)
+                first = args[0] if n else None
+                if isinstance(first, ArrayFields):
+                    device = cython.cast(ArrayFields, first).device
+                if type(device) is not _DEVICE:
+                    device = _device_of(args)
             stream = _current_stream_of(cython.cast(DeviceFields, device))  # (a Device: no check)
         else:
             if device is None:
