@@ -210,7 +210,8 @@ def test_a_launch_started_by_a_conversion_keeps_the_values_of_its_own(armed: Sim
     t.k.launch(1, 1, *outer)
     launches = [got["bytes"] for got in t.seen]
     assert len(launches) >= 2  # (the inner launch, once per conversion of the address, then the outer)
-    want_inner, want_outer = _expected_bytes(t, inner), _expected_bytes(t, [*outer[:2], int(address), *outer[3:]])
+    want_inner = _expected_bytes(t, inner)
+    want_outer = _expected_bytes(t, [*outer[:2], int(address), *outer[3:]])
     assert launches[-1] == want_outer
     assert all(b == want_inner for b in launches[:-1])
     assert want_inner[0] != want_outer[0]  # (distinct output arrays: a shared value would show)

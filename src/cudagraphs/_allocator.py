@@ -503,7 +503,7 @@ class CachingAllocator:
             if cached:
                 if self._waits:  # (a failed wait leaves the block where it was)
                     self._wait_for(cached[-1], stream)
-                ptr = cg_pop(cached)  # (compiled: the list's storage kept for the next free)
+                ptr: int = cg_pop(cached)  # (compiled: the list's storage kept for the next free)
                 self._hits += 1
             else:
                 ptr = self._miss(size, stream)

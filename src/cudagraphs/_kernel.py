@@ -513,11 +513,11 @@ class Kernel:
         """:meth:`enqueue` (compiled: a C method, called without a lookup); ``values`` a list or tuple."""
         plan = self._last
         if plan.device is not device:
-            plan = self._plans.get(device)  # type: ignore[assignment]
-            if plan is None:
+            found = self._plans.get(device)
+            if found is None:
                 self.function(device)
-                plan = self._plans[device]
-            self._last = plan
+                found = self._plans[device]
+            plan = self._last = found
         on = cython.cast(StreamFields, stream)  # (compiled: its fields read as C fields, unchecked)
         if on._finalizer is not None:
             stream._live()
@@ -540,8 +540,9 @@ class Kernel:
         else:
             written, reads = tuple(args[:writes]), tuple(args[writes:])
         # (made without the NamedTuple's __new__, a Python call; the work passed by its parts, none made)
-        launch = cg_tuple6(_KERNEL_LAUNCH, plan.fn, grid, block, shared_mem, tuple(values), tuple(views))
-        submit_parts(stream, "kernel", plan.issue, launch, reads, written, (), self.name, (self, launch), None)
+        fn, issue = plan.fn, plan.issue
+        launch = cg_tuple6(_KERNEL_LAUNCH, fn, grid, block, shared_mem, tuple(values), tuple(views))
+        submit_parts(stream, "kernel", issue, launch, reads, written, (), self.name, (self, launch), None)
 
 
 class _Plan:
@@ -557,9 +558,7 @@ class _Plan:
     # (compiled, an extension type whose fields _kernel.pxd declares: read as C fields)
     __slots__ = ("describe", "device", "fn", "function", "issue", "packer")
 
-    def __init__(
-        self, device: Any, fn: Any, issue: Any, describe: bool, packer: Any, function: int
-    ) -> None:
+    def __init__(self, device: Any, fn: Any, issue: Any, describe: bool, packer: Any, function: int) -> None:
         self.device, self.fn, self.issue, self.packer = device, fn, issue, packer
         self.describe, self.function = describe, function
 
@@ -588,10 +587,8 @@ def _fast_layout(params: Sequence[Param], offsets: Sequence[int]) -> list[tuple[
 def _device_of(args: Iterable[Any]) -> Device:
     """The device of the first argument that has one (an array's), else the current device."""
     for a in args:
-        if isinstance(a, ArrayFields):
-            dev = cython.cast(ArrayFields, a).device  # (compiled: a C field, its type known)
-        else:
-            dev = getattr(a, "device", None)
+        # (compiled: an array's device read as a C field, its type known)
+        dev = cython.cast(ArrayFields, a).device if isinstance(a, ArrayFields) else getattr(a, "device", None)
         if isinstance(dev, DeviceFields):  # (a Device: compiled, a C type check)
             return dev  # type: ignore[return-value]
     return current_device()

@@ -49,7 +49,8 @@ def _arrays(op: str, names: tuple[str, ...], arrays: tuple[Any, ...]) -> Device:
             or (arr.dtype is not head.dtype and arr.dtype != head.dtype)
         ):
             return _checked(op, names, arrays)
-    return head.device
+    device: Device = head.device
+    return device
 
 
 def _checked(op: str, names: tuple[str, ...], arrays: tuple[Any, ...]) -> Device:
