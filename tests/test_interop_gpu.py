@@ -486,3 +486,51 @@ def test_captures_of_torch_cublas_and_cupy_kernels_see_every_node(cuda: cg.Devic
     want = float(np.sin(np.arange(1024, dtype=np.float32)).sum())
     np.testing.assert_allclose(float(s.get()), want, rtol=1e-4)
     g.close()
+
+
+def test_threads_each_capturing_torch_kernels_replay_what_they_captured(cuda: cg.Device) -> None:
+    """Eight threads, each capturing PyTorch's kernels on a stream of its own, twenty times over.
+
+    Every capture's end reads its graph's PyTorch pool (the graph holds another
+    library's nodes), in eight threads at once; each replay must give what the
+    same ops give eagerly. (Issue 28: the interpreter crashed when every
+    capture's end took a pool snapshot, in threads, after this file's tests.)
+    """
+    import threading
+
+    torch = pytest.importorskip("torch")
+    errors: list[str] = []
+
+    def run(seed: int) -> None:
+        try:
+            with cg.override(backend="cuda"):
+                s = cg.Device(0).create_stream()
+                ts = torch.cuda.Stream()
+                gen = torch.Generator(device="cuda").manual_seed(seed)
+                for r in range(20):
+                    with torch.cuda.stream(ts):
+                        x = torch.randn(4096, device="cuda", generator=gen)
+                        out = torch.empty_like(x)
+                        ts.synchronize()  # (never the device: the other threads' streams capture)
+                        with cg.capture(stream=s) as g:
+                            out.copy_(torch.sin(x) * 2)
+                        want = torch.sin(x) * 2
+                        out.fill_(float("nan"))
+                        ts.synchronize()
+                        g.replay(stream=s)
+                        s.synchronize()
+                        if not torch.equal(out, want):
+                            errors.append(f"thread {seed} round {r}: the replay differs from the eager ops")
+                        if r % 2:
+                            g.close()
+                        del g, x, out
+                s.close()
+        except BaseException as exc:  # (reported below)
+            errors.append(f"thread {seed}: {type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, f"{len(errors)} failures: {errors[:3]}"
