@@ -165,20 +165,24 @@ cdef extern from *:
             return -2;
         }
         for (; i < PyList_GET_SIZE(mine) && i < PyList_GET_SIZE(theirs); ++i) {
-            PyObject *a = PyList_GET_ITEM(mine, i), *b = PyList_GET_ITEM(theirs, i);
-            int whole = PyTuple_Check(a) && PyTuple_Check(b) && PyTuple_GET_SIZE(a) > k && PyTuple_GET_SIZE(b) > k;
-            for (int j = 0; j < 2; ++j) {
-                Py_ssize_t at = j ? k2 : k1;
-                PyObject *x, *y;
-                if (whole) { /* (the common case: both items read in place) */
-                    x = PyTuple_GET_ITEM(a, at), y = PyTuple_GET_ITEM(b, at);
-                } else if ((x = cg_borrow(a, at)) == NULL || (y = cg_borrow(b, at)) == NULL) {
-                    return -2;
-                }
-                if (x == y) continue;
-                int same = PyObject_RichCompareBool(x, y, Py_EQ);
-                if (same <= 0) return same < 0 ? -2 : i;
+            PyObject *a = PyList_GET_ITEM(mine, i), *b = PyList_GET_ITEM(theirs, i), *x1, *y1, *x2, *y2;
+            if (PyTuple_Check(a) && PyTuple_Check(b) && PyTuple_GET_SIZE(a) > k && PyTuple_GET_SIZE(b) > k) {
+                /* (the common case: the four items read in place, the same objects mostly) */
+                x1 = PyTuple_GET_ITEM(a, k1), y1 = PyTuple_GET_ITEM(b, k1);
+                x2 = PyTuple_GET_ITEM(a, k2), y2 = PyTuple_GET_ITEM(b, k2);
+                if (x1 == y1 && x2 == y2) continue;
+            } else if ((x1 = cg_borrow(a, k1)) == NULL || (y1 = cg_borrow(b, k1)) == NULL) {
+                return -2;
+            } else {
+                x2 = y2 = NULL; /* (read after item k1 compares equal, as Python would) */
             }
+            Py_INCREF(a), Py_INCREF(b); /* (held while == runs code of the items' own) */
+            int same = x1 == y1 ? 1 : PyObject_RichCompareBool(x1, y1, Py_EQ);
+            if (same > 0 && x2 == NULL && ((x2 = cg_borrow(a, k2)) == NULL || (y2 = cg_borrow(b, k2)) == NULL))
+                same = -1;
+            if (same > 0 && x2 != y2) same = PyObject_RichCompareBool(x2, y2, Py_EQ);
+            Py_DECREF(a), Py_DECREF(b);
+            if (same <= 0) return same < 0 ? -2 : i;
         }
         return PyList_GET_SIZE(mine) == PyList_GET_SIZE(theirs) ? -1 : i;
     }
