@@ -442,6 +442,12 @@ MUTATIONS = [
         "",
     ),
     (
+        "a capture's signature left out of its records' kinds and names (update reads no record)",
+        "src/cudagraphs/_recording.py",
+        "            self.signature = cg_mix(self.signature, kind, name)\n",
+        "",
+    ),
+    (
         "a kernel's spare list of launch values lent without being marked lent",
         "src/cudagraphs/_kernel.py",
         "        self._spare = None  # (lent)",

@@ -139,6 +139,16 @@ cdef extern from *:
         return last;
     }
 
+    /* A signature of a sequence of (a, b) pairs by identity, h the one of the pairs before:
+       equal signatures of two sequences of one length say that they hold the same objects, in the
+       same order, but for a collision of 64-bit hashes (a node record's kind and name, as a
+       capture records them: Graph.update compares them without reading a record) */
+    static unsigned long long cg_mix(unsigned long long h, PyObject *a, PyObject *b) {
+        h = (h ^ (unsigned long long)(uintptr_t)a) * 0x9E3779B97F4A7C15ull;
+        h = (h ^ (unsigned long long)(uintptr_t)b) * 0xC2B2AE3D27D4EB4Full;
+        return h ^ (h >> 29);
+    }
+
     /* This thread's identifier, as threading.get_ident() gives it (a C integer: no int object) */
     static unsigned long cg_thread_ident(void) { return PyThread_get_thread_ident(); }
 
@@ -215,5 +225,6 @@ cdef extern from *:
     bint cg_types_in(object objs, list types) except -1
     bint cg_type_in(object obj, list types)
     object cg_pop(list items)
+    unsigned long long cg_mix(unsigned long long h, object a, object b)
     Py_ssize_t cg_first_difference(list mine, list theirs, Py_ssize_t k1, Py_ssize_t k2) except -2
     Py_ssize_t cg_first_not_none(list items, Py_ssize_t k) except -2

@@ -25,6 +25,7 @@ __all__ = [
     "cg_launch",
     "cg_lock_give",
     "cg_lock_take",
+    "cg_mix",
     "cg_nodes_add",
     "cg_nodes_new",
     "cg_nodes_set",
@@ -147,6 +148,16 @@ def cg_types_in(objs: Any, types: list[type]) -> bool:
         if cg_type_in(a, types):
             return True
     return False
+
+
+def cg_mix(h: int, a: Any, b: Any) -> int:
+    """The signature of the pairs before (``h``) and then ``(a, b)``, by identity (64 bits)."""
+    h = ((h ^ id(a)) * 0x9E3779B97F4A7C15) & _MASK64
+    h = ((h ^ id(b)) * 0xC2B2AE3D27D4EB4F) & _MASK64
+    return h ^ (h >> 29)
+
+
+_MASK64 = (1 << 64) - 1
 
 
 def cg_pop(items: list[Any]) -> Any:

@@ -15,7 +15,7 @@ cdef object _get_ident, _Stream
 cdef class Graph:
     cdef object __weakref__
     cdef public object _auto_free, _bodies, _broken, _count, _exec, _finalizer, _holders, _launch
-    cdef public object _moves, _nodes, _patched, _rec, _records, _res, _rng, _traced, _uploaded
+    cdef public object _moves, _nodes, _patched, _rec, _records, _res, _rng, _sig, _traced, _uploaded
     cdef public object output, pool, state
     cdef public bint _later
     cdef public size_t _fast_exec

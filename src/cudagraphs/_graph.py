@@ -158,6 +158,7 @@ class Graph:
         "_records",
         "_res",
         "_rng",
+        "_sig",
         "_traced",
         "_uploaded",
         "device",
@@ -186,6 +187,7 @@ class Graph:
     _auto_free: bool
     _patched: bool
     _traced: list[tuple[str, str]] | None  # (node type, kernel name) per node
+    _sig: int | None  # the capture's signature of its records (Recording.signature), where plain
     _bodies: list[NodeRecord]  # the records of nodes inside conditional bodies
     _count: int | None  # nodes of the driver graph, read on first use
     _later: bool  # captured inside another capture: instantiated on first use
@@ -215,6 +217,7 @@ class Graph:
         g._auto_free = False
         g._patched = False
         g._traced = None
+        g._sig = None
         g._bodies = []
         g._moves = []
         g._count = None
@@ -245,6 +248,7 @@ class Graph:
         # as the graph keeps the arrays of cudagraphs' own work
         res.keep.extend(interop.keep_foreign(self.device, raw_graph, self._records, res.keep, res.pools))
         self._traced = None  # made from the records when an update compares graphs
+        self._sig = rec.signature if rec.plain else None  # (the records as recorded, all of them)
         self._bodies = [] if rec.plain else [r for r in rec.nodes if not r.top]
         self._auto_free = auto_free
         others = [d for d in rec.devices if d is not self.device]
@@ -384,6 +388,7 @@ class Graph:
         self._rng, source._rng = source._rng, None  # (its kept shadow came with its resources)
         source._set_exec(None)
         self._traced = source._traced
+        self._sig = source._sig
         self._nodes = None
         return self
 

@@ -82,6 +82,7 @@ if not cython.compiled:  # (compiled, _capi.pxd's C functions)
         cg_issue,
         cg_item,
         cg_launch,
+        cg_mix,
         cg_thread_ident,
         cg_tuple6,
         cg_type_in,
@@ -274,6 +275,7 @@ class Recording:
         "mode",
         "nodes",
         "plain",
+        "signature",
         "stream",
         "streams",
         "thread",
@@ -288,6 +290,9 @@ class Recording:
         self.keep: list[Any] = []
         self.nodes: list[NodeRecord] = []
         self.plain = True  # every node is top-level and has no handle yet
+        # the nodes' (kind, name) in order, by identity (_capi.cg_mix): what Graph.update compares
+        # before it reads any record
+        self.signature = 0
         self.streams: list[Any] = [stream]  # innermost capturing stream last (bodies)
         self.joined: list[Any] = []  # streams forked into the capture by a wait (any device)
         self.devices: list[Any] = [device]  # the devices whose streams it records
@@ -360,6 +365,7 @@ class Recording:
             if node is not None or not top:
                 self.plain = False
             self.nodes.append(cg_tuple6(_NODE_RECORD, node, kind, name, views, patch, top))
+            self.signature = cg_mix(self.signature, kind, name)
         return node
 
     def _keep_objects(self, objs: tuple[Any, ...], owners: tuple[Any, ...]) -> None:
