@@ -86,6 +86,14 @@ def test_has_handles_finds_the_first_handle(seed: int) -> None:
         records[at] = records[at]._replace(handle=1234 + at)
     assert _capi.cg_first_not_none(records, 0) == at
     assert _update._has_handles(records) is (at >= 0)
+    # (and the first record without one: resolve_handles returns records that all have one as is)
+    with_handles = [r._replace(handle=9000 + i) for i, r in enumerate(records)]
+    gap = rnd.randrange(len(records)) if records and rnd.random() < 0.6 else -1
+    if gap >= 0:
+        with_handles[gap] = with_handles[gap]._replace(handle=None)
+    assert _capi.cg_first_none(with_handles, 0) == gap
+    if gap < 0:
+        assert _recording.resolve_handles(None, None, with_handles) is with_handles
 
 
 @pytest.mark.parametrize("seed", range(10))

@@ -197,8 +197,9 @@ cdef extern from *:
         return PyList_GET_SIZE(mine) == PyList_GET_SIZE(theirs) ? -1 : i;
     }
 
-    /* The first index of a list of tuples whose item k is not None, or -1 (-2: an error is set) */
-    static Py_ssize_t cg_first_not_none(PyObject *items, Py_ssize_t k) {
+    /* The first index of a list of tuples whose item k is None (none = 1) or is not (none = 0),
+       or -1 (-2: an error is set) */
+    static Py_ssize_t cg_scan_none(PyObject *items, Py_ssize_t k, int none) {
         if (k < 0) {
             PyErr_SetString(PyExc_IndexError, "tuple index out of range");
             return -2;
@@ -210,10 +211,12 @@ cdef extern from *:
             } else if ((x = cg_borrow(t, k)) == NULL) {
                 return -2;
             }
-            if (x != Py_None) return i;
+            if ((x == Py_None) == none) return i;
         }
         return -1;
     }
+    static Py_ssize_t cg_first_not_none(PyObject *items, Py_ssize_t k) { return cg_scan_none(items, k, 0); }
+    static Py_ssize_t cg_first_none(PyObject *items, Py_ssize_t k) { return cg_scan_none(items, k, 1); }
 
     """
     unsigned long cg_thread_ident()
@@ -228,3 +231,4 @@ cdef extern from *:
     unsigned long long cg_mix(unsigned long long h, object a, object b)
     Py_ssize_t cg_first_difference(list mine, list theirs, Py_ssize_t k1, Py_ssize_t k2) except -2
     Py_ssize_t cg_first_not_none(list items, Py_ssize_t k) except -2
+    Py_ssize_t cg_first_none(list items, Py_ssize_t k) except -2

@@ -18,6 +18,7 @@ __all__ = [
     "CG_UNBOUND",
     "cg_api_load",
     "cg_first_difference",
+    "cg_first_none",
     "cg_first_not_none",
     "cg_graph_launch",
     "cg_issue",
@@ -127,8 +128,17 @@ def cg_first_difference(mine: list[Any], theirs: list[Any], k1: int, k2: int) ->
 
 def cg_first_not_none(items: list[Any], k: int) -> int:
     """The first index of a list of tuples whose item ``k`` is not None, or -1."""
+    return _scan_none(items, k, False)
+
+
+def cg_first_none(items: list[Any], k: int) -> int:
+    """The first index of a list of tuples whose item ``k`` is None, or -1."""
+    return _scan_none(items, k, True)
+
+
+def _scan_none(items: list[Any], k: int, none: bool) -> int:
     for i, t in enumerate(items):
-        if _borrow(t, k) is not None:
+        if (_borrow(t, k) is None) is none:
             return i
     return -1
 

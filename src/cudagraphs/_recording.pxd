@@ -3,8 +3,8 @@
 # docs/architecture.md, "The compiled part", says what may be declared here and why.
 
 cimport cython
-from cudagraphs._capi cimport (cg_api_load, cg_issue, cg_item, cg_launch, cg_mix, cg_thread_ident, cg_tuple6,
-                               cg_type_in, cg_types_in)
+from cudagraphs._capi cimport (cg_api_load, cg_first_none, cg_issue, cg_item, cg_launch, cg_mix, cg_thread_ident,
+                               cg_tuple6, cg_type_in, cg_types_in)
 from cudagraphs._fields cimport ArrayFields, StreamFields
 
 # (module globals the hot paths read: C globals, read without a dictionary lookup, which Python

@@ -79,6 +79,7 @@ from .backends.base import (
 if not cython.compiled:  # (compiled, _capi.pxd's C functions)
     from ._capi import (
         cg_api_load,
+        cg_first_none,
         cg_issue,
         cg_item,
         cg_launch,
@@ -738,7 +739,7 @@ def resolve_handles(backend: Any, graph: Any, records: list[NodeRecord]) -> list
     LookupError
         If a record has no matching node (the graph was not captured from them).
     """
-    if all(r.handle is not None for r in records):
+    if cg_first_none(records, 0) < 0:  # (every record has its handle: item 0, read in C)
         return records
     handles = [n.handle for n in backend.graph_topology(graph, details=False)[0]]
     if len(handles) == len(records):  # every node is ours: the driver lists them in order
