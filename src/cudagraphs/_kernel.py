@@ -48,7 +48,7 @@ from ._config import compiled_part
 from ._device import Device, Stream, StreamLike, _current_stream_of, as_device, current_device, resolve_stream
 from ._dtypes import SUPPORTED
 from ._errors import BackendUnavailableError, CudaError
-from ._fields import ArrayFields, DeviceFields, StreamFields
+from ._fields import ArrayFields, DeviceFields
 from ._recording import array_address, issue_launch, submit_parts, view_of
 from .backends.base import CUDA_ERROR_NOT_FOUND, ERROR_NAMES, KernelLaunch, Param, param_offsets
 
@@ -297,9 +297,7 @@ class Kernel:
         self._lock = threading.Lock()
         self.fixed: frozenset[str] = frozenset()  # parameters set_arg may not change
         self.fast: Any = None  # the C part's Packer of the arguments, once armed (see _arm)
-        # per device it was loaded on: (the loaded kernel, what issues its launches, whether a
-        # launch describes its arrays' views even uncaptured (the simulator runs on them), the
-        # C part's Packer of its arguments or None, the loaded kernel's CUfunction address)
+        # per device it was loaded on: how its launches there are issued (see _Plan)
         self._plans: dict[Device, _Plan] = {}
         # the last launch's plan: one object naming its device, replaced whole (so a thread reads
         # a device with its plan), matched by identity where a dictionary would hash the device
@@ -495,8 +493,6 @@ class Kernel:
         passed as a pointer); the first ``writes`` arguments are written and
         the rest read (None: all of them may be written).
         """
-        if not isinstance(stream, StreamFields):  # (_enqueue reads its fields unchecked)
-            raise TypeError(f"stream must be a cudagraphs Stream, got {type(stream).__name__}")
         self._enqueue(device, stream, grid, block, shared_mem, values, args, writes)
 
     def _enqueue(
@@ -518,7 +514,7 @@ class Kernel:
                 self.function(device)
                 found = self._plans[device]
             plan = self._last = found
-        on = cython.cast(StreamFields, stream)  # (compiled: its fields read as C fields, unchecked)
+        on = stream  # (compiled: typed, its fields read as C fields)
         if on._finalizer is not None:
             stream._live()
         packer = plan.packer

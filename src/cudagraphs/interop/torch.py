@@ -143,10 +143,12 @@ def _torch_stream(torch: Any, handle: int, index: int) -> Any:
 
 _DTYPES: dict[Any, Any] = {}  # torch dtype -> numpy dtype, filled on first use
 # PyTorch's allocator snapshots (torch.cuda.MemPool.snapshot), taken one at a time. Measured
-# on an H100 with torch 2.11 (2026-11-28): eight threads capturing with PyTorch routed, each
-# taking its pool's snapshot at every capture's end, corrupted the interpreter's small-object
-# allocator (a segfault in 60% of runs, after the PyTorch interop tests in the same process);
-# the same runs without the snapshots: none. Which part of PyTorch races is not known.
+# with torch 2.11 (2026-11-27/28): eight threads capturing with PyTorch routed, each taking
+# its pool's snapshot at every capture's end, crashed the interpreter in 60% of runs after the
+# PyTorch interop tests in the same process; without those snapshots, none. Snapshots are now
+# taken only where a graph holds PyTorch's nodes; eight threads doing that ran clean with this
+# lock and without it (an H200: 32 and 24 runs), so the lock is insurance, not a proven fix. A
+# crash of the same kind remains in a longer mix of tests (issue 28; CHANGELOG).
 _SNAPSHOTS = threading.Lock()
 _RAW: list[Any] = [None]  # torch._C._cuda_getCurrentRawStream (False: none), found on first use
 
