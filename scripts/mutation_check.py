@@ -448,6 +448,12 @@ MUTATIONS = [
         "",
     ),
     (
+        "an expiring array's address read from its field, not through its checking property",
+        "src/cudagraphs/_recording.py",
+        "    if cg_type_in(arr, _EXPIRING):\n        return arr.ptr  # type: ignore[attr-defined]  # (DeviceArray's property: it checks)\n",
+        "",
+    ),
+    (
         "a kernel's spare list of launch values lent without being marked lent",
         "src/cudagraphs/_kernel.py",
         "        self._spare = None  # (lent)",
